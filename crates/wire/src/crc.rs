@@ -1,0 +1,274 @@
+//! The invariant CRC (ICRC) and variant CRC (VCRC) of IBA vol 1 §7.8, and the RoCEv2 ICRC of
+//! Annex A17 — bit for bit what the Linux rxe driver (`rxe_icrc.c`) and Wireshark compute.
+//!
+//! The ICRC is the standard CRC-32 (reflected polynomial 0xEDB88320, as zlib and Ethernet use
+//! it) over a pseudo-packet in which every field that may change in flight is replaced by ones:
+//!
+//! * **RoCEv2**: 8 bytes of 0xFF standing for the absent LRH; the IPv4 header with TOS, TTL and
+//!   header checksum all ones (or the IPv6 header with traffic class, flow label and hop limit
+//!   all ones); the UDP header with its checksum all ones; the BTH with its byte 4
+//!   (FECN, BECN, reserved) all ones; then every extended header, the payload and the pad.
+//! * **Native IB, local (LNH = IBA local)**: the LRH with its VL nibble all ones, then the BTH
+//!   masked as above and the rest.
+//! * **Native IB, global (LNH = IBA global)**: the LRH all ones (routers rewrite it), the GRH
+//!   with traffic class, flow label and hop limit all ones, then the BTH masked and the rest.
+//!
+//! The value is placed in the last four bytes of the packet **little-endian** (the CRC
+//! register's natural byte order); [`read_icrc`] and [`write_icrc`] do that.
+//!
+//! The VCRC is a CRC-16 (polynomial 0x100B, reflected 0xD008, initial value 0xFFFF, final
+//! exclusive-or 0xFFFF) over the whole native packet from the LRH through the ICRC. Like the
+//! ICRC it is written little-endian; no hardware capture confirms that byte order (see
+//! docs/dev/spec-map.md).
+//!
+//! Every function here takes already-delimited slices and indexes only within the lengths it
+//! checks, so none panics.
+
+use crc32fast::Hasher;
+
+/// Length of the ICRC in bytes.
+pub const ICRC_LEN: usize = 4;
+/// Length of the VCRC in bytes.
+pub const VCRC_LEN: usize = 2;
+
+const MASKED_LRH: [u8; 8] = [0xFF; 8];
+const BTH_LEN: usize = 12;
+const UDP_LEN: usize = 8;
+
+fn feed_masked_bth(h: &mut Hasher, bth_to_end: &[u8]) {
+    if bth_to_end.len() < BTH_LEN {
+        h.update(bth_to_end);
+        return;
+    }
+    let mut bth = [0u8; BTH_LEN];
+    bth.copy_from_slice(&bth_to_end[..BTH_LEN]);
+    bth[4] = 0xFF;
+    h.update(&bth);
+    h.update(&bth_to_end[BTH_LEN..]);
+}
+
+fn feed_masked_udp(h: &mut Hasher, udp_header: &[u8]) {
+    if udp_header.len() < UDP_LEN {
+        h.update(udp_header);
+        return;
+    }
+    let mut udp = [0u8; UDP_LEN];
+    udp.copy_from_slice(&udp_header[..UDP_LEN]);
+    udp[6] = 0xFF; // checksum
+    udp[7] = 0xFF;
+    h.update(&udp);
+    h.update(&udp_header[UDP_LEN..]);
+}
+
+/// Masks the variant fields of an IPv6 header or GRH (same first 8 bytes): traffic class and
+/// flow label (all but the version nibble of bytes 0..4) and hop limit (byte 7).
+fn feed_masked_ipv6_like(h: &mut Hasher, header: &[u8]) {
+    if header.len() < 8 {
+        h.update(header);
+        return;
+    }
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&header[..8]);
+    first[0] |= 0x0F;
+    first[1] = 0xFF;
+    first[2] = 0xFF;
+    first[3] = 0xFF;
+    first[7] = 0xFF;
+    h.update(&first);
+    h.update(&header[8..]);
+}
+
+/// The RoCEv2 ICRC of a packet sent over IPv4.
+///
+/// `ipv4_header` is the whole IPv4 header as sent (including options, if any), `udp_header` the
+/// 8-byte UDP header, `bth_to_end` everything from the BTH through the pad, without the ICRC.
+pub fn icrc_roce_v4(ipv4_header: &[u8], udp_header: &[u8], bth_to_end: &[u8]) -> u32 {
+    let mut h = Hasher::new();
+    h.update(&MASKED_LRH);
+    if ipv4_header.len() >= 20 {
+        let mut ip = [0u8; 20];
+        ip.copy_from_slice(&ipv4_header[..20]);
+        ip[1] = 0xFF; // TOS (DSCP and ECN)
+        ip[8] = 0xFF; // TTL
+        ip[10] = 0xFF; // header checksum
+        ip[11] = 0xFF;
+        h.update(&ip);
+        h.update(&ipv4_header[20..]);
+    } else {
+        h.update(ipv4_header);
+    }
+    feed_masked_udp(&mut h, udp_header);
+    feed_masked_bth(&mut h, bth_to_end);
+    h.finalize()
+}
+
+/// The RoCEv2 ICRC of a packet sent over IPv6: as [`icrc_roce_v4`] with the 40-byte IPv6 header.
+pub fn icrc_roce_v6(ipv6_header: &[u8], udp_header: &[u8], bth_to_end: &[u8]) -> u32 {
+    let mut h = Hasher::new();
+    h.update(&MASKED_LRH);
+    feed_masked_ipv6_like(&mut h, ipv6_header);
+    feed_masked_udp(&mut h, udp_header);
+    feed_masked_bth(&mut h, bth_to_end);
+    h.finalize()
+}
+
+/// The ICRC of a native IB packet: `lrh` is the 8-byte LRH, `grh` the 40-byte GRH when the LRH
+/// says LNH = IBA global, `bth_to_end` everything from the BTH through the pad.
+pub fn icrc_native(lrh: &[u8], grh: Option<&[u8]>, bth_to_end: &[u8]) -> u32 {
+    let mut h = Hasher::new();
+    match grh {
+        Some(grh) => {
+            h.update(&MASKED_LRH);
+            feed_masked_ipv6_like(&mut h, grh);
+        }
+        None => {
+            if let Some((&first, rest)) = lrh.split_first() {
+                h.update(&[first | 0xF0]); // VL
+                h.update(rest);
+            }
+        }
+    }
+    feed_masked_bth(&mut h, bth_to_end);
+    h.finalize()
+}
+
+/// Reads the ICRC stored in the last four bytes of `packet` (little-endian), if it has four.
+pub fn read_icrc(packet: &[u8]) -> Option<u32> {
+    let n = packet.len().checked_sub(ICRC_LEN)?;
+    let b = &packet[n..];
+    Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// Writes `icrc` little-endian into the first four bytes of `out` (which must hold four).
+pub fn write_icrc(out: &mut [u8], icrc: u32) {
+    out[..ICRC_LEN].copy_from_slice(&icrc.to_le_bytes());
+}
+
+const fn vcrc_table() -> [u16; 256] {
+    let mut table = [0u16; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut crc = i as u16;
+        let mut bit = 0;
+        while bit < 8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xD008
+            } else {
+                crc >> 1
+            };
+            bit += 1;
+        }
+        table[i] = crc;
+        i += 1;
+    }
+    table
+}
+
+static VCRC_TABLE: [u16; 256] = vcrc_table();
+
+/// The VCRC of a native IB packet: `lrh_to_icrc` runs from the LRH through the ICRC.
+pub fn vcrc(lrh_to_icrc: &[u8]) -> u16 {
+    let mut crc = 0xFFFFu16;
+    for &b in lrh_to_icrc {
+        crc = (crc >> 8) ^ VCRC_TABLE[usize::from((crc as u8) ^ b)];
+    }
+    crc ^ 0xFFFF
+}
+
+/// The plain CRC-32 of `bytes` (zlib's), the reference the ICRC benchmark compares against.
+pub fn crc32(bytes: &[u8]) -> u32 {
+    let mut h = Hasher::new();
+    h.update(bytes);
+    h.finalize()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unhex(s: &str) -> std::vec::Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// An RC SEND_ONLY from the Linux rxe driver (rc_send_lat.pcap), IPv4 header onwards. rxe
+    /// wrote a nonzero IPv4 Identification (0x31d6), which the ICRC covers.
+    const RXE_SEND_ONLY: &str = "4500006c31d640004011f40e0a4d00010a4d0002c14412b7005800000400ffff0000001280af47ee7ecc643fdc88e56cf200beceb151642e4f675f0f259dba236e6e6524f2e06370acc7b0885095f44295b2104704747553dcd46201711c25df8a8a037c6a66ed164c0ea981";
+
+    #[test]
+    fn rxe_ipv4_icrc_matches() {
+        let p = unhex(RXE_SEND_ONLY);
+        let (ip, rest) = p.split_at(20);
+        let (udp, rest) = rest.split_at(8);
+        let (body, icrc) = rest.split_at(rest.len() - 4);
+        let want = read_icrc(icrc).unwrap();
+        assert_eq!(icrc_roce_v4(ip, udp, body), want);
+    }
+
+    #[test]
+    fn initial_state_is_eight_ones() {
+        // ANCHORS §2.8: the state after 8×0xFF is 0xDEBB20E3 (before final inversion).
+        assert_eq!(crc32(&[0xFF; 8]) ^ 0xFFFF_FFFF, 0xDEBB_20E3);
+    }
+
+    #[test]
+    fn icrc_ignores_variant_fields() {
+        let mut p = unhex(RXE_SEND_ONLY);
+        let reference = {
+            let (ip, rest) = p.split_at(20);
+            let (udp, rest) = rest.split_at(8);
+            icrc_roce_v4(ip, udp, &rest[..rest.len() - 4])
+        };
+        p[1] = 0x02; // ECN bits
+        p[8] = 3; // TTL
+        p[10] = 0x12; // checksum
+        p[26] = 0xAB; // UDP checksum
+        p[28 + 4] = 0xC0; // FECN, BECN
+        let (ip, rest) = p.split_at(20);
+        let (udp, rest) = rest.split_at(8);
+        assert_eq!(icrc_roce_v4(ip, udp, &rest[..rest.len() - 4]), reference);
+        // ...but not the Identification field.
+        let mut q = p.clone();
+        q[5] ^= 1;
+        let (ip, rest) = q.split_at(20);
+        let (udp, rest) = rest.split_at(8);
+        assert_ne!(icrc_roce_v4(ip, udp, &rest[..rest.len() - 4]), reference);
+    }
+
+    #[test]
+    fn native_local_masks_only_vl() {
+        let lrh = [0x02, 0x02, 0x00, 0x02, 0x00, 0x06, 0x00, 0x01];
+        let body = [0u8; 12];
+        let a = icrc_native(&lrh, None, &body);
+        let mut vl15 = lrh;
+        vl15[0] = 0xF2;
+        assert_eq!(icrc_native(&vl15, None, &body), a);
+        let mut other_dlid = lrh;
+        other_dlid[3] = 3;
+        assert_ne!(icrc_native(&other_dlid, None, &body), a);
+    }
+
+    #[test]
+    fn vcrc_check_value() {
+        // CRC-16 with poly 0x100B reflected, init and xorout 0xFFFF: the catalogue check value
+        // over "123456789" computed by the bitwise definition.
+        let bitwise = |data: &[u8]| {
+            let mut crc = 0xFFFFu16;
+            for &b in data {
+                crc ^= u16::from(b);
+                for _ in 0..8 {
+                    crc = if crc & 1 != 0 {
+                        (crc >> 1) ^ 0xD008
+                    } else {
+                        crc >> 1
+                    };
+                }
+            }
+            crc ^ 0xFFFF
+        };
+        assert_eq!(vcrc(b"123456789"), bitwise(b"123456789"));
+        assert_eq!(vcrc(&[]), 0);
+    }
+}

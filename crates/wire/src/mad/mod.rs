@@ -1,0 +1,1 @@
+//! Management datagrams (MADs): being written.
