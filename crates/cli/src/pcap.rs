@@ -21,6 +21,7 @@ use pcap_file::pcapng::{Block, PcapNgParser};
 use pcap_file::PcapError;
 use serde_json::{json, Map, Value};
 use softib_wire::ip::{ethertype, EthernetRepr, IpRepr, UdpRepr, PROTOCOL_UDP, ROCE_V2_UDP_PORT};
+use softib_wire::mad;
 use softib_wire::packet::{IbPacketRepr, Parsed, RoceV2Repr, TransportRepr};
 use softib_wire::{BthPacket, BthRepr, Error as WireError, GrhPacket, GrhRepr, LrhPacket, LrhRepr};
 
@@ -627,12 +628,79 @@ fn transport_json(o: &mut Map<String, Value>, t: &TransportRepr, payload: &[u8])
     o.insert("payload_len".into(), json!(payload.len()));
 }
 
+/// The MAD a UD packet to QP0 (SMI) or QP1 (GSI) carries, if this is one.
+fn mad_of<'a>(t: &TransportRepr, payload: &'a [u8]) -> Option<Result<mad::Body<'a>, WireError>> {
+    let to_qp01 = matches!(t.bth.dest_qpn.value(), 0 | 1);
+    (t.deth.is_some() && to_qp01).then(|| mad::Body::parse(payload))
+}
+
 /// The MAD a UD packet to QP0 or QP1 carries, as JSON.
-fn mad_json(_t: &TransportRepr, _payload: &[u8]) -> Option<Value> {
-    None
+fn mad_json(t: &TransportRepr, payload: &[u8]) -> Option<Value> {
+    Some(match mad_of(t, payload)? {
+        Err(e) => json!({ "error": e.to_string() }),
+        Ok(body) => {
+            let h = body.header();
+            let mut o = Map::new();
+            o.insert("base_version".into(), json!(h.base_version));
+            o.insert("mgmt_class".into(), json!(u8::from(h.mgmt_class)));
+            o.insert("class_version".into(), json!(h.class_version));
+            o.insert("method".into(), json!(u8::from(h.method)));
+            o.insert("method_name".into(), json!(h.method_name()));
+            o.insert("status".into(), json!(h.status));
+            o.insert("tid".into(), json!(h.tid));
+            o.insert("attr_id".into(), json!(h.attr_id.0));
+            o.insert("attr_name".into(), json!(h.attr_name()));
+            o.insert("attr_mod".into(), json!(h.attr_mod));
+            if let Some(dr) = body.directed_route() {
+                o.insert("hop_ptr".into(), json!(dr.hop_ptr));
+                o.insert("hop_cnt".into(), json!(dr.hop_cnt));
+                o.insert(
+                    "direction".into(),
+                    json!(if dr.direction_inbound {
+                        "inbound"
+                    } else {
+                        "outbound"
+                    }),
+                );
+                o.insert("dr_slid".into(), json!(dr.dr_slid.0));
+                o.insert("dr_dlid".into(), json!(dr.dr_dlid.0));
+            }
+            Value::Object(o)
+        }
+    })
 }
 
 /// The MAD a UD packet to QP0 or QP1 carries, as text.
-fn mad_line(_t: &TransportRepr, _payload: &[u8]) -> Option<String> {
-    None
+fn mad_line(t: &TransportRepr, payload: &[u8]) -> Option<String> {
+    Some(match mad_of(t, payload)? {
+        Err(e) => format!("MAD [malformed: {e}]"),
+        Ok(body) => {
+            let h = body.header();
+            let mut s = format!(
+                "{}({}) {} attr_mod=0x{:x} tid=0x{:016x}",
+                h.method_name(),
+                h.attr_name().unwrap_or("unknown attribute"),
+                h.mgmt_class.name(),
+                h.attr_mod,
+                h.tid
+            );
+            if h.status != 0 {
+                let _ = write!(s, " status=0x{:04x}", h.status);
+            }
+            if let Some(dr) = body.directed_route() {
+                let _ = write!(
+                    s,
+                    " DR hop {}/{} {}",
+                    dr.hop_ptr,
+                    dr.hop_cnt,
+                    if dr.direction_inbound {
+                        "inbound"
+                    } else {
+                        "outbound"
+                    }
+                );
+            }
+            s
+        }
+    })
 }

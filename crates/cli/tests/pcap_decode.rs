@@ -223,3 +223,128 @@ fn garbage_never_panics() {
         .find("panicked")
         .is_none());
 }
+
+/// A native IB packet: a directed-route SMP Get(NodeInfo) on VL15 to QP0, from the permissive
+/// LID, as an SM sends it on its first hop.
+fn native_smp() -> Vec<u8> {
+    use softib_wire::mad::{self, smp, AttrId};
+    use softib_wire::packet::{IbPacketRepr, TransportRepr};
+    use softib_wire::*;
+    let smp = smp::Repr::dr_get(0x1234, AttrId(0x0011), 0, 0, &[1, 2]).expect("a short path");
+    let mut mad = vec![0u8; mad::MAD_LEN];
+    mad::Body::Smp(smp).emit(&mut mad);
+    let mut t = TransportRepr::new(BthRepr {
+        opcode: Opcode::UD_SEND_ONLY,
+        solicited: false,
+        mig_req: false,
+        pad_count: 0,
+        tver: 0,
+        pkey: PKey::DEFAULT,
+        fecn: false,
+        becn: false,
+        dest_qpn: Qpn::SMI,
+        ack_req: false,
+        psn: Psn::new(0),
+    });
+    t.deth = Some(DethRepr {
+        qkey: QKey(0),
+        src_qpn: Qpn::SMI,
+    });
+    let repr = IbPacketRepr {
+        lrh: LrhRepr {
+            vl: 15,
+            lver: 0,
+            sl: 0,
+            lnh: Lnh::IbaLocal,
+            dlid: Lid::PERMISSIVE,
+            pkt_len: 0,
+            slid: Lid::PERMISSIVE,
+        },
+        grh: None,
+        transport: t,
+        payload: &mad,
+    }
+    .normalized();
+    let mut out = vec![0u8; repr.buffer_len()];
+    repr.emit(&mut out);
+    out
+}
+
+fn pcap_with(linktype: u32, frames: &[Vec<u8>]) -> Vec<u8> {
+    let mut pcap = Vec::new();
+    pcap.extend_from_slice(&0xa1b2c3d4u32.to_le_bytes());
+    pcap.extend_from_slice(&2u16.to_le_bytes());
+    pcap.extend_from_slice(&4u16.to_le_bytes());
+    pcap.extend_from_slice(&[0; 8]);
+    pcap.extend_from_slice(&65535u32.to_le_bytes());
+    pcap.extend_from_slice(&linktype.to_le_bytes());
+    for f in frames {
+        pcap.extend_from_slice(&[0; 8]);
+        pcap.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        pcap.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        pcap.extend_from_slice(f);
+    }
+    pcap
+}
+
+#[test]
+fn native_ib_link_type_with_a_directed_route_smp() {
+    let path = temp("native.pcap", &pcap_with(247, &[native_smp()]));
+    let o = run(&["pcap", "decode", "--json", path.to_str().unwrap()]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let p = &v[0];
+    assert_eq!(p["lrh"]["vl"], 15);
+    assert_eq!(p["lrh"]["dlid"], 0xffff);
+    assert_eq!(p["lrh"]["lnh"], 2);
+    assert_eq!(p["bth"]["opcode_name"], "UD SEND_ONLY");
+    assert_eq!(p["bth"]["dqpn"], 0);
+    assert_eq!(p["icrc_ok"], true);
+    assert_eq!(p["vcrc_ok"], true);
+    assert_eq!(p["mad"]["mgmt_class"], 0x81);
+    assert_eq!(p["mad"]["attr_name"], "NodeInfo");
+    assert_eq!(p["mad"]["method_name"], "SubnGet");
+    assert_eq!(p["mad"]["hop_ptr"], 0);
+    assert_eq!(p["mad"]["hop_cnt"], 2);
+    assert_eq!(p["mad"]["tid"], 0x1234);
+    let text = stdout(&run(&["pcap", "decode", path.to_str().unwrap()]));
+    assert!(text.contains("LID 65535 > LID 65535 VL15"), "{text}");
+    assert!(text.contains("SubnGet(NodeInfo)"), "{text}");
+    assert!(text.contains("icrc=ok vcrc=ok"), "{text}");
+}
+
+#[test]
+fn native_ib_tunnelled_in_udp_needs_the_port() {
+    let ib = native_smp();
+    let mut datagram = vec![
+        0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 127, 0, 0, 2, 127, 0, 0, 3, // IPv4
+        0x27, 0x0f, 0x27, 0x0f, 0, 0, 0, 0, // UDP 9999 -> 9999
+    ];
+    datagram.extend_from_slice(&ib);
+    let len = datagram.len() as u16;
+    datagram[2..4].copy_from_slice(&len.to_be_bytes());
+    datagram[24..26].copy_from_slice(&(len - 20).to_be_bytes());
+    let path = temp("tunnel.pcap", &pcap_with(101, &[datagram]));
+    let plain = stdout(&run(&["pcap", "decode", path.to_str().unwrap()]));
+    assert!(
+        plain.contains("UDP 9999 > 9999 (") && plain.contains("not InfiniBand"),
+        "{plain}"
+    );
+    let o = run(&[
+        "pcap",
+        "decode",
+        "--ib-udp-port",
+        "9999",
+        "--json",
+        path.to_str().unwrap(),
+    ]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v[0]["udp"]["dst_port"], 9999);
+    assert_eq!(v[0]["mad"]["attr_name"], "NodeInfo");
+    assert_eq!(v[0]["vcrc_ok"], true);
+}

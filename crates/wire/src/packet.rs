@@ -222,6 +222,14 @@ fn split_payload<'a>(t: &TransportRepr, rest: &'a [u8]) -> Result<&'a [u8]> {
     Ok(&rest[..rest.len() - pad])
 }
 
+/// Parses the bytes of a transport packet from the BTH through the pad, without an ICRC (a
+/// link has checked and removed it): returns the headers and the payload (without pad).
+pub fn parse_body(body: &[u8]) -> Result<(TransportRepr, &[u8])> {
+    let (t, rest) = TransportRepr::parse(body)?;
+    let payload = split_payload(&t, rest)?;
+    Ok((t, payload))
+}
+
 /// Parses the bytes of a transport packet from the BTH through the ICRC: returns the headers,
 /// the payload (without pad), and the received ICRC. This is what a RoCEv2 receiver gets from
 /// a UDP socket.
