@@ -1,0 +1,109 @@
+//! `softib-engine` — the soft HCA's InfiniBand transport as a pure, sans-IO state machine.
+//!
+//! This crate is the HCA: protection domains, memory regions, completion queues, queue pairs
+//! (RC, UC, UD) and shared receive queues, the QP state machine, and the transport roles the
+//! Linux rxe driver names — the *requester* turns send WQEs into packets, the *responder*
+//! executes incoming requests and answers them, the *completer* matches acknowledgements and
+//! responses to WQEs and retires them.
+//!
+//! # What it must never do
+//!
+//! No sockets, threads, clocks, OS randomness or `unsafe`. Time comes in with every call that
+//! needs it (`now`), randomness from a seed in the configuration, memory through the
+//! [`memory::Memory`] trait. A run is a pure function of (configuration, seed, inputs), which is
+//! what lets the simulator replay any failure from its seed.
+//!
+//! # How it is driven (quinn-proto's shape)
+//!
+//! * commands: `alloc_pd`, `reg_mr`, `create_cq`, `create_qp`, `modify_qp`, `post_send`,
+//!   `post_recv`, `poll_cq`, ...;
+//! * inputs: `handle_packet(now, port, meta, bytes)` for a received transport packet (its ICRC
+//!   already checked by the link) and `handle_timeout(now)`;
+//! * outputs: `poll_transmit(now, buf)` until it returns `None`, then `poll_timeout()` for the
+//!   next deadline, and `poll_event()` for asynchronous events.
+//!
+//! After any command or input, call `poll_transmit` until it returns `None`, then
+//! `poll_timeout`. `handle_timeout` may be called early or spuriously; it does only what is due.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod rng;
+pub mod time;
+pub mod verbs;
+
+use core::fmt;
+
+macro_rules! handle {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(pub u32);
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}", self.0)
+            }
+        }
+    };
+}
+
+handle!(
+    /// A protection domain.
+    PdHandle
+);
+handle!(
+    /// A completion queue.
+    CqHandle
+);
+handle!(
+    /// A shared receive queue.
+    SrqHandle
+);
+handle!(
+    /// An address handle.
+    AhHandle
+);
+
+pub mod config;
+pub mod counters;
+pub mod cq;
+pub mod hca;
+pub mod memory;
+pub mod qp;
+mod res;
+
+pub use config::{DeviceAttr, HcaConfig, PortAttr, TransportConfig};
+pub use hca::{Hca, VerbsError};
+pub use memory::{Memory, RegionId, VecMemory};
+pub use qp::{AddressVector, AttrMask, GlobalRoute, QpAttr, QpCap, QpInitAttr};
+pub use res::{Ah, Srq};
+pub use time::{Duration, Instant};
+
+/// What a link needs to know to send a packet the engine built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub struct Transmit {
+    /// The local port to send from.
+    pub port: u8,
+    /// Where the packet goes (LRH/GRH or IP fields come from here).
+    pub av: AddressVector,
+    /// The sending QP (RoCEv2 derives the UDP source port from it).
+    pub src_qpn: softib_wire::Qpn,
+    /// Bytes written at the start of the buffer: BTH through pad, without the ICRC.
+    pub len: usize,
+}
+
+/// What the link knows about a received packet beyond its transport bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RxMeta {
+    /// The sender's LID (native IB; 0 on RoCE).
+    pub slid: softib_wire::Lid,
+    /// The service level.
+    pub sl: u8,
+    /// The 40 bytes a UD receive buffer starts with: the GRH, or on RoCEv2 over IPv4 twenty
+    /// zero bytes and the IPv4 header. `None` when the packet had no GRH.
+    pub grh: Option<[u8; 40]>,
+}
+
+#[cfg(test)]
+mod tests;

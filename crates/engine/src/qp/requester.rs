@@ -1,0 +1,385 @@
+//! The requester (IBA §9.7, rxe's `rxe_req.c`): turns send WQEs into request packets —
+//! segmentation by MTU, opcode and PSN choice, AckReq, the PSN window, fences and the
+//! `max_rd_atomic` limit — for RC, UC and UD.
+//!
+//! It reads the send queue and moves only its own position (`sent`); acknowledgements,
+//! retries and retirement are the completer's.
+
+use softib_wire::aeth::{self, Syndrome};
+use softib_wire::opcode::{Operation, Transport};
+use softib_wire::packet::{pad_for, TransportRepr};
+use softib_wire::{
+    AtomicEthRepr, BthRepr, DethRepr, IethRepr, ImmDtRepr, Opcode, Position, QKey, RethRepr,
+};
+
+use super::{Qp, SendWqe};
+use crate::memory::Memory;
+use crate::res::Resources;
+use crate::time::{Duration, Instant};
+use crate::verbs::{QpState, QpType, WcStatus, WrOpcode};
+use crate::Transmit;
+
+/// The bytes a transport packet can take at most: BTH, the largest ETH set, a 4096-byte
+/// payload and its pad. Buffers given to `poll_transmit` must be at least this long.
+pub const MAX_TRANSPORT_LEN: usize = 12 + 28 + 16 + 4 + 4096 + 3;
+
+/// The position of packet `k` of `n` in its message.
+pub(crate) fn position(k: u32, n: u32) -> Position {
+    match (k, n) {
+        (_, 1) => Position::Only,
+        (0, _) => Position::First,
+        (k, n) if k + 1 == n => Position::Last,
+        _ => Position::Middle,
+    }
+}
+
+/// The number of packets of an `len`-byte message at `mtu` (a zero-length message is one).
+pub(crate) fn packets(len: u32, mtu: u32) -> u32 {
+    len.div_ceil(mtu).max(1)
+}
+
+fn transport_of(t: QpType) -> Transport {
+    match t {
+        QpType::Rc => Transport::Rc,
+        QpType::Uc => Transport::Uc,
+        QpType::Ud => Transport::Ud,
+    }
+}
+
+/// The opcode of packet `pos` of a WR.
+fn opcode_for(t: QpType, op: &WrOpcode, pos: Position) -> Opcode {
+    use Operation as O;
+    use Position as P;
+    let operation = match op {
+        WrOpcode::Send => match pos {
+            P::First => O::SendFirst,
+            P::Middle => O::SendMiddle,
+            P::Last => O::SendLast,
+            P::Only => O::SendOnly,
+        },
+        WrOpcode::SendWithImm(_) => match pos {
+            P::First => O::SendFirst,
+            P::Middle => O::SendMiddle,
+            P::Last => O::SendLastWithImmediate,
+            P::Only => O::SendOnlyWithImmediate,
+        },
+        WrOpcode::SendWithInv(_) => match pos {
+            P::First => O::SendFirst,
+            P::Middle => O::SendMiddle,
+            P::Last => O::SendLastWithInvalidate,
+            P::Only => O::SendOnlyWithInvalidate,
+        },
+        WrOpcode::RdmaWrite(_) => match pos {
+            P::First => O::RdmaWriteFirst,
+            P::Middle => O::RdmaWriteMiddle,
+            P::Last => O::RdmaWriteLast,
+            P::Only => O::RdmaWriteOnly,
+        },
+        WrOpcode::RdmaWriteWithImm(..) => match pos {
+            P::First => O::RdmaWriteFirst,
+            P::Middle => O::RdmaWriteMiddle,
+            P::Last => O::RdmaWriteLastWithImmediate,
+            P::Only => O::RdmaWriteOnlyWithImmediate,
+        },
+        WrOpcode::RdmaRead(_) => O::RdmaReadRequest,
+        WrOpcode::AtomicCmpAndSwp { .. } => O::CompareSwap,
+        WrOpcode::AtomicFetchAndAdd { .. } => O::FetchAdd,
+    };
+    Opcode::new(transport_of(t), operation)
+}
+
+impl Qp {
+    /// The MTU the requester segments by: the path MTU on connected QPs, the port's active
+    /// MTU on UD.
+    pub(crate) fn mtu<M>(&self, res: &Resources<M>) -> u32 {
+        let m = match self.qp_type() {
+            QpType::Ud => res
+                .port(self.attr.port_num)
+                .map_or(self.attr.path_mtu, |p| p.active_mtu),
+            _ => self.attr.path_mtu,
+        };
+        m.bytes().unwrap_or(256) as u32
+    }
+
+    /// Index of the next WQE with request packets to send, and whether it may go now.
+    fn next_sendable(&self, now: Instant, res: &Resources<impl Memory>) -> Option<usize> {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            return None;
+        }
+        if self.sq.rnr_until.is_some_and(|t| t > now) {
+            return None;
+        }
+        let max_rd = u32::from(self.attr.max_rd_atomic.max(1));
+        let mut rd_outstanding = 0u32;
+        let mut earlier_rd_incomplete = false;
+        let una = self.sq.una();
+        for (i, w) in self.sq.wqes.iter().enumerate() {
+            if w.status.is_some() {
+                continue;
+            }
+            let started = w.first_psn.is_some();
+            if started && w.sent >= w.npkts {
+                if w.is_read_or_atomic() {
+                    rd_outstanding += 1;
+                    earlier_rd_incomplete = true;
+                }
+                continue;
+            }
+            if !started {
+                if self.state == QpState::Sqd {
+                    return None;
+                }
+                if w.wr.flags.contains(crate::verbs::SendFlags::FENCE) && earlier_rd_incomplete {
+                    return None;
+                }
+                if w.is_read_or_atomic() && rd_outstanding >= max_rd {
+                    return None;
+                }
+            }
+            if self.qp_type() == QpType::Rc {
+                let next = w.first_psn.map_or(self.sq.next_psn, |f| f.add(w.sent));
+                if let Some(una) = una {
+                    let inflight = next.diff(una);
+                    if inflight >= 0 && inflight as u32 >= res.transport.max_unacked_psns {
+                        return None;
+                    }
+                }
+            }
+            return Some(i);
+        }
+        None
+    }
+
+    /// Whether the requester has a packet to send now.
+    pub(crate) fn requester_ready(&self, now: Instant, res: &Resources<impl Memory>) -> bool {
+        self.next_sendable(now, res).is_some()
+    }
+
+    /// Validates a WQE the first time it starts: L_Keys of the SGEs and, for UD, the address
+    /// handle. Returns the error status to complete it with.
+    fn validate_start(&self, w: &SendWqe, res: &Resources<impl Memory>) -> Result<(), WcStatus> {
+        use crate::verbs::AccessFlags;
+        let pd = self.init.pd;
+        let need = if w.is_read_or_atomic() {
+            AccessFlags::LOCAL_WRITE
+        } else {
+            AccessFlags::NONE
+        };
+        if w.wr.inline_data.is_none() {
+            res.check_sges(pd, &w.wr.sg_list, need)
+                .map_err(|_| WcStatus::LocProtErr)?;
+        }
+        if self.qp_type() == QpType::Ud && w.len > self.mtu(res) {
+            // C10-93.1.1 lets an HCA drop such a message silently (rxe does); softib reports it.
+            return Err(WcStatus::LocLenErr);
+        }
+        if let Some(ud) = &w.wr.ud {
+            match res.ahs.get(&ud.ah) {
+                Some(ah) if ah.pd == pd => {}
+                _ => return Err(WcStatus::LocQpOpErr),
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds the next request packet into `buf` (at least [`MAX_TRANSPORT_LEN`] bytes).
+    pub(crate) fn requester_poll<M: Memory>(
+        &mut self,
+        now: Instant,
+        res: &mut Resources<M>,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        let i = self.next_sendable(now, res)?;
+        let mtu = self.mtu(res);
+        if self.sq.wqes[i].first_psn.is_none() {
+            if let Err(status) = self.validate_start(&self.sq.wqes[i], res) {
+                self.fail_wqe(i, status, 0, res);
+                return None;
+            }
+            let w = &mut self.sq.wqes[i];
+            w.npkts = packets(w.len, mtu);
+            if matches!(
+                w.wr.opcode,
+                WrOpcode::AtomicCmpAndSwp { .. } | WrOpcode::AtomicFetchAndAdd { .. }
+            ) {
+                w.npkts = 1;
+            }
+            w.first_psn = Some(self.sq.next_psn);
+            self.sq.next_psn = self.sq.next_psn.add(w.npkts);
+        }
+        self.sq.rnr_until = None;
+        let qp_type = self.qp_type();
+        let pkey = res.pkey(self.attr.port_num, self.attr.pkey_index);
+        let own_qkey = self.attr.qkey;
+        let dest_qpn = self.attr.dest_qp_num;
+        let qpn = self.qpn;
+        let pd = self.init.pd;
+        let ack_every = res.transport.max_pkt_per_ack.max(1);
+        let w = &mut self.sq.wqes[i];
+        let first = w.first_psn.unwrap_or_default();
+        let k = w.sent;
+        let psn = first.add(k);
+        let is_read = w.is_read();
+        // READ requests and atomics are one packet without payload.
+        let (pos, offset, n) = if w.is_read_or_atomic() {
+            (Position::Only, 0u64, 0u32)
+        } else {
+            let off = u64::from(k) * u64::from(mtu);
+            let n = (u64::from(w.len) - off).min(u64::from(mtu)) as u32;
+            (position(k, w.npkts), off, n)
+        };
+        let opcode = opcode_for(qp_type, &w.wr.opcode, pos);
+        let mut t = TransportRepr::new(BthRepr {
+            opcode,
+            solicited: pos.ends_message()
+                && w.wr.flags.contains(crate::verbs::SendFlags::SOLICITED),
+            mig_req: false,
+            pad_count: pad_for(n as usize),
+            tver: 0,
+            pkey,
+            fecn: false,
+            becn: false,
+            dest_qpn: match &w.wr.ud {
+                Some(ud) => ud.remote_qpn,
+                None => dest_qpn,
+            },
+            ack_req: qp_type == QpType::Rc && (pos.ends_message() || (k + 1) % ack_every == 0),
+            psn,
+        });
+        match &w.wr.opcode {
+            WrOpcode::RdmaWrite(r) | WrOpcode::RdmaWriteWithImm(r, _) if pos.starts_message() => {
+                t.reth = Some(RethRepr {
+                    va: r.addr,
+                    rkey: r.rkey,
+                    dma_len: w.len,
+                });
+            }
+            WrOpcode::RdmaRead(r) => {
+                // A retried READ asks only for what has not arrived (IBA §9.7.5.2.4).
+                let done = u64::from(w.acked) * u64::from(mtu);
+                let done = done.min(u64::from(w.len));
+                t.bth.psn = first.add(w.acked);
+                t.reth = Some(RethRepr {
+                    va: r.addr.wrapping_add(done),
+                    rkey: r.rkey,
+                    dma_len: w.len - done as u32,
+                });
+            }
+            WrOpcode::AtomicCmpAndSwp {
+                remote,
+                compare,
+                swap,
+            } => {
+                t.atomic_eth = Some(AtomicEthRepr {
+                    va: remote.addr,
+                    rkey: remote.rkey,
+                    swap_add: *swap,
+                    compare: *compare,
+                });
+            }
+            WrOpcode::AtomicFetchAndAdd { remote, add } => {
+                t.atomic_eth = Some(AtomicEthRepr {
+                    va: remote.addr,
+                    rkey: remote.rkey,
+                    swap_add: *add,
+                    compare: 0,
+                });
+            }
+            _ => {}
+        }
+        if pos.ends_message() {
+            match &w.wr.opcode {
+                WrOpcode::SendWithImm(imm) | WrOpcode::RdmaWriteWithImm(_, imm) => {
+                    t.immdt = Some(ImmDtRepr { data: *imm });
+                }
+                WrOpcode::SendWithInv(rkey) => t.ieth = Some(IethRepr { rkey: *rkey }),
+                _ => {}
+            }
+        }
+        if let Some(ud) = &w.wr.ud {
+            let qkey = if ud.remote_qkey & 0x8000_0000 != 0 {
+                own_qkey
+            } else {
+                ud.remote_qkey
+            };
+            t.deth = Some(DethRepr {
+                qkey: QKey(qkey),
+                src_qpn: qpn,
+            });
+        }
+        let hlen = t.header_len();
+        t.emit(buf);
+        let body = &mut buf[hlen..hlen + n as usize];
+        let gathered = match &w.wr.inline_data {
+            Some(data) => {
+                let start = offset as usize;
+                match data.get(start..start + n as usize) {
+                    Some(src) => {
+                        body.copy_from_slice(src);
+                        Ok(())
+                    }
+                    None => Err(WcStatus::LocLenErr),
+                }
+            }
+            None if n > 0 => res.gather(pd, &w.wr.sg_list, offset, body),
+            None => Ok(()),
+        };
+        if let Err(status) = gathered {
+            self.fail_wqe(i, status, 0, res);
+            return None;
+        }
+        let pad = usize::from(pad_for(n as usize));
+        buf[hlen + n as usize..hlen + n as usize + pad].fill(0);
+        let len = hlen + n as usize + pad;
+
+        let av = match &w.wr.ud {
+            Some(ud) => res.ahs.get(&ud.ah).map(|a| a.av).unwrap_or_default(),
+            None => self.attr.ah_attr,
+        };
+        w.sent = if w.is_read_or_atomic() {
+            w.npkts
+        } else {
+            k + 1
+        };
+        if is_read {
+            w.read_restart = w.acked;
+        }
+        let finished = w.sent == w.npkts;
+        match qp_type {
+            QpType::Rc => {
+                if self.sq.retransmit_at.is_none() {
+                    self.sq.retransmit_at =
+                        Duration::local_ack_timeout(self.attr.timeout).map(|d| now + d);
+                }
+            }
+            QpType::Uc | QpType::Ud => {
+                if finished {
+                    self.sq.wqes[i].status = Some(WcStatus::Success);
+                    self.retire(res);
+                }
+            }
+        }
+        if let Some(c) = res.counters_mut(self.attr.port_num) {
+            c.xmit_pkts += 1;
+            c.xmit_data_words += (len as u64 + 4) / 4;
+        }
+        Some(Transmit {
+            port: self.attr.port_num,
+            av,
+            src_qpn: qpn,
+            len,
+        })
+    }
+}
+
+/// The RNR NAK syndrome this QP's responder sends.
+pub(crate) fn rnr_syndrome(min_rnr_timer: u8) -> Syndrome {
+    Syndrome::RnrNak {
+        timer: min_rnr_timer & 0x1F,
+    }
+}
+
+/// How long an RNR NAK with `timer` asks the requester to wait.
+pub(crate) fn rnr_wait(timer: u8) -> Duration {
+    Duration::from_micros(u64::from(aeth::rnr_timer_usec(timer)))
+}

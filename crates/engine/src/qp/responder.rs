@@ -1,0 +1,910 @@
+//! The responder (IBA §9.7.5.2, rxe's `rxe_resp.c`): checks each incoming request (PSN,
+//! opcode sequence, resources, length, R_Key), executes it (places SEND and WRITE data, reads
+//! memory for READ, performs atomics once), completes receive WQEs, and answers (ACK, NAK,
+//! READ responses, atomic ACKs) — for RC; UC and UD drop instead of answering.
+//!
+//! Outcomes follow the spec's error classes: a PSN ahead of the expected one gets one PSN
+//! sequence error NAK (class B); a duplicate is re-acknowledged or replayed, never executed
+//! again (C9-105 for SEND/WRITE, responder resources for READ and atomics); no receive WQE
+//! gets an RNR NAK (class B); invalid requests, access violations and operational errors get
+//! the matching NAK and move the QP to the error state (classes C to G).
+
+use std::collections::VecDeque;
+
+use softib_wire::aeth::{NakCode, Syndrome};
+use softib_wire::opcode::Kind;
+use softib_wire::packet::{pad_for, TransportRepr};
+use softib_wire::{AethRepr, AtomicAckEthRepr, BthRepr, Opcode, Position, Psn};
+
+use super::requester::{packets, rnr_syndrome};
+use super::{ActiveRecv, Qp};
+use crate::counters::DropReason;
+use crate::memory::{AtomicOp, Memory, RegionId};
+use crate::res::{Resources, ScatterError};
+use crate::time::Instant;
+use crate::verbs::{
+    AccessFlags, AsyncEvent, QpState, QpType, RecvWr, WcOpcode, WcStatus, WorkCompletion,
+};
+use crate::{RxMeta, Transmit};
+
+/// A message being received.
+#[derive(Debug, Clone)]
+pub(crate) enum InMessage {
+    /// A SEND filling a receive WQE.
+    Send(ActiveRecv),
+    /// An RDMA WRITE: where the next byte goes and how many remain.
+    Write {
+        region: Option<RegionId>,
+        va: u64,
+        left: u32,
+        total: u32,
+    },
+}
+
+/// What the responder keeps of a READ or atomic to answer its duplicates (responder
+/// resources, bounded by max_dest_rd_atomic).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Resource {
+    Read { first: Psn, npkts: u32 },
+    Atomic { psn: Psn, orig: u64 },
+}
+
+/// A response waiting to be sent, in PSN order.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Response {
+    /// ACK or NAK.
+    Ack {
+        psn: Psn,
+        syndrome: Syndrome,
+        msn: u32,
+    },
+    /// READ response packets still to send.
+    Read {
+        psn: Psn,
+        region: Option<RegionId>,
+        va: u64,
+        left: u32,
+        started: bool,
+        msn: u32,
+    },
+    /// The answer to an atomic.
+    Atomic { psn: Psn, orig: u64, msn: u32 },
+}
+
+/// Responder state.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Responder {
+    /// The PSN expected next.
+    pub epsn: Psn,
+    /// Message sequence number: messages completed (24 bits).
+    pub msn: u32,
+    /// The message being received.
+    pub cur: Option<InMessage>,
+    /// A PSN sequence error NAK was sent for the current gap (send it only once).
+    pub nak_sent: bool,
+    /// READ/atomic history for duplicates.
+    pub resources: VecDeque<Resource>,
+    /// Responses to send.
+    pub outputs: VecDeque<Response>,
+    /// UC: dropping packets until the next FIRST or ONLY.
+    pub uc_dropping: bool,
+}
+
+impl Responder {
+    /// Queues a response. A queued plain ACK that has not gone out yet is replaced by a later
+    /// ACK or NAK (either acknowledges everything before its PSN); NAKs are never replaced.
+    fn push(&mut self, r: Response) {
+        let queued_plain_ack = matches!(
+            self.outputs.back(),
+            Some(Response::Ack {
+                syndrome: Syndrome::Ack { .. },
+                ..
+            })
+        );
+        if matches!(r, Response::Ack { .. }) && queued_plain_ack {
+            self.outputs.pop_back();
+        }
+        self.outputs.push_back(r);
+    }
+
+    fn ack(&mut self, psn: Psn, syndrome: Syndrome) {
+        let msn = self.msn;
+        self.push(Response::Ack { psn, syndrome, msn });
+    }
+}
+
+const ACK: Syndrome = Syndrome::ACK_UNLIMITED_CREDIT;
+
+impl Qp {
+    /// Takes a receive WQE from the SRQ or the receive queue.
+    fn take_recv<M: Memory>(&mut self, res: &mut Resources<M>) -> Option<ActiveRecv> {
+        match self.init.srq {
+            Some(srq) => res.srq_pop(srq).map(|wr| ActiveRecv {
+                wr,
+                offset: 0,
+                from_srq: true,
+            }),
+            None => self.rq.pop_front().map(|wr| ActiveRecv {
+                wr,
+                offset: 0,
+                from_srq: false,
+            }),
+        }
+    }
+
+    /// Whether a receive WQE is available.
+    fn has_recv<M: Memory>(&self, res: &Resources<M>) -> bool {
+        match self.init.srq {
+            Some(srq) => res.srqs.get(&srq).is_some_and(|q| !q.wqes.is_empty()),
+            None => !self.rq.is_empty(),
+        }
+    }
+
+    /// Returns an unused receive WQE to the head of its queue (UC drops a message).
+    fn untake_recv<M: Memory>(&mut self, r: ActiveRecv, res: &mut Resources<M>) {
+        match (r.from_srq, self.init.srq) {
+            (true, Some(srq)) => res.srq_unpop(srq, r.wr),
+            _ => self.rq.push_front(r.wr),
+        }
+    }
+
+    fn recv_completion(
+        &self,
+        wr: &RecvWr,
+        status: WcStatus,
+        opcode: WcOpcode,
+        byte_len: u32,
+    ) -> WorkCompletion {
+        WorkCompletion {
+            wr_id: wr.wr_id,
+            status,
+            opcode,
+            vendor_err: 0,
+            byte_len,
+            imm_data: None,
+            invalidated_rkey: None,
+            qp_num: self.qpn,
+            src_qp: self.attr.dest_qp_num,
+            grh: false,
+            slid: self.attr.ah_attr.dlid,
+            sl: self.attr.ah_attr.sl,
+            pkey_index: self.attr.pkey_index,
+        }
+    }
+
+    /// Handles a request packet addressed to this QP.
+    pub(crate) fn responder_handle<M: Memory>(
+        &mut self,
+        now: Instant,
+        res: &mut Resources<M>,
+        meta: &RxMeta,
+        t: &TransportRepr,
+        payload: &[u8],
+    ) {
+        let _ = now;
+        match self.qp_type() {
+            QpType::Rc => self.rc_request(res, t, payload),
+            QpType::Uc => self.uc_request(res, t, payload),
+            QpType::Ud => self.ud_request(res, meta, t, payload),
+        }
+    }
+
+    /// Sends `code` as a NAK for `psn`, then moves the QP to the error state once it is out.
+    fn nak_and_fail<M: Memory>(
+        &mut self,
+        res: &mut Resources<M>,
+        psn: Psn,
+        code: NakCode,
+        event: AsyncEvent,
+    ) {
+        let msn = self.resp.msn;
+        let nak = Response::Ack {
+            psn,
+            syndrome: Syndrome::Nak(code),
+            msn,
+        };
+        res.events.push_back(event);
+        self.enter_error(res, Some(nak));
+    }
+
+    fn rc_request<M: Memory>(&mut self, res: &mut Resources<M>, t: &TransportRepr, payload: &[u8]) {
+        let psn = t.bth.psn;
+        let Some(info) = t.bth.opcode.info() else {
+            return;
+        };
+        let d = psn.diff(self.resp.epsn);
+        if d > 0 {
+            res.drop_packet(DropReason::RcOutOfSequence);
+            if !self.resp.nak_sent {
+                self.resp.nak_sent = true;
+                let epsn = self.resp.epsn;
+                self.resp
+                    .ack(epsn, Syndrome::Nak(NakCode::PsnSequenceError));
+            }
+            return;
+        }
+        if d < 0 {
+            self.rc_duplicate(res, t, info.kind);
+            return;
+        }
+        self.resp.nak_sent = false;
+        let qpn = self.qpn;
+        let mtu = self.mtu(res) as usize;
+        let pos = info.position;
+
+        // Opcode sequence (IBA §9.7.5.2.3, class C: NAK invalid request).
+        let in_send = matches!(self.resp.cur, Some(InMessage::Send(_)));
+        let in_write = matches!(self.resp.cur, Some(InMessage::Write { .. }));
+        let continues = matches!(pos, Position::Middle | Position::Last);
+        let sequence_ok = match info.kind {
+            Kind::Send => in_send == continues && !in_write,
+            Kind::RdmaWrite => in_write == continues && !in_send,
+            _ => !in_send && !in_write,
+        };
+        // Packet payload lengths: FIRST and MIDDLE carry exactly one MTU.
+        let length_ok = match pos {
+            Position::First | Position::Middle if info.has_payload => payload.len() == mtu,
+            _ => payload.len() <= mtu,
+        };
+        let access = self.attr.qp_access_flags;
+        let access_ok = match info.kind {
+            Kind::RdmaWrite => access.contains(AccessFlags::REMOTE_WRITE),
+            Kind::RdmaReadRequest => access.contains(AccessFlags::REMOTE_READ),
+            Kind::Atomic => access.contains(AccessFlags::REMOTE_ATOMIC),
+            _ => true,
+        };
+        if !sequence_ok || !length_ok || !access_ok {
+            self.nak_and_fail(res, psn, NakCode::InvalidRequest, AsyncEvent::QpReqErr(qpn));
+            return;
+        }
+        // Receive WQE for SEND FIRST/ONLY and for any packet with immediate data that ends a
+        // WRITE: none means RNR NAK, and nothing of the packet is executed (class B).
+        let needs_recv = (info.kind == Kind::Send && pos.starts_message())
+            || (info.kind == Kind::RdmaWrite && info.has_immediate);
+        if needs_recv && !self.has_recv(res) {
+            res.drop_packet(DropReason::RcRnrNakSent);
+            let timer = self.attr.min_rnr_timer;
+            self.resp.ack(psn, rnr_syndrome(timer));
+            // The requester resends from this PSN after the RNR timer: what follows it is
+            // dropped without a sequence-error NAK, which would cut the wait short.
+            self.resp.nak_sent = true;
+            return;
+        }
+        match info.kind {
+            Kind::Send => self.rc_send(res, t, pos, payload),
+            Kind::RdmaWrite => self.rc_write(res, t, pos, payload),
+            Kind::RdmaReadRequest => self.rc_read(res, t, mtu as u32),
+            Kind::Atomic => self.rc_atomic(res, t),
+            _ => res.drop_packet(DropReason::WrongTransport),
+        }
+    }
+
+    fn rc_duplicate<M: Memory>(&mut self, res: &mut Resources<M>, t: &TransportRepr, kind: Kind) {
+        res.drop_packet(DropReason::RcDuplicate);
+        let psn = t.bth.psn;
+        match kind {
+            // C9-105: a duplicate SEND or WRITE is acknowledged again, never re-executed.
+            Kind::Send | Kind::RdmaWrite => {
+                let last = self.resp.epsn.sub(1);
+                self.resp.ack(last, ACK);
+            }
+            Kind::RdmaReadRequest => {
+                let found = self.resp.resources.iter().find_map(|r| match *r {
+                    Resource::Read { first, npkts } if psn.in_window(first, npkts) => Some(()),
+                    _ => None,
+                });
+                let Some(reth) = t.reth else { return };
+                if found.is_none() {
+                    res.drop_packet(DropReason::RcDuplicateUnknown);
+                    return;
+                }
+                // Replay from the PSN asked for, over the range the retried request names.
+                match res.mrs.check(
+                    reth.rkey.0,
+                    self.init.pd,
+                    reth.va,
+                    u64::from(reth.dma_len),
+                    AccessFlags::REMOTE_READ,
+                ) {
+                    Ok(region) => {
+                        let msn = self.resp.msn;
+                        self.resp.push(Response::Read {
+                            psn,
+                            region,
+                            va: reth.va,
+                            left: reth.dma_len,
+                            started: false,
+                            msn,
+                        });
+                    }
+                    Err(_) => res.drop_packet(DropReason::RcDuplicateUnknown),
+                }
+            }
+            Kind::Atomic => {
+                let orig = self.resp.resources.iter().find_map(|r| match *r {
+                    Resource::Atomic { psn: p, orig } if p == psn => Some(orig),
+                    _ => None,
+                });
+                match orig {
+                    Some(orig) => {
+                        let msn = self.resp.msn;
+                        self.resp.push(Response::Atomic { psn, orig, msn });
+                    }
+                    None => res.drop_packet(DropReason::RcDuplicateUnknown),
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn rc_send<M: Memory>(
+        &mut self,
+        res: &mut Resources<M>,
+        t: &TransportRepr,
+        pos: Position,
+        payload: &[u8],
+    ) {
+        let psn = t.bth.psn;
+        let qpn = self.qpn;
+        if pos.starts_message() {
+            let Some(r) = self.take_recv(res) else { return };
+            self.resp.cur = Some(InMessage::Send(r));
+        }
+        let Some(InMessage::Send(mut r)) = self.resp.cur.take() else {
+            return;
+        };
+        match res.scatter(self.init.pd, &r.wr.sg_list, u64::from(r.offset), payload) {
+            Ok(()) => {}
+            Err(e) => {
+                let (status, code) = match e {
+                    ScatterError::TooLong => (WcStatus::LocLenErr, NakCode::InvalidRequest),
+                    ScatterError::Protection => {
+                        (WcStatus::LocProtErr, NakCode::RemoteOperationalError)
+                    }
+                };
+                let wc = self.recv_completion(&r.wr, status, WcOpcode::Recv, r.offset);
+                res.complete(self.init.recv_cq, wc, false);
+                self.nak_and_fail(res, psn, code, AsyncEvent::QpReqErr(qpn));
+                return;
+            }
+        }
+        r.offset += payload.len() as u32;
+        self.resp.epsn = psn.next();
+        if pos.ends_message() {
+            self.resp.msn = (self.resp.msn + 1) & 0x00FF_FFFF;
+            let mut wc = self.recv_completion(&r.wr, WcStatus::Success, WcOpcode::Recv, r.offset);
+            wc.imm_data = t.immdt.map(|i| i.data);
+            if let Some(ieth) = t.ieth {
+                // SEND with invalidate: the region must be ours to invalidate (C10-?).
+                match res.mrs.get(ieth.rkey.0) {
+                    Some(mr) if mr.pd == self.init.pd => {
+                        res.mrs.remove(ieth.rkey.0);
+                        wc.invalidated_rkey = Some(ieth.rkey.0);
+                    }
+                    _ => {
+                        self.nak_and_fail(
+                            res,
+                            psn,
+                            NakCode::InvalidRequest,
+                            AsyncEvent::QpReqErr(qpn),
+                        );
+                        return;
+                    }
+                }
+            }
+            res.complete(self.init.recv_cq, wc, t.bth.solicited);
+        } else {
+            self.resp.cur = Some(InMessage::Send(r));
+        }
+        if t.bth.ack_req {
+            self.resp.ack(psn, ACK);
+        }
+    }
+
+    fn rc_write<M: Memory>(
+        &mut self,
+        res: &mut Resources<M>,
+        t: &TransportRepr,
+        pos: Position,
+        payload: &[u8],
+    ) {
+        let psn = t.bth.psn;
+        let qpn = self.qpn;
+        if pos.starts_message() {
+            let Some(reth) = t.reth else { return };
+            match res.mrs.check(
+                reth.rkey.0,
+                self.init.pd,
+                reth.va,
+                u64::from(reth.dma_len),
+                AccessFlags::REMOTE_WRITE,
+            ) {
+                Ok(region) => {
+                    self.resp.cur = Some(InMessage::Write {
+                        region,
+                        va: reth.va,
+                        left: reth.dma_len,
+                        total: reth.dma_len,
+                    })
+                }
+                Err(_) => {
+                    self.nak_and_fail(
+                        res,
+                        psn,
+                        NakCode::RemoteAccessError,
+                        AsyncEvent::QpAccessErr(qpn),
+                    );
+                    return;
+                }
+            }
+        }
+        let Some(InMessage::Write {
+            region,
+            va,
+            left,
+            total,
+        }) = self.resp.cur.take()
+        else {
+            return;
+        };
+        let n = payload.len() as u32;
+        if n > left || (pos.ends_message() && n != left) {
+            self.nak_and_fail(res, psn, NakCode::InvalidRequest, AsyncEvent::QpReqErr(qpn));
+            return;
+        }
+        if let (Some(region), true) = (region, n > 0) {
+            if res.mem.write(region, va, payload).is_err() {
+                self.nak_and_fail(
+                    res,
+                    psn,
+                    NakCode::RemoteOperationalError,
+                    AsyncEvent::QpReqErr(qpn),
+                );
+                return;
+            }
+        }
+        self.resp.epsn = psn.next();
+        if pos.ends_message() {
+            self.resp.msn = (self.resp.msn + 1) & 0x00FF_FFFF;
+            if let Some(imm) = t.immdt {
+                if let Some(r) = self.take_recv(res) {
+                    let mut wc = self.recv_completion(
+                        &r.wr,
+                        WcStatus::Success,
+                        WcOpcode::RecvRdmaWithImm,
+                        total,
+                    );
+                    wc.imm_data = Some(imm.data);
+                    res.complete(self.init.recv_cq, wc, t.bth.solicited);
+                }
+            }
+        } else {
+            self.resp.cur = Some(InMessage::Write {
+                region,
+                va: va + u64::from(n),
+                left: left - n,
+                total,
+            });
+        }
+        if t.bth.ack_req {
+            self.resp.ack(psn, ACK);
+        }
+    }
+
+    fn remember(&mut self, r: Resource) {
+        let cap = usize::from(self.attr.max_dest_rd_atomic.max(1));
+        while self.resp.resources.len() >= cap {
+            self.resp.resources.pop_front();
+        }
+        self.resp.resources.push_back(r);
+    }
+
+    fn rc_read<M: Memory>(&mut self, res: &mut Resources<M>, t: &TransportRepr, mtu: u32) {
+        let psn = t.bth.psn;
+        let qpn = self.qpn;
+        let Some(reth) = t.reth else { return };
+        let region = match res.mrs.check(
+            reth.rkey.0,
+            self.init.pd,
+            reth.va,
+            u64::from(reth.dma_len),
+            AccessFlags::REMOTE_READ,
+        ) {
+            Ok(region) => region,
+            Err(_) => {
+                self.nak_and_fail(
+                    res,
+                    psn,
+                    NakCode::RemoteAccessError,
+                    AsyncEvent::QpAccessErr(qpn),
+                );
+                return;
+            }
+        };
+        let npkts = packets(reth.dma_len, mtu);
+        self.remember(Resource::Read { first: psn, npkts });
+        // C9-148: the MSN counts the READ when its request is accepted.
+        self.resp.msn = (self.resp.msn + 1) & 0x00FF_FFFF;
+        let msn = self.resp.msn;
+        self.resp.push(Response::Read {
+            psn,
+            region,
+            va: reth.va,
+            left: reth.dma_len,
+            started: false,
+            msn,
+        });
+        self.resp.epsn = psn.add(npkts);
+    }
+
+    fn rc_atomic<M: Memory>(&mut self, res: &mut Resources<M>, t: &TransportRepr) {
+        let psn = t.bth.psn;
+        let qpn = self.qpn;
+        let Some(a) = t.atomic_eth else { return };
+        if a.va % 8 != 0 {
+            self.nak_and_fail(res, psn, NakCode::InvalidRequest, AsyncEvent::QpReqErr(qpn));
+            return;
+        }
+        let region =
+            match res
+                .mrs
+                .check(a.rkey.0, self.init.pd, a.va, 8, AccessFlags::REMOTE_ATOMIC)
+            {
+                Ok(Some(region)) => region,
+                _ => {
+                    self.nak_and_fail(
+                        res,
+                        psn,
+                        NakCode::RemoteAccessError,
+                        AsyncEvent::QpAccessErr(qpn),
+                    );
+                    return;
+                }
+            };
+        let op = if t.bth.opcode.operation() == softib_wire::Operation::CompareSwap {
+            AtomicOp::CompareSwap {
+                compare: a.compare,
+                swap: a.swap_add,
+            }
+        } else {
+            AtomicOp::FetchAdd { add: a.swap_add }
+        };
+        let Ok(orig) = res.mem.atomic(region, a.va, op) else {
+            self.nak_and_fail(
+                res,
+                psn,
+                NakCode::RemoteOperationalError,
+                AsyncEvent::QpReqErr(qpn),
+            );
+            return;
+        };
+        self.remember(Resource::Atomic { psn, orig });
+        self.resp.msn = (self.resp.msn + 1) & 0x00FF_FFFF;
+        let msn = self.resp.msn;
+        self.resp.push(Response::Atomic { psn, orig, msn });
+        self.resp.epsn = psn.next();
+    }
+
+    /// UC (IBA §9.8): no acknowledgements; a PSN gap or any error drops the rest of the message.
+    fn uc_request<M: Memory>(&mut self, res: &mut Resources<M>, t: &TransportRepr, payload: &[u8]) {
+        let psn = t.bth.psn;
+        let Some(info) = t.bth.opcode.info() else {
+            return;
+        };
+        let pos = info.position;
+        let mtu = self.mtu(res) as usize;
+        if psn != self.resp.epsn || (self.resp.cur.is_some() && pos.starts_message()) {
+            if self.resp.cur.is_some() || !pos.starts_message() {
+                res.drop_packet(DropReason::UcSequenceGap);
+            }
+            self.uc_abandon(res);
+        }
+        self.resp.epsn = psn.next();
+        if !pos.starts_message() && self.resp.cur.is_none() {
+            if !self.resp.uc_dropping {
+                res.drop_packet(DropReason::UcSequenceGap);
+            }
+            self.resp.uc_dropping = true;
+            return;
+        }
+        let length_ok = match pos {
+            Position::First | Position::Middle => payload.len() == mtu,
+            _ => payload.len() <= mtu,
+        };
+        let access_ok = info.kind != Kind::RdmaWrite
+            || self
+                .attr
+                .qp_access_flags
+                .contains(AccessFlags::REMOTE_WRITE);
+        if !length_ok || !access_ok {
+            res.drop_packet(DropReason::UcInvalidRequest);
+            self.uc_abandon(res);
+            self.resp.uc_dropping = true;
+            return;
+        }
+        self.resp.uc_dropping = false;
+        match info.kind {
+            Kind::Send => {
+                if pos.starts_message() {
+                    match self.take_recv(res) {
+                        Some(r) => self.resp.cur = Some(InMessage::Send(r)),
+                        None => {
+                            res.drop_packet(DropReason::UcNoReceive);
+                            self.resp.uc_dropping = true;
+                            return;
+                        }
+                    }
+                }
+                let Some(InMessage::Send(mut r)) = self.resp.cur.take() else {
+                    return;
+                };
+                if res
+                    .scatter(self.init.pd, &r.wr.sg_list, u64::from(r.offset), payload)
+                    .is_err()
+                {
+                    res.drop_packet(DropReason::UcInvalidRequest);
+                    self.untake_recv(r, res);
+                    self.resp.uc_dropping = true;
+                    return;
+                }
+                r.offset += payload.len() as u32;
+                if pos.ends_message() {
+                    let mut wc =
+                        self.recv_completion(&r.wr, WcStatus::Success, WcOpcode::Recv, r.offset);
+                    wc.imm_data = t.immdt.map(|i| i.data);
+                    res.complete(self.init.recv_cq, wc, t.bth.solicited);
+                } else {
+                    self.resp.cur = Some(InMessage::Send(r));
+                }
+            }
+            Kind::RdmaWrite => {
+                if info.has_immediate && !self.has_recv(res) {
+                    res.drop_packet(DropReason::UcNoReceive);
+                    self.uc_abandon(res);
+                    return;
+                }
+                if pos.starts_message() {
+                    let Some(reth) = t.reth else { return };
+                    match res.mrs.check(
+                        reth.rkey.0,
+                        self.init.pd,
+                        reth.va,
+                        u64::from(reth.dma_len),
+                        AccessFlags::REMOTE_WRITE,
+                    ) {
+                        Ok(region) => {
+                            self.resp.cur = Some(InMessage::Write {
+                                region,
+                                va: reth.va,
+                                left: reth.dma_len,
+                                total: reth.dma_len,
+                            })
+                        }
+                        Err(_) => {
+                            res.drop_packet(DropReason::UcInvalidRequest);
+                            self.resp.uc_dropping = true;
+                            return;
+                        }
+                    }
+                }
+                let Some(InMessage::Write {
+                    region,
+                    va,
+                    left,
+                    total,
+                }) = self.resp.cur.take()
+                else {
+                    return;
+                };
+                let n = payload.len() as u32;
+                if n > left || (pos.ends_message() && n != left) {
+                    res.drop_packet(DropReason::UcInvalidRequest);
+                    self.resp.uc_dropping = true;
+                    return;
+                }
+                if let (Some(region), true) = (region, n > 0) {
+                    if res.mem.write(region, va, payload).is_err() {
+                        res.drop_packet(DropReason::UcInvalidRequest);
+                        self.resp.uc_dropping = true;
+                        return;
+                    }
+                }
+                if pos.ends_message() {
+                    if let Some(imm) = t.immdt {
+                        if let Some(r) = self.take_recv(res) {
+                            let mut wc = self.recv_completion(
+                                &r.wr,
+                                WcStatus::Success,
+                                WcOpcode::RecvRdmaWithImm,
+                                total,
+                            );
+                            wc.imm_data = Some(imm.data);
+                            res.complete(self.init.recv_cq, wc, t.bth.solicited);
+                        }
+                    }
+                } else {
+                    self.resp.cur = Some(InMessage::Write {
+                        region,
+                        va: va + u64::from(n),
+                        left: left - n,
+                        total,
+                    });
+                }
+            }
+            _ => res.drop_packet(DropReason::WrongTransport),
+        }
+    }
+
+    /// UC: forget the message in progress; a receive WQE it held goes back for the next one.
+    fn uc_abandon<M: Memory>(&mut self, res: &mut Resources<M>) {
+        if let Some(InMessage::Send(mut r)) = self.resp.cur.take() {
+            r.offset = 0;
+            self.untake_recv(r, res);
+        }
+    }
+
+    /// UD (IBA §9.8.2, §10.2.4): Q_Key check, one packet per message, the GRH area first.
+    fn ud_request<M: Memory>(
+        &mut self,
+        res: &mut Resources<M>,
+        meta: &RxMeta,
+        t: &TransportRepr,
+        payload: &[u8],
+    ) {
+        let Some(deth) = t.deth else { return };
+        if deth.qkey.0 != self.attr.qkey {
+            res.drop_packet(DropReason::QKeyMismatch);
+            if let Some(c) = res.counters_mut(self.attr.port_num) {
+                c.qkey_violations += 1;
+            }
+            return;
+        }
+        let Some(r) = self.take_recv(res) else {
+            res.drop_packet(DropReason::UdNoReceive);
+            return;
+        };
+        let grh = meta.grh.unwrap_or([0; 40]);
+        let pd = self.init.pd;
+        let written = res
+            .scatter(pd, &r.wr.sg_list, 0, &grh)
+            .and_then(|()| res.scatter(pd, &r.wr.sg_list, 40, payload));
+        let status = match written {
+            Ok(()) => WcStatus::Success,
+            Err(ScatterError::TooLong) => {
+                res.drop_packet(DropReason::UdTooLong);
+                WcStatus::LocLenErr
+            }
+            Err(ScatterError::Protection) => WcStatus::LocProtErr,
+        };
+        let mut wc = self.recv_completion(&r.wr, status, WcOpcode::Recv, 40 + payload.len() as u32);
+        wc.imm_data = t.immdt.map(|i| i.data);
+        wc.src_qp = deth.src_qpn;
+        wc.slid = meta.slid;
+        wc.sl = meta.sl;
+        wc.grh = meta.grh.is_some();
+        res.complete(self.init.recv_cq, wc, t.bth.solicited);
+    }
+
+    /// Whether responses are waiting.
+    pub(crate) fn responder_ready(&self) -> bool {
+        !self.resp.outputs.is_empty()
+    }
+
+    /// Builds the next response packet into `buf`.
+    pub(crate) fn responder_poll<M: Memory>(
+        &mut self,
+        res: &mut Resources<M>,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        let mtu = self.mtu(res);
+        let pkey = res.pkey(self.attr.port_num, self.attr.pkey_index);
+        let r = self.resp.outputs.front_mut()?;
+        let mut bth = BthRepr {
+            opcode: Opcode::RC_ACKNOWLEDGE,
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            tver: 0,
+            pkey,
+            fecn: false,
+            becn: false,
+            dest_qpn: self.attr.dest_qp_num,
+            ack_req: false,
+            psn: Psn::new(0),
+        };
+        let mut read_from = None;
+        let (t, n, done) = match r {
+            Response::Ack { psn, syndrome, msn } => {
+                bth.psn = *psn;
+                let mut t = TransportRepr::new(bth);
+                t.aeth = Some(AethRepr {
+                    syndrome: *syndrome,
+                    msn: *msn,
+                });
+                (t, 0, true)
+            }
+            Response::Atomic { psn, orig, msn } => {
+                bth.psn = *psn;
+                bth.opcode = Opcode::RC_ATOMIC_ACKNOWLEDGE;
+                let mut t = TransportRepr::new(bth);
+                t.aeth = Some(AethRepr {
+                    syndrome: ACK,
+                    msn: *msn,
+                });
+                t.atomic_ack_eth = Some(AtomicAckEthRepr { orig: *orig });
+                (t, 0, true)
+            }
+            Response::Read {
+                psn,
+                region,
+                va,
+                left,
+                started,
+                msn,
+            } => {
+                let n = (*left).min(mtu);
+                let last = *left <= mtu;
+                let op = match (*started, last) {
+                    (false, true) => softib_wire::Operation::RdmaReadResponseOnly,
+                    (false, false) => softib_wire::Operation::RdmaReadResponseFirst,
+                    (true, true) => softib_wire::Operation::RdmaReadResponseLast,
+                    (true, false) => softib_wire::Operation::RdmaReadResponseMiddle,
+                };
+                bth.opcode = Opcode::new(softib_wire::Transport::Rc, op);
+                bth.psn = *psn;
+                bth.pad_count = pad_for(n as usize);
+                let mut t = TransportRepr::new(bth);
+                // READ responses FIRST, LAST and ONLY carry an AETH; MIDDLE does not.
+                if !*started || last {
+                    t.aeth = Some(AethRepr {
+                        syndrome: ACK,
+                        msn: *msn,
+                    });
+                }
+                if n > 0 {
+                    read_from = region.map(|r| (r, *va));
+                }
+                *psn = psn.next();
+                *va += u64::from(n);
+                *left -= n;
+                *started = true;
+                (t, n as usize, last)
+            }
+        };
+        if done {
+            self.resp.outputs.pop_front();
+        }
+        let hlen = t.header_len();
+        t.emit(buf);
+        if let Some((region, va)) = read_from {
+            if res.mem.read(region, va, &mut buf[hlen..hlen + n]).is_err() {
+                // The memory went away under a READ: answer with a remote operational error.
+                let psn = t.bth.psn;
+                let qpn = self.qpn;
+                self.nak_and_fail(
+                    res,
+                    psn,
+                    NakCode::RemoteOperationalError,
+                    AsyncEvent::QpReqErr(qpn),
+                );
+                return None;
+            }
+        }
+        let pad = usize::from(pad_for(n));
+        buf[hlen + n..hlen + n + pad].fill(0);
+        let len = hlen + n + pad;
+        if let Some(c) = res.counters_mut(self.attr.port_num) {
+            c.xmit_pkts += 1;
+            c.xmit_data_words += (len as u64 + 4) / 4;
+        }
+        if self.state == QpState::Err && self.resp.outputs.is_empty() {
+            self.resp.cur = None;
+        }
+        Some(Transmit {
+            port: self.attr.port_num,
+            av: self.attr.ah_attr,
+            src_qpn: self.qpn,
+            len,
+        })
+    }
+}
