@@ -1,0 +1,205 @@
+//! RoCEv2 framing over a kernel UDP socket (IBA Annex A17; Linux `rxe_net.c`, `rxe_icrc.c`).
+//!
+//! A userspace sender does not write the IP and UDP headers — the kernel does — yet the ICRC
+//! covers them. So the ICRC is computed over the headers the kernel *will* write:
+//!
+//! * IPv4: version 4, IHL 5, the TOS and TTL (masked anyway), Total Length, **Identification 0**
+//!   and **DF**: Linux gives every datagram of an *unconnected* UDP socket with path-MTU
+//!   discovery on (the default) the ID 0 and the DF flag (`ip_select_ident`); protocol 17, the
+//!   addresses. The header checksum is masked.
+//! * IPv6: version 6, payload length, next header 17, the addresses; traffic class, flow label
+//!   and hop limit are masked.
+//! * UDP: the ports and length; the checksum is masked.
+//!
+//! A receiver reconstructs the same headers from what `recvfrom` reports (the peer's address and
+//! port) and the address its socket is bound to. This verifies every packet from a softib peer.
+//! A foreign IPv4 sender that writes a nonzero Identification (the Linux rxe driver does) fails
+//! this check: such interop needs a raw or packet socket and is not done here yet.
+//!
+//! Deviation from rxe: the UDP source port is the socket's own port, not a per-QP hash, because
+//! one kernel socket has one port.
+
+use std::net::{IpAddr, SocketAddr};
+
+use softib_wire::crc::{self, ICRC_LEN};
+use softib_wire::ip::{Ipv4Repr, Ipv6Repr, PROTOCOL_UDP};
+use softib_wire::Gid;
+
+/// The IANA port of RoCEv2.
+pub const ROCE_V2_PORT: u16 = softib_wire::ip::ROCE_V2_UDP_PORT;
+
+/// The IP and UDP headers as the kernel writes them for a datagram of `payload_len` bytes from
+/// `src` to `dst`, in a buffer (`len` bytes used): the bytes the ICRC covers.
+struct Headers {
+    bytes: [u8; 48],
+    ip_len: usize,
+}
+
+fn headers(src: SocketAddr, dst: SocketAddr, payload_len: usize) -> Option<Headers> {
+    let mut bytes = [0u8; 48];
+    let ip_len = match (src.ip(), dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            Ipv4Repr {
+                tos: 0,
+                ident: 0,
+                dont_frag: true,
+                ttl: 64,
+                protocol: PROTOCOL_UDP,
+                src: s.octets(),
+                dst: d.octets(),
+            }
+            .emit(&mut bytes, 8 + payload_len);
+            20
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            Ipv6Repr {
+                traffic_class: 0,
+                flow_label: 0,
+                next_header: PROTOCOL_UDP,
+                hop_limit: 64,
+                src: s.octets(),
+                dst: d.octets(),
+            }
+            .emit(&mut bytes, 8 + payload_len);
+            40
+        }
+        _ => return None,
+    };
+    let udp = &mut bytes[ip_len..ip_len + 8];
+    udp[0..2].copy_from_slice(&src.port().to_be_bytes());
+    udp[2..4].copy_from_slice(&dst.port().to_be_bytes());
+    udp[4..6].copy_from_slice(&((8 + payload_len) as u16).to_be_bytes());
+    Some(Headers { bytes, ip_len })
+}
+
+/// The ICRC of a RoCEv2 packet whose UDP payload is `body` followed by the 4-byte ICRC.
+pub fn icrc(src: SocketAddr, dst: SocketAddr, body: &[u8]) -> Option<u32> {
+    let h = headers(src, dst, body.len() + ICRC_LEN)?;
+    let ip = &h.bytes[..h.ip_len];
+    let udp = &h.bytes[h.ip_len..h.ip_len + 8];
+    Some(if src.is_ipv4() {
+        crc::icrc_roce_v4(ip, udp, body)
+    } else {
+        crc::icrc_roce_v6(ip, udp, body)
+    })
+}
+
+/// Appends the ICRC to `buf[..len]` (which must have 4 more bytes) for a datagram from `src` to
+/// `dst`; returns the UDP payload length.
+pub fn seal(src: SocketAddr, dst: SocketAddr, buf: &mut [u8], len: usize) -> Option<usize> {
+    let value = icrc(src, dst, &buf[..len])?;
+    crc::write_icrc(buf.get_mut(len..len + ICRC_LEN)?, value);
+    Some(len + ICRC_LEN)
+}
+
+/// Why a received datagram was not accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RxError {
+    /// Shorter than a BTH and an ICRC.
+    TooShort,
+    /// The ICRC does not match (corrupted, or a foreign IPv4 sender with a nonzero IP ID).
+    BadIcrc,
+    /// The source and destination address families differ.
+    AddressFamily,
+}
+
+/// Checks the ICRC of a received UDP payload from `src` to `dst`; returns the body (BTH
+/// through pad) the engine takes.
+pub fn open(src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> Result<&[u8], RxError> {
+    if payload.len() < 12 + ICRC_LEN {
+        return Err(RxError::TooShort);
+    }
+    let (body, tail) = payload.split_at(payload.len() - ICRC_LEN);
+    let want = icrc(src, dst, body).ok_or(RxError::AddressFamily)?;
+    if crc::read_icrc(tail) == Some(want) {
+        Ok(body)
+    } else {
+        Err(RxError::BadIcrc)
+    }
+}
+
+/// The RoCEv2 GID of an IP address: IPv4-mapped for IPv4 (IBA A17.8), the address itself for
+/// IPv6.
+pub fn gid_of(ip: IpAddr) -> Gid {
+    match ip {
+        IpAddr::V4(v4) => Gid::from_ipv4(v4.octets()),
+        IpAddr::V6(v6) => Gid(v6.octets()),
+    }
+}
+
+/// The IP address a RoCEv2 GID stands for.
+pub fn ip_of(gid: &Gid) -> IpAddr {
+    match gid.to_ipv4() {
+        Some(v4) => IpAddr::from(v4),
+        None => IpAddr::from(gid.0),
+    }
+}
+
+/// The UDP source port rdma-core/rxe derive from a flow label or the QP numbers
+/// (`rdma_get_udp_sport`): a value in 0xC000..=0xFFFF. softib's socket link cannot choose its
+/// source port per packet; this is what a packet-socket link would use.
+pub fn udp_source_port(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
+    let mut fl = u64::from(flow_label & 0xF_FFFF);
+    if fl == 0 {
+        let v = u64::from(lqpn) * u64::from(rqpn);
+        fl = v ^ (v >> 20) ^ (v >> 40);
+        fl &= 0xF_FFFF;
+    }
+    (((fl & 0x3FFF) ^ ((fl & 0xF_C000) >> 14)) as u16) | 0xC000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use softib_wire::packet::RoceV2Repr;
+
+    fn unhex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn sealed_packets_match_the_wire_crate_with_ip_id_zero() {
+        let src: SocketAddr = "10.0.0.1:4791".parse().unwrap();
+        let dst: SocketAddr = "10.0.0.2:4791".parse().unwrap();
+        // An RC SEND_ONLY body from rxe (BTH + 64 bytes).
+        let rxe = unhex("4500006c31d640004011f40e0a4d00010a4d0002c14412b7005800000400ffff0000001280af47ee7ecc643fdc88e56cf200beceb151642e4f675f0f259dba236e6e6524f2e06370acc7b0885095f44295b2104704747553dcd46201711c25df8a8a037c6a66ed164c0ea981");
+        let body = &rxe[28..rxe.len() - 4];
+        let mut buf = body.to_vec();
+        buf.extend_from_slice(&[0; 4]);
+        let n = seal(src, dst, &mut buf, body.len()).unwrap();
+        assert_eq!(open(src, dst, &buf[..n]), Ok(body));
+        // The same packet as the kernel would put on the wire parses with a valid ICRC.
+        let mut datagram = vec![0u8; 28];
+        let h = headers(src, dst, n).unwrap();
+        datagram.copy_from_slice(&h.bytes[..28]);
+        datagram.extend_from_slice(&buf[..n]);
+        assert!(RoceV2Repr::parse(&datagram).unwrap().icrc_ok);
+        // A flipped bit, or another source port, fails.
+        let mut bad = buf.clone();
+        bad[20] ^= 1;
+        assert_eq!(open(src, dst, &bad[..n]), Err(RxError::BadIcrc));
+        let other: SocketAddr = "10.0.0.1:4792".parse().unwrap();
+        assert_eq!(open(other, dst, &buf[..n]), Err(RxError::BadIcrc));
+    }
+
+    #[test]
+    fn rxe_source_port_formula() {
+        let p = udp_source_port(0, 0x11, 0x12);
+        assert!(p >= 0xC000);
+        assert_eq!(
+            udp_source_port(0x12345, 0, 0),
+            ((0x12345 & 0x3FFF) ^ (0x12345 >> 14)) as u16 | 0xC000
+        );
+    }
+
+    #[test]
+    fn gid_ip_roundtrip() {
+        let ip: IpAddr = "127.0.0.2".parse().unwrap();
+        assert_eq!(ip_of(&gid_of(ip)), ip);
+        let ip6: IpAddr = "fe80::1".parse().unwrap();
+        assert_eq!(ip_of(&gid_of(ip6)), ip6);
+    }
+}

@@ -1,0 +1,98 @@
+//! `softib-net` — the operating-system plumbing of softib: sockets (and, later, shared-memory
+//! rings, eventfd doorbells, cross-memory access). It moves opaque byte frames and knows
+//! nothing of InfiniBand: framing lives in `softib-hca`.
+#![deny(missing_docs)]
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+
+use rustix::net::sockopt;
+
+/// Socket buffer size asked for: a burst of READ responses or a 64-packet window must not
+/// overflow the kernel's default ~200 KiB (the kernel caps it at `net.core.rmem_max`).
+pub const SOCKET_BUFFER: usize = 8 << 20;
+
+/// A UDP socket set up the way a RoCEv2 sender needs it.
+///
+/// Unconnected, with path-MTU discovery forced on (`IP_PMTUDISC_DO`): Linux then sends every
+/// IPv4 datagram with DF set and Identification 0 (`ip_select_ident_segs`), which is what lets
+/// a userspace sender compute the RoCEv2 ICRC, which covers the IP header, before the kernel
+/// writes it. (With the default `IP_PMTUDISC_WANT` the kernel hashes a nonzero ID.)
+#[derive(Debug)]
+pub struct UdpLink {
+    socket: UdpSocket,
+    local: SocketAddr,
+}
+
+impl UdpLink {
+    /// Binds `local`, non-blocking, DF on, ID 0, large buffers.
+    pub fn bind(local: SocketAddr) -> io::Result<UdpLink> {
+        let socket = UdpSocket::bind(local)?;
+        socket.set_nonblocking(true)?;
+        match local {
+            SocketAddr::V4(_) => {
+                sockopt::set_ip_mtu_discover(&socket, sockopt::Ipv4PathMtuDiscovery::DO)?
+            }
+            SocketAddr::V6(_) => {
+                sockopt::set_ipv6_mtu_discover(&socket, sockopt::Ipv6PathMtuDiscovery::DO)?
+            }
+        }
+        // Best effort: an unprivileged process gets at most net.core.[rw]mem_max.
+        let _ = sockopt::set_socket_recv_buffer_size(&socket, SOCKET_BUFFER);
+        let _ = sockopt::set_socket_send_buffer_size(&socket, SOCKET_BUFFER);
+        let local = socket.local_addr()?;
+        Ok(UdpLink { socket, local })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Sends one datagram. `WouldBlock` means the socket buffer is full.
+    pub fn send_to(&self, payload: &[u8], to: SocketAddr) -> io::Result<()> {
+        self.socket.send_to(payload, to).map(|_| ())
+    }
+
+    /// Receives one datagram if one is waiting (`Ok(None)` otherwise).
+    pub fn try_recv(&self, buf: &mut [u8]) -> io::Result<Option<(usize, SocketAddr)>> {
+        loop {
+            match self.socket.recv_from(buf) {
+                Ok(v) => return Ok(Some(v)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                // An ICMP port-unreachable from an earlier send surfaces here; not our input.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Waits up to `timeout` for a datagram, then receives it.
+    pub fn recv_timeout(
+        &self,
+        buf: &mut [u8],
+        timeout: std::time::Duration,
+    ) -> io::Result<Option<(usize, SocketAddr)>> {
+        if timeout.is_zero() {
+            return self.try_recv(buf);
+        }
+        self.socket.set_nonblocking(false)?;
+        self.socket.set_read_timeout(Some(timeout))?;
+        let got = self.socket.recv_from(buf);
+        self.socket.set_nonblocking(true)?;
+        match got {
+            Ok(v) => Ok(Some(v)),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::ConnectionRefused
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
