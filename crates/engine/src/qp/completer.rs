@@ -318,8 +318,8 @@ impl Qp {
             self.fail_wqe(i, WcStatus::BadRespErr, vendor_err::BAD_RESPONSE, res);
             return;
         }
-        let sges = self.sq.wqes[i].wr.sg_list.clone();
-        if let Err(e) = res.scatter(pd, &sges, offset, payload) {
+        // `res` and the QP are separate borrows: no copy of the SGE list per packet.
+        if let Err(e) = res.scatter(pd, &self.sq.wqes[i].wr.sg_list, offset, payload) {
             let status = match e {
                 crate::res::ScatterError::TooLong => WcStatus::LocLenErr,
                 crate::res::ScatterError::Protection => WcStatus::LocProtErr,
@@ -362,8 +362,7 @@ impl Qp {
             self.fail_wqe(i, WcStatus::BadRespErr, vendor_err::BAD_RESPONSE, res);
             return;
         };
-        let sges = self.sq.wqes[i].wr.sg_list.clone();
-        if let Err(e) = res.scatter(pd, &sges, 0, &ack.orig.to_le_bytes()) {
+        if let Err(e) = res.scatter(pd, &self.sq.wqes[i].wr.sg_list, 0, &ack.orig.to_le_bytes()) {
             let status = match e {
                 crate::res::ScatterError::TooLong => WcStatus::LocLenErr,
                 crate::res::ScatterError::Protection => WcStatus::LocProtErr,
