@@ -653,7 +653,10 @@ impl<M: Memory> Hca<M> {
             }
             QpState::Sqd => {
                 qp.state = to;
-                if !qp.sq.has_outstanding() {
+                // The SQ is drained when every WQE that had started is finished: at once, or
+                // later (see `reschedule`). `has_outstanding` alone missed a WQE partly sent.
+                qp.sq.drain_pending = qp.sq.in_progress();
+                if !qp.sq.drain_pending {
                     self.res.events.push_back(AsyncEvent::SqDrained(qpn));
                 }
             }
@@ -918,6 +921,13 @@ impl<M: Memory> Hca<M> {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
         };
+        // IBA §10.3.1 (SQD) and §11.6.3.1: when a QP entered SQD with work in progress, the SQ
+        // Drained event follows the completion of that work. It used to be raised only when
+        // SQD was entered with nothing outstanding, so it never came otherwise.
+        if qp.sq.drain_pending && qp.state == QpState::Sqd && !qp.sq.in_progress() {
+            qp.sq.drain_pending = false;
+            self.res.events.push_back(AsyncEvent::SqDrained(qpn));
+        }
         let deadline = qp.deadline();
         if deadline != qp.armed {
             if let Some(t) = qp.armed {

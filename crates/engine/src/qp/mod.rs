@@ -110,6 +110,8 @@ pub(crate) struct SendQueue {
     pub retransmit_at: Option<Instant>,
     /// How many WQEs have been retired (a progress measure).
     pub completed_count: u64,
+    /// SQD was entered with work in progress: the SQ Drained event is still due.
+    pub drain_pending: bool,
 }
 
 impl SendQueue {
@@ -128,6 +130,14 @@ impl SendQueue {
             }
         }
         None
+    }
+
+    /// Whether a WQE has started and not finished: what SQD waits for before the SQ is
+    /// drained (a WQE partly sent, even with every sent PSN acknowledged, is still going).
+    pub fn in_progress(&self) -> bool {
+        self.wqes
+            .iter()
+            .any(|w| w.status.is_none() && w.first_psn.is_some())
     }
 
     /// Whether any transmitted PSN is unacknowledged.
@@ -215,6 +225,14 @@ impl Qp {
         }
         self.retire(res);
         self.flush_receives(res);
+        // IBA §11.6.3.1, Last WQE Reached (IBV_EVENT_QP_LAST_WQE_REACHED): a QP attached to an
+        // SRQ that enters the error state will take no more WQEs from the SRQ (the one it was
+        // filling has just been flushed); the application waits for this before destroying
+        // it. Nothing raised it before.
+        if self.init.srq.is_some() {
+            res.events
+                .push_back(crate::verbs::AsyncEvent::QpLastWqeReached(self.qpn));
+        }
         self.sq.retransmit_at = None;
         self.sq.rnr_until = None;
         self.resp.outputs.clear();

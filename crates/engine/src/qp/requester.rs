@@ -215,6 +215,8 @@ impl Qp {
         let qpn = self.qpn;
         let pd = self.init.pd;
         let ack_every = res.transport.max_pkt_per_ack.max(1);
+        let window = res.transport.max_unacked_psns;
+        let una = self.sq.una();
         let w = &mut self.sq.wqes[i];
         let first = w.first_psn.unwrap_or_default();
         let k = w.sent;
@@ -243,7 +245,15 @@ impl Qp {
                 Some(ud) => ud.remote_qpn,
                 None => dest_qpn,
             },
-            ack_req: qp_type == QpType::Rc && (pos.ends_message() || (k + 1) % ack_every == 0),
+            // AckReq asks the responder to acknowledge (IBA §9.7.5.1; rxe sets it on the last
+            // packet of a message and every RXE_MAX_PKT_PER_ACK packets). It is also set on the
+            // packet that fills the PSN window: the requester sends nothing more until an ACK
+            // comes, and a responder ACKs only packets that ask, so without it a window smaller
+            // than `max_pkt_per_ack` stalled until the local ACK timeout and go-back-N.
+            ack_req: qp_type == QpType::Rc
+                && (pos.ends_message()
+                    || (k + 1) % ack_every == 0
+                    || psn.diff(una.unwrap_or(psn)) + 1 >= window as i32),
             psn,
         });
         match &w.wr.opcode {

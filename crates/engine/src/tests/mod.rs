@@ -691,3 +691,8 @@ fn ud_message_larger_than_the_mtu_fails_locally() {
     assert_eq!(p.sent_a, 0);
     assert_eq!(p.a.hca.qp(qa).unwrap().state, QpState::Sqe);
 }
+
+mod rc;
+mod states;
+mod uc_ud;
+mod verbs;

@@ -437,3 +437,261 @@ pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect()
 }
+
+// ---- Helpers for the scenario modules (rc, uc_ud, verbs) ------------------------------------
+
+/// Every access right (what `Side::new` registers its buffer with).
+pub const ALL_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
+    .with(AccessFlags::REMOTE_WRITE)
+    .with(AccessFlags::REMOTE_READ)
+    .with(AccessFlags::REMOTE_ATOMIC);
+
+impl Side {
+    /// A side like `Side::new(seed)`, with `config` changed first (transport tuning, limits).
+    fn configured(seed: u64, config: impl FnOnce(&mut HcaConfig)) -> Side {
+        let mut cfg = HcaConfig::with_seed(seed);
+        cfg.ports[0].gids = vec![Gid::from_ipv4([127, 0, 0, (seed % 200) as u8 + 1])];
+        config(&mut cfg);
+        let mut mem = VecMemory::new();
+        mem.add(RegionId(1), BUF, BUF_LEN);
+        let mut hca = Hca::new(cfg, mem);
+        let pd = hca.alloc_pd().unwrap();
+        let cq = hca.create_cq(4096).unwrap();
+        let buf_key = hca
+            .reg_mr(pd, BUF, BUF_LEN as u64, ALL_ACCESS, RegionId(1))
+            .unwrap();
+        Side {
+            hca,
+            pd,
+            cq,
+            buf_key,
+        }
+    }
+
+    /// A signaled send WR without inline data or UD destination: the template tests change
+    /// with struct-update syntax.
+    pub fn wr(&self, wr_id: u64, opcode: WrOpcode, sg_list: Vec<Sge>) -> SendWr {
+        SendWr {
+            wr_id,
+            opcode,
+            sg_list,
+            flags: SendFlags::SIGNALED,
+            inline_data: None,
+            ud: None,
+        }
+    }
+
+    /// Posts a receive WR with any scatter list.
+    pub fn post_recv_sges(&mut self, qpn: Qpn, wr_id: u64, sg_list: Vec<Sge>) {
+        self.hca.post_recv(qpn, RecvWr { wr_id, sg_list }).unwrap();
+    }
+
+    /// Creates a QP like `create_qp`, with `init` changed first (an SRQ, other CQs, sizes).
+    pub fn create_qp_with(&mut self, qp_type: QpType, init: impl FnOnce(&mut QpInitAttr)) -> Qpn {
+        let mut attr = QpInitAttr {
+            qp_type,
+            pd: self.pd,
+            send_cq: self.cq,
+            recv_cq: self.cq,
+            srq: None,
+            cap: QpCap {
+                max_send_wr: 1024,
+                max_recv_wr: 1024,
+                max_send_sge: 4,
+                max_recv_sge: 4,
+                max_inline_data: 256,
+            },
+            sq_sig_all: true,
+        };
+        init(&mut attr);
+        self.hca.create_qp(attr).unwrap()
+    }
+
+    /// The state of a QP.
+    pub fn state(&self, qpn: Qpn) -> QpState {
+        self.hca.qp(qpn).unwrap().state
+    }
+
+    /// Every pending asynchronous event.
+    pub fn events(&mut self) -> Vec<crate::verbs::AsyncEvent> {
+        std::iter::from_fn(|| self.hca.poll_event()).collect()
+    }
+
+    /// Moves a QP to `to` with nothing but the state in the mask (ERR, RESET, SQD, ...).
+    pub fn modify_state(&mut self, qpn: Qpn, to: QpState) {
+        let (mut attr, _) = self.hca.query_qp(qpn).unwrap();
+        attr.qp_state = to;
+        self.hca.modify_qp(qpn, &attr, AttrMask::STATE).unwrap();
+    }
+}
+
+impl Pair {
+    /// A pair whose HCAs are built from a changed configuration (both sides alike).
+    pub fn with_config(config: impl Fn(&mut HcaConfig)) -> Pair {
+        let mut p = Pair::new();
+        p.a = Side::configured(1, &config);
+        p.b = Side::configured(2, &config);
+        p
+    }
+
+    /// Brings up two existing QPs towards each other, with `connect`'s PSNs (A's requests
+    /// start at 0xFFFFF0 and wrap, B's at 100).
+    pub fn connect_qps(&mut self, qa: Qpn, qb: Qpn, qp_type: QpType) {
+        let (pa, pb) = (Psn::new(0xFF_FFF0), Psn::new(100));
+        bring_up(&mut self.a.hca, qa, qp_type, qb, pb, pa);
+        bring_up(&mut self.b.hca, qb, qp_type, qa, pa, pb);
+    }
+
+    /// Polls both sides' transmit queues once, putting what they send on the wire (nothing
+    /// is delivered): a test may then reorder or copy packets in flight before `drive`.
+    pub fn transmit(&mut self) {
+        self.transmit_all();
+    }
+
+    /// The packets on the wire, oldest first: (towards B?, bytes).
+    pub fn in_flight(&self) -> Vec<(bool, Vec<u8>)> {
+        self.wire
+            .iter()
+            .map(|p| (p.to_b, p.bytes.clone()))
+            .collect()
+    }
+
+    /// Swaps the payloads of two packets on the wire (their arrival times stay): the one that
+    /// was sent later now arrives first.
+    pub fn swap_in_flight(&mut self, i: usize, j: usize) {
+        let (pi, pj) = (self.wire[i].clone(), self.wire[j].clone());
+        self.wire[i] = InFlight { at: pi.at, ..pj };
+        self.wire[j] = InFlight { at: pj.at, ..pi };
+    }
+
+    /// Copies packet `i` on the wire: the copy arrives right after it.
+    pub fn duplicate_in_flight(&mut self, i: usize) {
+        let copy = self.wire[i].clone();
+        self.wire.insert(i + 1, copy);
+    }
+
+    /// Runs for a short while (much less than the local ACK timeout): what is in flight
+    /// arrives and is answered, no retransmission timer fires.
+    pub fn drive_briefly(&mut self) -> usize {
+        self.drive_for(Duration::from_millis(1))
+    }
+}
+
+/// One packet of the log, decoded.
+#[derive(Debug, Clone, Copy)]
+pub struct Logged {
+    /// Sent by A.
+    pub from_a: bool,
+    /// Its transport headers.
+    pub t: softib_wire::packet::TransportRepr,
+    /// Its payload length (without pad).
+    pub payload_len: usize,
+}
+
+impl Logged {
+    /// The operation of its opcode.
+    pub fn op(&self) -> softib_wire::Operation {
+        self.t.bth.opcode.operation()
+    }
+    /// Its PSN.
+    pub fn psn(&self) -> Psn {
+        self.t.bth.psn
+    }
+    /// The AETH syndrome, if it carries one.
+    pub fn syndrome(&self) -> Option<softib_wire::Syndrome> {
+        self.t.aeth.map(|a| a.syndrome)
+    }
+}
+
+impl Pair {
+    /// Every packet sent so far (including dropped ones), decoded.
+    pub fn decoded_log(&self) -> Vec<Logged> {
+        self.log
+            .iter()
+            .map(|(from_a, bytes)| {
+                let (t, payload) = softib_wire::packet::parse_body(bytes).unwrap();
+                Logged {
+                    from_a: *from_a,
+                    t,
+                    payload_len: payload.len(),
+                }
+            })
+            .collect()
+    }
+
+    /// Delivers every packet now in flight (time moves to the last arrival) without
+    /// transmitting anything: with `transmit`, it lets a test step the exchange by hand.
+    pub fn deliver(&mut self) {
+        while let Some(p) = self.wire.pop_front() {
+            self.now = self.now.max(p.at);
+            let side = if p.to_b { &mut self.b } else { &mut self.a };
+            side.hca
+                .handle_packet(self.now, 1, &RxMeta::default(), &p.bytes);
+        }
+    }
+}
+
+/// `bring_up`'s sequence, stopped at `to` (RESET, INIT, RTR or RTS): the per-state fixtures
+/// start from here.
+pub fn bring_up_to(
+    hca: &mut Hca<VecMemory>,
+    qpn: Qpn,
+    qp_type: QpType,
+    remote: Qpn,
+    (rq_psn, sq_psn): (Psn, Psn),
+    to: QpState,
+) {
+    let mut attr = QpAttr {
+        qp_state: QpState::Init,
+        qp_access_flags: ALL_ACCESS,
+        port_num: 1,
+        path_mtu: Mtu::Mtu1024,
+        dest_qp_num: remote,
+        rq_psn,
+        sq_psn,
+        max_dest_rd_atomic: 16,
+        max_rd_atomic: 16,
+        min_rnr_timer: 12,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        ..QpAttr::default()
+    };
+    attr.ah_attr.port_num = 1;
+    let steps = [
+        (
+            QpState::Init,
+            AttrMask::STATE
+                .with(AttrMask::PKEY_INDEX)
+                .with(AttrMask::PORT)
+                .with(AttrMask::ACCESS_FLAGS),
+        ),
+        (
+            QpState::Rtr,
+            AttrMask::STATE
+                .with(AttrMask::AV)
+                .with(AttrMask::PATH_MTU)
+                .with(AttrMask::DEST_QPN)
+                .with(AttrMask::RQ_PSN)
+                .with(AttrMask::MAX_DEST_RD_ATOMIC)
+                .with(AttrMask::MIN_RNR_TIMER),
+        ),
+        (
+            QpState::Rts,
+            AttrMask::STATE
+                .with(AttrMask::SQ_PSN)
+                .with(AttrMask::TIMEOUT)
+                .with(AttrMask::RETRY_CNT)
+                .with(AttrMask::RNR_RETRY)
+                .with(AttrMask::MAX_QP_RD_ATOMIC),
+        ),
+    ];
+    assert_eq!(qp_type, QpType::Rc, "the per-state fixtures are RC");
+    for (state, mask) in steps {
+        if state > to {
+            break;
+        }
+        attr.qp_state = state;
+        hca.modify_qp(qpn, &attr, mask).unwrap();
+    }
+}
