@@ -16,6 +16,11 @@ What each target gets:
   crc_incremental  the datagrams prefixed by cut points at the IP/UDP/BTH/ICRC boundaries
   mad_parse        the 256-byte MADs found on QP1 (CM MADs of rdma_cm), plus a few synthetic
                    SMP, SA and PMA MADs with a valid common header
+  engine_rx        synthetic (no capture needed): step sequences that deliver valid transport
+                   bodies (BTH .. pad) of every opcode softib implements to the QPs the target
+                   creates, at the PSNs they expect or sent, then pump the loopback wire; the
+                   QPNs and R_Keys are derived from the target's HCA seed as the engine does
+                   (SplitMix64), so they must follow fuzz_targets/engine_rx.rs if its setup changes
 """
 
 import hashlib
@@ -196,11 +201,306 @@ def synthetic_mads():
     return out
 
 
+# ---- engine_rx ---------------------------------------------------------------------------------
+# Mirrors the setup of fuzz_targets/engine_rx.rs: keep the two in step.
+
+ENGINE_SEED = 0x5EED_F022
+M64 = (1 << 64) - 1
+
+
+class SplitMix64:
+    """softib-engine's generator (crates/engine/src/rng.rs)."""
+
+    def __init__(self, seed):
+        self.state = seed & M64
+
+    def next_u64(self):
+        self.state = (self.state + 0x9E3779B97F4A7C15) & M64
+        z = self.state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+        return z ^ (z >> 31)
+
+    def below(self, n):
+        return (self.next_u64() * n) >> 64
+
+
+def engine_ids():
+    """The QPNs of the target's six QPs and the keys of its ten registered regions."""
+    rng = SplitMix64(ENGINE_SEED)
+    first = 0x10 + rng.below(0x1000)  # Hca::new: where QPNs start
+    qpns = [first + i for i in range(6)]
+    # reg_mr: key = index << 8 | 8 random bits, indices from 1.
+    keys = [((i + 1) << 8) | ((rng.next_u64() >> 32) & 0xFF) for i in range(10)]
+    return qpns, keys
+
+
+R1, R2, R3 = 0x1000_0000, 0x2000_0000, 0x3000_0000
+# MRS of the target: (address, length) in registration order.
+ENGINE_MRS = {
+    "all": (R1 + 0x100, 0x800),
+    "rw": (R1 + 0xA00, 0x200),
+    "ro": (R1 + 0xC80, 0x200),
+    "lw": (R1 + 0xF00, 0x400),
+    "atom": (R1 + 0x1380, 0x100),
+    "ovl": (R1 + 0x700, 0x300),
+    "none": (R1 + 0x1500, 0x200),
+    "pd2": (R2 + 0x80, 0x300),
+    "short": (R3, 0x400),
+    "stale": (R1 + 0x100, 0x100),
+}
+MR_ORDER = list(ENGINE_MRS)
+QKEY = 0x11111111
+
+
+def fill_u64(off):
+    """The 8 bytes at `off` of backing region 1 as the target fills them (little-endian)."""
+    return int.from_bytes(bytes(((i * 131) + 7) & 0xFF for i in range(off, off + 8)), "little")
+
+
+def pad_for(n):
+    return (4 - n % 4) % 4
+
+
+def bth(opcode, qpn, psn, pkey=0xFFFF, pad=0, solicited=False, ack_req=True):
+    return (
+        bytes([opcode, (solicited << 7) | (pad << 4)])
+        + struct.pack(">H", pkey)
+        + b"\x00"
+        + (qpn & 0xFFFFFF).to_bytes(3, "big")
+        + bytes([0x80 if ack_req else 0])
+        + (psn & 0xFFFFFF).to_bytes(3, "big")
+    )
+
+
+def body(opcode, qpn, psn, eths=b"", payload_len=0, pkey=0xFFFF, solicited=False, seed=0):
+    payload = bytes(((i * 29) + seed) & 0xFF for i in range(payload_len))
+    pad = pad_for(payload_len)
+    return bth(opcode, qpn, psn, pkey, pad, solicited) + eths + payload + b"\x00" * pad
+
+
+def deth(qkey, src_qpn):
+    return struct.pack(">I", qkey) + b"\x00" + src_qpn.to_bytes(3, "big")
+
+
+def reth(va, rkey, dma_len):
+    return struct.pack(">QII", va, rkey, dma_len)
+
+
+def atomic_eth(va, rkey, swap_add, compare):
+    return struct.pack(">QIQQ", va, rkey, swap_add, compare)
+
+
+def aeth(syndrome, msn=0):
+    return bytes([syndrome]) + msn.to_bytes(3, "big")
+
+
+def u32be(x):
+    return struct.pack(">I", x)
+
+
+def raw_step(b):
+    """Selector 0x00 (raw), meta 0 (port 1, no GRH), little-endian length, the bytes."""
+    return b"\x00\x00" + struct.pack("<H", len(b)) + b
+
+
+PUMP = b"\x90\x07"  # transmit and deliver the wire, up to 8 rounds
+TIMEOUT_NEXT = b"\xa0\x02"  # advance to the next deadline and handle_timeout
+
+
+def engine_seeds():
+    """Step sequences for engine_rx, each a list of packet bodies delivered raw, then a pump."""
+    qpns, keys = engine_ids()
+    q0, q1, q2, q3, q4, q5 = qpns
+    k = dict(zip(MR_ORDER, keys))
+    a = {name: addr for name, (addr, _) in ENGINE_MRS.items()}
+    ACK, RNR, NAK = 0x1F, 0x20, 0x60
+    seqs = []
+
+    # QP 4: RC, SRQ, expects 0xFFFFF8, MTU 256 (requests from "QP 0").
+    e = 0xFFFFF8
+    seqs.append([  # SENDs: FIRST/MIDDLE/LAST, ONLY, ONLY with immediate, FIRST/LAST with imm.
+        body(0x00, q4, e, payload_len=256),
+        body(0x01, q4, e + 1, payload_len=256),
+        body(0x02, q4, e + 2, payload_len=100),
+        body(0x04, q4, e + 3, payload_len=50),
+        body(0x05, q4, e + 4, u32be(0xC0FFEE), 20, solicited=True),
+        body(0x00, q4, e + 5, payload_len=256),
+        body(0x03, q4, e + 6, u32be(7), 4),
+    ])
+    seqs.append([  # WRITEs: FIRST/MIDDLE/LAST, ONLY, ONLY with imm, FIRST/LAST with imm.
+        body(0x06, q4, e, reth(a["all"], k["all"], 600), 256),
+        body(0x07, q4, e + 1, payload_len=256),
+        body(0x08, q4, e + 2, payload_len=88),
+        body(0x0A, q4, e + 3, reth(a["rw"], k["rw"], 100), 100),
+        body(0x0B, q4, e + 4, reth(a["all"] + 0x100, k["all"], 10) + u32be(9), 10),
+        body(0x06, q4, e + 5, reth(a["rw"] + 0x10, k["rw"], 300), 256),
+        body(0x09, q4, e + 6, u32be(10), 44),
+    ])
+    seqs.append([  # READ (3 responses), CmpSwap, FetchAdd, READ of a read-only region,
+        # then the READ and the CmpSwap again (duplicates: replayed, not re-executed).
+        body(0x0C, q4, e, reth(a["all"], k["all"], 600)),
+        body(0x13, q4, e + 3, atomic_eth(a["atom"], k["atom"], 0xDEAD, fill_u64(0x1380))),
+        body(0x14, q4, e + 4, atomic_eth(a["atom"] + 8, k["atom"], 3, 0)),
+        body(0x0C, q4, e + 5, reth(a["ro"], k["ro"], 100)),
+        body(0x0C, q4, e, reth(a["all"] + 256, k["all"], 344)),
+        body(0x13, q4, e + 3, atomic_eth(a["atom"], k["atom"], 0xDEAD, fill_u64(0x1380))),
+    ])
+    seqs.append([  # SEND with invalidate of the write region, then a WRITE to it: R_Key error.
+        body(0x17, q4, e, u32be(k["rw"]), 8),
+        body(0x0A, q4, e + 1, reth(a["rw"], k["rw"], 16), 16),
+    ])
+    seqs.append([  # FIRST, LAST with invalidate.
+        body(0x00, q4, e, payload_len=256),
+        body(0x16, q4, e + 1, u32be(k["ro"]), 8),
+    ])
+    seqs.append([  # Errors: a PSN gap (one sequence NAK), a WRITE out of bounds, an atomic of
+        # the second PD.
+        body(0x04, q4, e + 5, payload_len=8),
+        body(0x04, q4, e + 6, payload_len=8),
+        body(0x0A, q4, e, reth(a["rw"] + 0x1F0, k["rw"], 32), 32),
+    ])
+    seqs.append([body(0x14, q4, e, atomic_eth(a["pd2"], k["pd2"], 1, 0))])
+    seqs.append([body(0x0C, q4, e, reth(a["short"], k["short"], 0x400))])  # backing too short
+    q4_seqs = list(seqs)
+
+    # QP 1: RC in RTR, expects 0x7FFFFE, MTU 512, P_Key 0x8001, no atomics.
+    e1, pk1 = 0x7FFFFE, 0x8001
+    seqs.append([
+        body(0x00, q1, e1, payload_len=512, pkey=pk1),
+        body(0x02, q1, e1 + 1, payload_len=100, pkey=pk1),
+        body(0x0C, q1, e1 + 2, reth(a["all"], k["all"], 1000), pkey=pk1),
+        body(0x0A, q1, e1 + 4, reth(a["rw"], k["rw"], 64), 64, pkey=pk1),
+        body(0x04, q1, e1 + 5, payload_len=0, pkey=pk1),
+        body(0x13, q1, e1 + 6, atomic_eth(a["atom"], k["atom"], 1, 2), pkey=pk1),
+    ])
+    seqs.append([body(0x04, q1, e1, payload_len=4, pkey=0xFFFF)])  # wrong partition
+
+    # QP 5: RC, no remote access, limited member of partition 1, expects 0x123456.
+    e5, pk5 = 0x123456, 0x8001
+    seqs.append([
+        body(0x04, q5, e5, payload_len=16, pkey=pk5),
+        body(0x04, q5, e5 + 1, payload_len=16, pkey=pk5),  # no receive left: RNR NAK
+    ])
+    seqs.append([body(0x0A, q5, e5, reth(a["all"], k["all"], 4), 4, pkey=pk5)])
+    seqs.append([body(0x04, q5, e5, payload_len=4, pkey=0x0001)])  # both limited
+    # Its READ of 64 bytes went out at 0x800000: answer it, or let it time out.
+    seqs.append([body(0x10, q5, 0x800000, aeth(ACK), 64, pkey=0x0001)])
+
+    # QP 2: UC, connected to itself, expects 0x500, MTU 256.
+    e2 = 0x500
+    seqs.append([
+        body(0x20, q2, e2, payload_len=256),
+        body(0x22, q2, e2 + 1, payload_len=100),
+        body(0x24, q2, e2 + 2, payload_len=50),
+        body(0x25, q2, e2 + 3, u32be(5), 30),
+        body(0x26, q2, e2 + 4, reth(a["rw"], k["rw"], 300), 256),
+        body(0x28, q2, e2 + 5, payload_len=44),
+        body(0x2A, q2, e2 + 6, reth(a["rw"] + 0x100, k["rw"], 16), 16),
+        body(0x2B, q2, e2 + 7, reth(a["rw"], k["rw"], 8) + u32be(6), 8),
+    ])
+    seqs.append([
+        body(0x20, q2, e2, payload_len=256),
+        body(0x21, q2, e2 + 1, payload_len=256),  # longer than the receive: dropped
+        body(0x23, q2, e2 + 2, u32be(1), 4),
+        body(0x26, q2, e2 + 3, reth(a["all"], k["all"], 600), 256),
+        body(0x27, q2, e2 + 4, payload_len=256),
+        body(0x29, q2, e2 + 5, u32be(2), 88),
+        body(0x22, q2, e2 + 9, payload_len=4),  # a gap
+    ])
+
+    # QP 3: UD, Q_Key 0x11111111.
+    seqs.append([
+        body(0x64, q3, 0, deth(QKEY, q0), 200),
+        body(0x65, q3, 1, deth(QKEY, q1) + u32be(3), 100),  # receive too small
+        body(0x64, q3, 2, deth(QKEY, q2), 10),  # receive without LOCAL_WRITE
+        body(0x64, q3, 3, deth(QKEY, q3), 600),
+        body(0x64, q3, 4, deth(0x22222222, q3), 8),  # wrong Q_Key
+    ])
+
+    # QP 0: RC in RTS; its requests went out at 0xFFFFF8 (SEND, 2 packets), 0xFFFFFA (WRITE),
+    # 0xFFFFFB (READ of 600: responses 0xFFFFFB..0xFFFFFD), 0xFFFFFE (CmpSwap), 0xFFFFFF
+    # (FetchAdd), 0x000000 (SEND with immediate). Responses in order complete all of them.
+    seqs.append([
+        body(0x11, q0, 0xFFFFF9, aeth(ACK, 1)),
+        body(0x11, q0, 0xFFFFFA, aeth(ACK, 2)),
+        body(0x0D, q0, 0xFFFFFB, aeth(ACK, 3), 256),
+        body(0x0E, q0, 0xFFFFFC, payload_len=256),
+        body(0x0F, q0, 0xFFFFFD, aeth(ACK, 3), 88),
+        body(0x12, q0, 0xFFFFFE, aeth(ACK, 4) + struct.pack(">Q", 42)),
+        body(0x12, q0, 0xFFFFFF, aeth(ACK, 5) + struct.pack(">Q", 43)),
+        body(0x11, q0, 0x000000, aeth(ACK, 6)),
+    ])
+    for syndrome, psn in (
+        (RNR | 1, 0xFFFFF8),  # RNR NAK: wait 10 us, resend
+        (NAK | 0, 0xFFFFFA),  # PSN sequence error: go back
+        (NAK | 1, 0xFFFFFA),  # invalid request
+        (NAK | 2, 0xFFFFFB),  # remote access error
+        (NAK | 3, 0xFFFFFE),  # remote operational error
+        (0x40, 0xFFFFF9),  # reserved syndrome
+    ):
+        seqs.append([body(0x11, q0, psn, aeth(syndrome))])
+    seqs.append([  # an ACK that passes the unfinished READ (implied NAK), a READ response ONLY
+        # where FIRST belongs, an atomic ACK for a WRITE
+        body(0x11, q0, 0xFFFFFD, aeth(ACK)),
+        body(0x10, q0, 0xFFFFFB, aeth(ACK), 256),
+        body(0x12, q0, 0xFFFFFA, aeth(ACK) + struct.pack(">Q", 1)),
+    ])
+    seqs.append([body(0x81, q0, 0, b"\x00" * 16)])  # a CNP
+    # QP 4 sent a SEND of 20 bytes at 0x100.
+    seqs.append([body(0x11, q4, 0x100, aeth(ACK))])
+
+    # One packet per opcode, to the QP of its transport at the PSN it expects or sent.
+    single = {
+        0x00: (q4, e, b"", 256), 0x01: (q4, e, b"", 256), 0x02: (q4, e, b"", 16),
+        0x03: (q4, e, u32be(1), 16), 0x04: (q4, e, b"", 16), 0x05: (q4, e, u32be(1), 16),
+        0x06: (q4, e, reth(a["rw"], k["rw"], 512), 256), 0x07: (q4, e, b"", 256),
+        0x08: (q4, e, b"", 16), 0x09: (q4, e, u32be(1), 16),
+        0x0A: (q4, e, reth(a["rw"], k["rw"], 16), 16),
+        0x0B: (q4, e, reth(a["rw"], k["rw"], 16) + u32be(1), 16),
+        0x0C: (q4, e, reth(a["all"], k["all"], 16), 0),
+        0x0D: (q0, 0xFFFFFB, aeth(ACK), 256), 0x0E: (q0, 0xFFFFFC, b"", 256),
+        0x0F: (q0, 0xFFFFFD, aeth(ACK), 88), 0x10: (q0, 0xFFFFFB, aeth(ACK), 256),
+        0x11: (q0, 0xFFFFF8, aeth(ACK), 0),
+        0x12: (q0, 0xFFFFFE, aeth(ACK) + struct.pack(">Q", 7), 0),
+        0x13: (q4, e, atomic_eth(a["atom"], k["atom"], 1, 2), 0),
+        0x14: (q4, e, atomic_eth(a["atom"], k["atom"], 1, 0), 0),
+        0x16: (q4, e, u32be(k["none"]), 16), 0x17: (q4, e, u32be(k["none"]), 16),
+        0x64: (q3, 0, deth(QKEY, q3), 16), 0x65: (q3, 0, deth(QKEY, q3) + u32be(1), 16),
+        0x81: (q0, 0, b"\x00" * 16, 0),
+    }
+    for op in range(0x20, 0x2C):  # UC: the RC layout
+        qpn, _, eths, n = single[op - 0x20]
+        if op in (0x26, 0x2A, 0x2B):
+            eths = reth(a["rw"], k["rw"], 16 if op != 0x26 else 512) + eths[16:]
+        single[op] = (q2, e2, eths, n)
+    for op, (qpn, psn, eths, n) in sorted(single.items()):
+        seqs.append([body(op, qpn, psn, eths, n)])
+
+    out = []
+    for seq in seqs:
+        out.append(b"".join(raw_step(p) for p in seq) + PUMP)
+    # The QP 4 sequences again after the setup traffic went through: QP 0's requests took
+    # 0xFFFFF8..=0x000000, so QP 4 then expects 0x000001.
+    for seq in q4_seqs:
+        moved = []
+        for p in seq:
+            psn = (int.from_bytes(p[9:12], "big") + 9) & 0xFFFFFF
+            moved.append(p[:9] + psn.to_bytes(3, "big") + p[12:])
+        out.append(PUMP + b"".join(raw_step(p) for p in moved) + PUMP)
+    # The setup traffic alone: pump, then let the timers fire (QP 5 gives up, QP 0 retries).
+    out.append(PUMP + TIMEOUT_NEXT + PUMP + TIMEOUT_NEXT + PUMP)
+    out.append(TIMEOUT_NEXT + PUMP + TIMEOUT_NEXT + TIMEOUT_NEXT + PUMP)
+    return out
+
+
 def main(argv):
     dirs = argv[1:] or [d for d in DEFAULT_DIRS if os.path.isdir(d)][:1]
-    if not dirs:
-        sys.exit("no capture directory found; pass one as an argument")
     seeds = {t: set() for t in ("wire_packet", "wire_roundtrip", "crc_incremental", "mad_parse")}
+    seeds["engine_rx"] = set(engine_seeds())
+    if not dirs:
+        write_seeds({"engine_rx": seeds["engine_rx"]})
+        sys.exit("no capture directory found; pass one as an argument (engine_rx seeds written)")
     shapes = {}
     for d in dirs:
         for name in sorted(os.listdir(d)):
@@ -225,6 +525,10 @@ def main(argv):
                 cuts = struct.pack("<HHH", ip_len, ip_len + 8, len(dgram) - 4)
                 seeds["crc_incremental"].add(cuts + dgram)
     seeds["mad_parse"].update(synthetic_mads())
+    write_seeds(seeds)
+
+
+def write_seeds(seeds):
     for target, items in seeds.items():
         out = os.path.join(CORPUS, target)
         os.makedirs(out, exist_ok=True)

@@ -5,6 +5,7 @@
 
 mod exit;
 mod pcap;
+mod sim;
 
 use std::process::ExitCode;
 
@@ -25,12 +26,15 @@ enum Command {
         #[command(subcommand)]
         command: pcap::PcapCommand,
     },
+    /// Run the deterministic fault simulator over many seeds.
+    Sim(sim::SimArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Pcap { command } => pcap::run(command),
+        Command::Sim(args) => sim::run(&args),
     };
     exit::finish(result)
 }

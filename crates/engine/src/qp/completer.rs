@@ -29,17 +29,11 @@ pub mod vendor_err {
 }
 
 impl Qp {
-    /// The PSN after the last transmitted one.
-    fn sent_end(&self) -> Psn {
-        let mut end = None;
-        for w in &self.sq.wqes {
-            if let Some(f) = w.first_psn {
-                if w.sent > 0 {
-                    end = Some(f.add(w.sent));
-                }
-            }
-        }
-        end.unwrap_or(self.sq.next_psn)
+    /// The oldest PSN not yet acknowledged (the first unfinished WQE's next unacknowledged
+    /// PSN), whether or not a rewind has taken the requester back before it.
+    fn oldest_unacked(&self) -> Option<Psn> {
+        let w = self.sq.wqes.iter().find(|w| w.status.is_none())?;
+        w.first_psn.map(|f| f.add(w.acked))
     }
 
     /// Handles a response packet (ACK, NAK, READ response, atomic ACK) for this QP's requester.
@@ -55,8 +49,11 @@ impl Qp {
             return;
         }
         let psn = t.bth.psn;
-        // A response beyond anything sent is a ghost; one before everything outstanding is stale.
-        if psn.diff(self.sent_end()) >= 0 || self.sq.una().is_none_or(|u| psn.diff(u) < 0) {
+        // A response beyond every PSN handed out is a ghost; one before everything unacknowledged
+        // is stale. (Not "beyond what is sent now": after a rewind, responses to what was sent
+        // before it still count.)
+        if psn.diff(self.sq.next_psn) >= 0 || self.oldest_unacked().is_none_or(|u| psn.diff(u) < 0)
+        {
             res.drop_packet(DropReason::RcUnexpectedResponse);
             return;
         }
@@ -171,7 +168,9 @@ impl Qp {
             }
             let last = first.add(w.npkts - 1);
             if w.is_read_or_atomic() {
-                if psn.diff(last) >= 0 && w.acked < w.npkts {
+                // Only while its request is out: after a rewind, further (duplicate)
+                // acknowledgements must not cost another retry each.
+                if psn.diff(last) >= 0 && w.acked < w.npkts && w.sent == w.npkts {
                     retry_at = Some(first.add(w.acked));
                 }
                 break;
@@ -309,11 +308,15 @@ impl Qp {
             res.drop_packet(DropReason::RcUnexpectedResponse);
             return;
         }
-        let msg_len = w.npkts - w.read_restart;
-        let expected = position(k - w.read_restart, msg_len);
+        // After a partial retry the responses may belong to the original response message or
+        // to the one the retry asked for: both are correct data at this PSN.
+        let retried = position(k - w.read_restart, w.npkts - w.read_restart);
+        let original = position(k, w.npkts);
         let offset = u64::from(k) * u64::from(mtu);
         let want = (u64::from(w.len) - offset.min(u64::from(w.len))).min(u64::from(mtu)) as usize;
-        if pos != expected || payload.len() != want || (pos != Position::Middle && t.aeth.is_none())
+        if (pos != retried && pos != original)
+            || payload.len() != want
+            || (pos != Position::Middle && t.aeth.is_none())
         {
             self.fail_wqe(i, WcStatus::BadRespErr, vendor_err::BAD_RESPONSE, res);
             return;

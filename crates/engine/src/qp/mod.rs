@@ -218,9 +218,18 @@ impl Qp {
         final_nak: Option<responder::Response>,
     ) {
         self.state = QpState::Err;
+        // Completions come in order: after the first error every later WQE is flushed, even
+        // one whose data already arrived (a READ answered after an earlier atomic failed).
+        let mut failed = false;
         for w in self.sq.wqes.iter_mut() {
-            if w.status.is_none() {
-                w.status = Some(WcStatus::WrFlushErr);
+            match w.status {
+                None => w.status = Some(WcStatus::WrFlushErr),
+                Some(WcStatus::Success) if failed => w.status = Some(WcStatus::WrFlushErr),
+                Some(WcStatus::Success) => {}
+                Some(_) => failed = true,
+            }
+            if w.status == Some(WcStatus::WrFlushErr) {
+                failed = true;
             }
         }
         self.retire(res);

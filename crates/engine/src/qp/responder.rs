@@ -371,17 +371,19 @@ impl Qp {
         r.offset += payload.len() as u32;
         self.resp.epsn = psn.next();
         if pos.ends_message() {
-            self.resp.msn = (self.resp.msn + 1) & 0x00FF_FFFF;
             let mut wc = self.recv_completion(&r.wr, WcStatus::Success, WcOpcode::Recv, r.offset);
             wc.imm_data = t.immdt.map(|i| i.data);
             if let Some(ieth) = t.ieth {
-                // SEND with invalidate: the region must be ours to invalidate (C10-?).
+                // SEND with invalidate: the region must be ours to invalidate. If not, the
+                // request is invalid; the receive WQE stays with the message so that entering
+                // the error state flushes it (it must not vanish).
                 match res.mrs.get(ieth.rkey.0) {
                     Some(mr) if mr.pd == self.init.pd => {
                         res.mrs.remove(ieth.rkey.0);
                         wc.invalidated_rkey = Some(ieth.rkey.0);
                     }
                     _ => {
+                        self.resp.cur = Some(InMessage::Send(r));
                         self.nak_and_fail(
                             res,
                             psn,
@@ -392,6 +394,7 @@ impl Qp {
                     }
                 }
             }
+            self.resp.msn = (self.resp.msn + 1) & 0x00FF_FFFF;
             res.complete(self.init.recv_cq, wc, t.bth.solicited);
         } else {
             self.resp.cur = Some(InMessage::Send(r));
@@ -617,6 +620,20 @@ impl Qp {
                 .qp_access_flags
                 .contains(AccessFlags::REMOTE_WRITE);
         if !length_ok || !access_ok {
+            res.drop_packet(DropReason::UcInvalidRequest);
+            self.uc_abandon(res);
+            self.resp.uc_dropping = true;
+            return;
+        }
+        // A MIDDLE or LAST of another kind than the message in progress is an invalid request:
+        // drop the message (its receive WQE goes back for the next one).
+        let continues_other_kind = !pos.starts_message()
+            && !matches!(
+                (&self.resp.cur, info.kind),
+                (Some(InMessage::Send(_)), Kind::Send)
+                    | (Some(InMessage::Write { .. }), Kind::RdmaWrite)
+            );
+        if continues_other_kind {
             res.drop_packet(DropReason::UcInvalidRequest);
             self.uc_abandon(res);
             self.resp.uc_dropping = true;
