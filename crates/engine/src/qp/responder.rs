@@ -71,6 +71,17 @@ pub(crate) enum Response {
     Atomic { psn: Psn, orig: u64, msn: u32 },
 }
 
+/// Why an RDMA WRITE packet could not be placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WriteFault {
+    /// The R_Key check failed (key, PD, REMOTE_WRITE, bounds).
+    Access,
+    /// The packet does not fit the message (too long, a short LAST, no RETH, no WRITE open).
+    Length,
+    /// The memory could not be reached.
+    Memory,
+}
+
 /// Responder state.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Responder {
@@ -404,42 +415,34 @@ impl Qp {
         }
     }
 
-    fn rc_write<M: Memory>(
+    /// Places one RDMA WRITE packet: the R_Key check on FIRST/ONLY, the length rules, the
+    /// memory write, and on LAST/ONLY the receive completion of a WRITE with immediate. Shared
+    /// by RC and UC, which differ only in what a fault becomes (a NAK, or a silent drop).
+    fn place_write<M: Memory>(
         &mut self,
         res: &mut Resources<M>,
         t: &TransportRepr,
         pos: Position,
         payload: &[u8],
-    ) {
-        let psn = t.bth.psn;
-        let qpn = self.qpn;
+    ) -> Result<(), WriteFault> {
         if pos.starts_message() {
-            let Some(reth) = t.reth else { return };
-            match res.mrs.check(
-                reth.rkey.0,
-                self.init.pd,
-                reth.va,
-                u64::from(reth.dma_len),
-                AccessFlags::REMOTE_WRITE,
-            ) {
-                Ok(region) => {
-                    self.resp.cur = Some(InMessage::Write {
-                        region,
-                        va: reth.va,
-                        left: reth.dma_len,
-                        total: reth.dma_len,
-                    })
-                }
-                Err(_) => {
-                    self.nak_and_fail(
-                        res,
-                        psn,
-                        NakCode::RemoteAccessError,
-                        AsyncEvent::QpAccessErr(qpn),
-                    );
-                    return;
-                }
-            }
+            let reth = t.reth.ok_or(WriteFault::Length)?;
+            let region = res
+                .mrs
+                .check(
+                    reth.rkey.0,
+                    self.init.pd,
+                    reth.va,
+                    u64::from(reth.dma_len),
+                    AccessFlags::REMOTE_WRITE,
+                )
+                .map_err(|_| WriteFault::Access)?;
+            self.resp.cur = Some(InMessage::Write {
+                region,
+                va: reth.va,
+                left: reth.dma_len,
+                total: reth.dma_len,
+            });
         }
         let Some(InMessage::Write {
             region,
@@ -448,27 +451,18 @@ impl Qp {
             total,
         }) = self.resp.cur.take()
         else {
-            return;
+            return Err(WriteFault::Length);
         };
         let n = payload.len() as u32;
         if n > left || (pos.ends_message() && n != left) {
-            self.nak_and_fail(res, psn, NakCode::InvalidRequest, AsyncEvent::QpReqErr(qpn));
-            return;
+            return Err(WriteFault::Length);
         }
         if let (Some(region), true) = (region, n > 0) {
-            if res.mem.write(region, va, payload).is_err() {
-                self.nak_and_fail(
-                    res,
-                    psn,
-                    NakCode::RemoteOperationalError,
-                    AsyncEvent::QpReqErr(qpn),
-                );
-                return;
-            }
+            res.mem
+                .write(region, va, payload)
+                .map_err(|_| WriteFault::Memory)?;
         }
-        self.resp.epsn = psn.next();
         if pos.ends_message() {
-            self.resp.msn = (self.resp.msn + 1) & 0x00FF_FFFF;
             if let Some(imm) = t.immdt {
                 if let Some(r) = self.take_recv(res) {
                     let mut wc = self.recv_completion(
@@ -488,6 +482,31 @@ impl Qp {
                 left: left - n,
                 total,
             });
+        }
+        Ok(())
+    }
+
+    fn rc_write<M: Memory>(
+        &mut self,
+        res: &mut Resources<M>,
+        t: &TransportRepr,
+        pos: Position,
+        payload: &[u8],
+    ) {
+        let psn = t.bth.psn;
+        let qpn = self.qpn;
+        if let Err(fault) = self.place_write(res, t, pos, payload) {
+            let (code, event) = match fault {
+                WriteFault::Access => (NakCode::RemoteAccessError, AsyncEvent::QpAccessErr(qpn)),
+                WriteFault::Length => (NakCode::InvalidRequest, AsyncEvent::QpReqErr(qpn)),
+                WriteFault::Memory => (NakCode::RemoteOperationalError, AsyncEvent::QpReqErr(qpn)),
+            };
+            self.nak_and_fail(res, psn, code, event);
+            return;
+        }
+        self.resp.epsn = psn.next();
+        if pos.ends_message() {
+            self.resp.msn = (self.resp.msn + 1) & 0x00FF_FFFF;
         }
         if t.bth.ack_req {
             self.resp.ack(psn, ACK);
@@ -680,72 +699,9 @@ impl Qp {
                     self.uc_abandon(res);
                     return;
                 }
-                if pos.starts_message() {
-                    let Some(reth) = t.reth else { return };
-                    match res.mrs.check(
-                        reth.rkey.0,
-                        self.init.pd,
-                        reth.va,
-                        u64::from(reth.dma_len),
-                        AccessFlags::REMOTE_WRITE,
-                    ) {
-                        Ok(region) => {
-                            self.resp.cur = Some(InMessage::Write {
-                                region,
-                                va: reth.va,
-                                left: reth.dma_len,
-                                total: reth.dma_len,
-                            })
-                        }
-                        Err(_) => {
-                            res.drop_packet(DropReason::UcInvalidRequest);
-                            self.resp.uc_dropping = true;
-                            return;
-                        }
-                    }
-                }
-                let Some(InMessage::Write {
-                    region,
-                    va,
-                    left,
-                    total,
-                }) = self.resp.cur.take()
-                else {
-                    return;
-                };
-                let n = payload.len() as u32;
-                if n > left || (pos.ends_message() && n != left) {
+                if self.place_write(res, t, pos, payload).is_err() {
                     res.drop_packet(DropReason::UcInvalidRequest);
                     self.resp.uc_dropping = true;
-                    return;
-                }
-                if let (Some(region), true) = (region, n > 0) {
-                    if res.mem.write(region, va, payload).is_err() {
-                        res.drop_packet(DropReason::UcInvalidRequest);
-                        self.resp.uc_dropping = true;
-                        return;
-                    }
-                }
-                if pos.ends_message() {
-                    if let Some(imm) = t.immdt {
-                        if let Some(r) = self.take_recv(res) {
-                            let mut wc = self.recv_completion(
-                                &r.wr,
-                                WcStatus::Success,
-                                WcOpcode::RecvRdmaWithImm,
-                                total,
-                            );
-                            wc.imm_data = Some(imm.data);
-                            res.complete(self.init.recv_cq, wc, t.bth.solicited);
-                        }
-                    }
-                } else {
-                    self.resp.cur = Some(InMessage::Write {
-                        region,
-                        va: va + u64::from(n),
-                        left: left - n,
-                        total,
-                    });
                 }
             }
             _ => res.drop_packet(DropReason::WrongTransport),
