@@ -30,6 +30,7 @@
 
 pub mod sma;
 pub mod smp_packet;
+pub mod subnet;
 pub mod switch;
 pub mod testing;
 pub mod topology;
