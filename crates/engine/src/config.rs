@@ -6,6 +6,7 @@ use softib_wire::{Gid, Guid, Lid, Mtu, PKey};
 
 /// Device-wide attributes and limits (`struct ibv_device_attr`).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct DeviceAttr {
     /// Node GUID.
     pub node_guid: Guid,
@@ -84,6 +85,7 @@ impl Default for DeviceAttr {
 
 /// Per-port attributes (`struct ibv_port_attr`) as the engine needs them.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct PortAttr {
     /// The largest MTU the port supports.
     pub max_mtu: Mtu,

@@ -18,6 +18,7 @@ pub struct RegionId(pub u64);
 
 /// An 8-byte atomic operation on remote memory (IBA §9.4.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum AtomicOp {
     /// If the value equals `compare`, replace it with `swap`.
     CompareSwap {

@@ -7,6 +7,7 @@ use softib_wire::{Lid, Qpn, RKey};
 
 /// Memory access rights of an MR or a QP (`enum ibv_access_flags`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct AccessFlags(pub u32);
 
 impl AccessFlags {
@@ -42,6 +43,7 @@ impl AccessFlags {
 
 /// The transport service of a QP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum QpType {
     /// Reliable Connection.
     Rc,
@@ -63,6 +65,7 @@ impl fmt::Display for QpType {
 
 /// QP states (IBA §10.3.1, `enum ibv_qp_state`), in the spec's order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum QpState {
     /// Reset: nothing posted, nothing processed.
     Reset,
@@ -97,6 +100,7 @@ impl fmt::Display for QpState {
 /// Work-completion status (IBA §11.6.2, `enum ibv_wc_status`, same values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum WcStatus {
     /// The operation completed.
     Success = 0,
@@ -182,6 +186,7 @@ impl fmt::Display for WcStatus {
 
 /// What a completion reports (`enum ibv_wc_opcode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum WcOpcode {
     /// A SEND (any variant) completed on the send queue.
     Send,
@@ -201,6 +206,7 @@ pub enum WcOpcode {
 
 /// A remote address for RDMA and atomics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct RemoteAddr {
     /// The virtual address at the responder.
     pub addr: u64,
@@ -210,6 +216,7 @@ pub struct RemoteAddr {
 
 /// The operation of a send work request (`enum ibv_wr_opcode` with its arguments).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum WrOpcode {
     /// SEND.
     Send,
@@ -283,6 +290,7 @@ impl WrOpcode {
 
 /// A scatter/gather element: `length` bytes at `addr` in the region named by `lkey`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Sge {
     /// Virtual address.
     pub addr: u64,
@@ -294,6 +302,7 @@ pub struct Sge {
 
 /// Send flags (`enum ibv_send_flags`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct SendFlags(pub u32);
 
 impl SendFlags {
@@ -318,6 +327,7 @@ impl SendFlags {
 
 /// The destination of a UD send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct UdDest {
     /// The address handle.
     pub ah: crate::AhHandle,
@@ -329,6 +339,7 @@ pub struct UdDest {
 
 /// A send work request (`struct ibv_send_wr`).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct SendWr {
     /// The caller's identifier, returned in the completion.
     pub wr_id: u64,
@@ -346,6 +357,7 @@ pub struct SendWr {
 
 /// A receive work request (`struct ibv_recv_wr`).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct RecvWr {
     /// The caller's identifier, returned in the completion.
     pub wr_id: u64,
@@ -355,6 +367,7 @@ pub struct RecvWr {
 
 /// A work completion (`struct ibv_wc`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct WorkCompletion {
     /// The WR's identifier.
     pub wr_id: u64,
@@ -386,6 +399,7 @@ pub struct WorkCompletion {
 
 /// Asynchronous events (IBA §11.6.3, `enum ibv_event_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum AsyncEvent {
     /// A CQ overflowed (IBV_EVENT_CQ_ERR).
     CqErr(crate::CqHandle),

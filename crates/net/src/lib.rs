@@ -8,6 +8,10 @@ use std::net::{SocketAddr, UdpSocket};
 
 use rustix::net::sockopt;
 
+pub mod cable;
+
+pub use cable::{Cable, CableEvent, CableRecv, CableStats, PhysState};
+
 /// Socket buffer size asked for: a burst of READ responses or a 64-packet window must not
 /// overflow the kernel's default ~200 KiB (the kernel caps it at `net.core.rmem_max`).
 pub const SOCKET_BUFFER: usize = 8 << 20;
@@ -42,6 +46,11 @@ impl UdpLink {
         let _ = sockopt::set_socket_send_buffer_size(&socket, SOCKET_BUFFER);
         let local = socket.local_addr()?;
         Ok(UdpLink { socket, local })
+    }
+
+    /// The socket, for readiness polling.
+    pub fn socket(&self) -> &UdpSocket {
+        &self.socket
     }
 
     /// The bound address.

@@ -3,6 +3,7 @@
 
 enum_with_unknown! {
     /// A path MTU code as PortInfo, PathRecord and `ibv_port_attr` carry it.
+    #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
     pub enum Mtu(u8) {
         /// 256 bytes.
         Mtu256 = 1,

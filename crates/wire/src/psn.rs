@@ -9,6 +9,7 @@ use core::fmt;
 
 /// A 24-bit Packet Sequence Number. The upper 8 bits of the inner value are always zero.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Psn(u32);
 
 impl Psn {

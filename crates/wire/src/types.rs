@@ -4,6 +4,7 @@ use core::fmt;
 
 /// A Local Identifier (IBA §4.1.3): 16 bits, routed by switches. `0xFFFF` is the permissive LID.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Lid(pub u16);
 
 impl Lid {
@@ -25,6 +26,7 @@ impl fmt::Display for Lid {
 
 /// A Queue Pair Number: 24 bits (IBA §9.2, BTH DestQP). QP0 is the SMI, QP1 the GSI.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Qpn(u32);
 
 impl Qpn {
@@ -52,6 +54,7 @@ impl fmt::Display for Qpn {
 
 /// A Partition Key (IBA §10.9): bit 15 is the membership type (1 = full), bits 0..15 the base.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct PKey(pub u16);
 
 impl PKey {
@@ -75,6 +78,7 @@ impl fmt::Display for PKey {
 
 /// A Queue Key (IBA §10.2.4): checks UD and GSI access. Bit 31 set means privileged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct QKey(pub u32);
 
 impl QKey {
@@ -94,6 +98,7 @@ impl fmt::Display for QKey {
 
 /// A Remote Key (R_Key), naming a memory region or window to the remote side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct RKey(pub u32);
 
 impl fmt::Display for RKey {
@@ -104,6 +109,7 @@ impl fmt::Display for RKey {
 
 /// A 64-bit Globally Unique Identifier (EUI-64) of a node, port or system image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Guid(pub u64);
 
 impl fmt::Display for Guid {
@@ -114,6 +120,7 @@ impl fmt::Display for Guid {
 
 /// A 128-bit Global Identifier: subnet prefix and interface ID, or an IPv6 address (RoCEv2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Gid(pub [u8; 16]);
 
 impl Gid {

@@ -10,6 +10,7 @@ use crate::verbs::{AccessFlags, QpState, QpType};
 
 /// The attribute mask of `ibv_modify_qp` (`enum ibv_qp_attr_mask`, same bit values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct AttrMask(pub u32);
 
 impl AttrMask {
@@ -127,6 +128,7 @@ impl fmt::Display for AttrMask {
 
 /// The global routing part of an address vector (`struct ibv_global_route`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct GlobalRoute {
     /// Destination GID.
     pub dgid: Gid,
@@ -142,6 +144,7 @@ pub struct GlobalRoute {
 
 /// An address vector (`struct ibv_ah_attr`): where a QP's packets go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct AddressVector {
     /// Destination LID.
     pub dlid: Lid,
@@ -159,6 +162,7 @@ pub struct AddressVector {
 
 /// The attributes of `ibv_modify_qp`/`ibv_query_qp` (`struct ibv_qp_attr`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct QpAttr {
     /// The state to move to.
     pub qp_state: QpState,

@@ -23,6 +23,7 @@ pub use attr::{AddressVector, AttrMask, GlobalRoute, ModifyQpError, QpAttr};
 
 /// The sizes a QP was created with (`struct ibv_qp_cap`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct QpCap {
     /// Send queue depth.
     pub max_send_wr: u32,
@@ -38,6 +39,7 @@ pub struct QpCap {
 
 /// How a QP is created (`struct ibv_qp_init_attr`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct QpInitAttr {
     /// The transport.
     pub qp_type: QpType,
