@@ -64,6 +64,41 @@ pub struct SmpPacket {
 pub fn emit(dlid: Lid, slid: Lid, smp: &smp::Repr) -> Vec<u8> {
     let mut mad = [0u8; MAD_LEN];
     smp.emit(&mut smp::Packet::new_unchecked(&mut mad[..]));
+    emit_mad(
+        &MadAddress {
+            vl: VL15,
+            sl: 0,
+            dlid,
+            slid,
+            dest_qpn: Qpn::SMI,
+            src_qpn: Qpn::SMI,
+            qkey: QKey(0),
+        },
+        &mad,
+    )
+}
+
+/// Where a MAD packet goes and comes from: the LRH and DETH fields of a QP0/QP1 datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MadAddress {
+    /// VL: 15 for SMPs (QP0), a data VL (0) for GMPs (QP1).
+    pub vl: u8,
+    /// SL.
+    pub sl: u8,
+    /// LRH DLID.
+    pub dlid: Lid,
+    /// LRH SLID.
+    pub slid: Lid,
+    /// BTH DestQP: 0 (SMI) or 1 (GSI), or a redirected QP.
+    pub dest_qpn: Qpn,
+    /// DETH SrcQP.
+    pub src_qpn: Qpn,
+    /// DETH Q_Key: 0 for QP0, 0x80010000 for QP1.
+    pub qkey: QKey,
+}
+
+/// A MAD inside a native IB UD SEND_ONLY packet (LRH, BTH, DETH, MAD, ICRC, VCRC).
+pub fn emit_mad(addr: &MadAddress, mad: &[u8; MAD_LEN]) -> Vec<u8> {
     let mut transport = TransportRepr::new(BthRepr {
         opcode: Opcode::UD_SEND_ONLY,
         solicited: false,
@@ -73,31 +108,68 @@ pub fn emit(dlid: Lid, slid: Lid, smp: &smp::Repr) -> Vec<u8> {
         pkey: PKey::DEFAULT,
         fecn: false,
         becn: false,
-        dest_qpn: Qpn::SMI,
+        dest_qpn: addr.dest_qpn,
         ack_req: false,
         psn: Psn::new(0),
     });
     transport.deth = Some(DethRepr {
-        qkey: QKey(0),
-        src_qpn: Qpn::SMI,
+        qkey: addr.qkey,
+        src_qpn: addr.src_qpn,
     });
     let packet = IbPacketRepr {
         lrh: LrhRepr {
-            vl: VL15,
+            vl: addr.vl,
             lver: 0,
-            sl: 0,
+            sl: addr.sl,
             lnh: Lnh::IbaLocal,
-            dlid,
+            dlid: addr.dlid,
             pkt_len: 0,
-            slid,
+            slid: addr.slid,
         },
         grh: None,
         transport,
-        payload: &mad,
+        payload: mad,
     };
     let mut out = vec![0u8; packet.buffer_len()];
     packet.emit(&mut out);
     out
+}
+
+/// A MAD packet as received: its addresses and the 256 MAD bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MadPacket {
+    /// LRH, BTH and DETH addresses.
+    pub addr: MadAddress,
+    /// The MAD.
+    pub mad: [u8; MAD_LEN],
+}
+
+/// Parses a UD SEND_ONLY packet carrying one MAD (to any QP), checking ICRC and VCRC.
+pub fn parse_mad(bytes: &[u8]) -> Result<MadPacket, SmpPacketError> {
+    let parsed = IbPacketRepr::parse(bytes).map_err(SmpPacketError::Packet)?;
+    if !parsed.icrc_ok || parsed.vcrc_ok == Some(false) {
+        return Err(SmpPacketError::BadCrc);
+    }
+    let p = parsed.repr;
+    let (Some(deth), true) = (
+        p.transport.deth,
+        p.transport.bth.opcode == Opcode::UD_SEND_ONLY,
+    ) else {
+        return Err(SmpPacketError::NotQp0);
+    };
+    let mad: [u8; MAD_LEN] = p.payload.try_into().map_err(|_| SmpPacketError::NotSmp)?;
+    Ok(MadPacket {
+        addr: MadAddress {
+            vl: p.lrh.vl,
+            sl: p.lrh.sl,
+            dlid: p.lrh.dlid,
+            slid: p.lrh.slid,
+            dest_qpn: p.transport.bth.dest_qpn,
+            src_qpn: deth.src_qpn,
+            qkey: deth.qkey,
+        },
+        mad,
+    })
 }
 
 /// Parses an SMP packet, checking ICRC, VCRC, VL15, QP0 and the management class.

@@ -1,6 +1,6 @@
-//! `softib-net` — the operating-system plumbing of softib: sockets (and, later, shared-memory
-//! rings, eventfd doorbells, cross-memory access). It moves opaque byte frames and knows
-//! nothing of InfiniBand: framing lives in `softib-hca`.
+//! `softib-net` — the operating-system plumbing of softib: UDP links and the IB cable
+//! ([`cable`]), memory shared with applications ([`shm`]), descriptor passing ([`fdpass`]).
+//! It moves opaque byte frames and knows nothing of InfiniBand: framing lives in `softib-hca`.
 #![deny(missing_docs)]
 
 use std::io;
@@ -9,6 +9,8 @@ use std::net::{SocketAddr, UdpSocket};
 use rustix::net::sockopt;
 
 pub mod cable;
+pub mod fdpass;
+pub mod shm;
 
 pub use cable::{Cable, CableEvent, CableRecv, CableStats, PhysState};
 
