@@ -22,4 +22,6 @@
 pub mod device;
 pub mod fabric;
 mod fmt;
+
+pub use fmt::ctime_utc;
 pub mod smp;

@@ -9,4 +9,25 @@
 #![deny(missing_docs)]
 
 pub mod driver;
+pub mod host;
+pub mod ib;
+pub mod pma;
+pub mod proto;
 pub mod roce;
+pub mod shm_memory;
+
+/// The runtime directory of this host's daemon: `$SOFTIB_RUNTIME_DIR`, else `/run/softib` for
+/// root, else `$XDG_RUNTIME_DIR/softib`, else `/tmp/softib-<uid>`.
+pub fn runtime_dir() -> std::path::PathBuf {
+    if let Some(d) = std::env::var_os("SOFTIB_RUNTIME_DIR") {
+        return d.into();
+    }
+    let uid = rustix::process::getuid();
+    if uid.is_root() {
+        return "/run/softib".into();
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) => std::path::PathBuf::from(d).join("softib"),
+        None => format!("/tmp/softib-{}", uid.as_raw()).into(),
+    }
+}

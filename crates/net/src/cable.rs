@@ -99,7 +99,11 @@ pub struct Cable {
 impl Cable {
     /// Binds this end to `local`, cabled to `peer`. The link starts Polling.
     pub fn bind(local: SocketAddr, peer: SocketAddr, now: Instant) -> io::Result<Cable> {
-        let link = UdpLink::bind(local)?;
+        Ok(Cable::new(UdpLink::bind(local)?, peer, now))
+    }
+
+    /// This end on an already bound socket, cabled to `peer`. The link starts Polling.
+    pub fn new(link: UdpLink, peer: SocketAddr, now: Instant) -> Cable {
         // Distinct per process and per cable end without OS randomness: the process id, the
         // local port and the time of creation.
         let session = (u64::from(std::process::id()) << 32)
@@ -109,7 +113,7 @@ impl Cable {
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.subsec_nanos()),
             );
-        Ok(Cable {
+        Cable {
             link,
             peer,
             state: PhysState::Polling,
@@ -119,7 +123,7 @@ impl Cable {
             peer_hears_us: false,
             next_beacon: now,
             stats: CableStats::default(),
-        })
+        }
     }
 
     /// This end's address.

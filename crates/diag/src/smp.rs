@@ -1,0 +1,1 @@
+//! smpquery, perfquery, saquery (placeholder).

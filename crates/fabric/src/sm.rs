@@ -1,0 +1,1117 @@
+//! The subnet manager (IBA vol 1 §14.4) and its SA, as a sans-IO state machine that behaves
+//! like opensm.
+//!
+//! [`SubnetManager`] is driven by the runtime that owns the SM's local port: it sends what
+//! [`SubnetManager::poll_transmit`] gives (directed-route SMPs, initial path from hop 0) out of
+//! that port, hands the GetResps back to [`SubnetManager::handle_response`], calls
+//! [`SubnetManager::handle_timeout`] when [`SubnetManager::poll_timeout`] says, answers SMInfo
+//! on the local SMA with [`SubnetManager::sm_info`], and passes SA MADs (QP1, class 0x03) to
+//! [`SubnetManager::handle_sa`].
+//!
+//! # What a sweep does (opensm's `osm_state_mgr`, golden `B-stock/osm-topoB/opensm.log`)
+//!
+//! 1. Heavy sweep: a [`Discovery`] crawl of the whole subnet ("INITIATING HEAVY SWEEP" …
+//!    "HEAVY SWEEP COMPLETE").
+//! 2. Election (IBA §14.4.1): the SMInfo of every other port whose CapabilityMask has IsSM.
+//!    The master is the SM with the highest priority, ties to the lower port GUID
+//!    (`osm_sm_is_greater_than`); an SM that loses goes Standby and from then on only polls
+//!    the master's SMInfo, taking over (a heavy sweep and a new election) when the master stops
+//!    answering or is no longer master.
+//! 3. LIDs (`osm_lid_mgr`): a port keeps the LID `guid2lid` gives it, else the LID it already
+//!    has if no one else holds it, else the lowest free LID; the SM's own port is served first
+//!    (LID 1 on a fresh subnet), then the others in opensm's `port_guid_tbl` order (the GUID's
+//!    bytes in network order read as a little-endian number). Each end port gets a PortInfo
+//!    Set with its LID, LMC 0, MasterSMLID, MasterSMSL 0, the subnet prefix and M_Key 0,
+//!    PortState NoChange ("SUBNET LID CONFIG"), skipped when nothing would change.
+//! 4. Routing ([`Routing`]): SwitchInfo (LinearFDBTop, LifeTimeValue, PortStateChange cleared)
+//!    and the LFT blocks that changed, per switch ("SWITCH TABLE CONFIG").
+//! 5. Every cabled port in Init is Set Armed, then every Armed port Active ("SET LINKS TO ARMED
+//!    STATE", "SET LINKS TO ACTIVE STATE"), then "SUBNET UP".
+//! 6. Light sweeps every `sweep_interval`: SwitchInfo of every switch and PortInfo of every
+//!    cabled CA port; a switch with PortStateChange, a CA port whose state changed, or one
+//!    that no longer answers starts a heavy sweep, which re-routes and re-activates.
+//!
+//! Logging: [`SubnetManager::poll_log`] gives opensm.log messages with opensm's levels
+//! ([`LogLevel`]); [`SubnetManager::poll_console`] the lines opensm prints on stdout
+//! ("Entering DISCOVERING state", "Entering MASTER state", "Entering STANDBY state"). As the
+//! golden runs show, "SUBNET UP" goes to the log only.
+//!
+//! Not done: LMC > 0, M_Key protection, P_Key tables and multicast, SMInfo handover
+//! (a master that finds a higher SM simply goes Standby at its next heavy sweep), traps (the
+//! runtime calls [`SubnetManager::request_sweep`] for one).
+
+mod routing;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use softib_wire::mad::attr::{
+    capability_mask, LinearForwardingTable, PortInfo, PortPhysicalState, PortState, SmInfo,
+    SmState, SwitchInfo,
+};
+use softib_wire::mad::{smp, status, AttrId};
+use softib_wire::{Guid, Lid};
+
+use crate::discover::{Discovery, DiscoveryConfig, Done, Requester, DEFAULT_MAX_WIRE_SMPS};
+use crate::sa;
+use crate::subnet::{PortRef, Subnet};
+
+/// The routing engine (opensm `-R`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum Routing {
+    /// Shortest paths, balanced over equal ports (opensm's default `minhop`).
+    #[default]
+    MinHop,
+    /// Up/down: deadlock-free on any topology (opensm `updn`, roots chosen automatically).
+    UpDown,
+}
+
+impl Routing {
+    /// The engine's opensm name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Routing::MinHop => "minhop",
+            Routing::UpDown => "updn",
+        }
+    }
+}
+
+/// How the SM runs (opensm's options of the same meaning).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SmConfig {
+    /// The GUID of the port the SM runs on (`-g`).
+    pub port_guid: Guid,
+    /// SM priority, 0..=15 (`-p`); higher wins the election.
+    pub priority: u8,
+    /// Time between light sweeps (`-s`); `None` (opensm `-s 0`): no periodic sweeps.
+    pub sweep_interval: Option<Duration>,
+    /// The routing engine (`-R`).
+    pub routing: Routing,
+    /// Port GUID → LID from a previous run (opensm's `guid2lid` file), so LIDs stay put
+    /// across SM restarts.
+    pub guid2lid: BTreeMap<Guid, Lid>,
+    /// SM_Key, shown in SMInfo.
+    pub sm_key: u64,
+    /// The subnet prefix given to every port (`--subnet_prefix`).
+    pub subnet_prefix: u64,
+    /// How long to wait for an SMP response (`-t`).
+    pub transaction_timeout: Duration,
+    /// Resends of an SMP before it is given up (`--retries`).
+    pub retries: u8,
+    /// SMPs in flight at once (`max_wire_smps`).
+    pub max_wire_smps: usize,
+}
+
+impl Default for SmConfig {
+    /// opensm's defaults: priority 0, sweep every 10 s, minhop, prefix 0xfe80::, 200 ms
+    /// timeout, 3 retries, 4 SMPs on the wire. The port GUID is 0: set it.
+    fn default() -> Self {
+        SmConfig {
+            port_guid: Guid(0),
+            priority: 0,
+            sweep_interval: Some(Duration::from_secs(10)),
+            routing: Routing::MinHop,
+            guid2lid: BTreeMap::new(),
+            sm_key: 0,
+            subnet_prefix: 0xfe80_0000_0000_0000,
+            transaction_timeout: Duration::from_millis(200),
+            retries: 3,
+            max_wire_smps: DEFAULT_MAX_WIRE_SMPS,
+        }
+    }
+}
+
+/// An opensm log level (the `0x..` after the timestamp in opensm.log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LogLevel(pub u8);
+
+impl LogLevel {
+    /// OSM_LOG_ERROR.
+    pub const ERROR: LogLevel = LogLevel(0x01);
+    /// OSM_LOG_INFO.
+    pub const INFO: LogLevel = LogLevel(0x02);
+    /// OSM_LOG_VERBOSE.
+    pub const VERBOSE: LogLevel = LogLevel(0x04);
+    /// OSM_LOG_DEBUG.
+    pub const DEBUG: LogLevel = LogLevel(0x08);
+    /// OSM_LOG_SYS: also printed on the console.
+    pub const SYS: LogLevel = LogLevel(0x80);
+}
+
+/// One opensm.log message (the runtime adds the timestamp).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogLine {
+    /// The level.
+    pub level: LogLevel,
+    /// The text, without a trailing newline.
+    pub text: String,
+}
+
+/// What the SM's requests are for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Job {
+    /// SMInfo of another SM's node, for the election.
+    SmInfo { node: usize, guid: Guid },
+    /// PortInfo Set of an end port or a port state change.
+    SetPortInfo { at: PortRef },
+    /// SwitchInfo Set.
+    SetSwitchInfo { node: usize },
+    /// LFT block Set.
+    SetLft { node: usize },
+    /// Light sweep: SwitchInfo of a switch.
+    LightSwitchInfo { node: usize },
+    /// Light sweep: PortInfo of a CA port.
+    LightPortInfo { at: PortRef },
+    /// Standby: the master's SMInfo.
+    PollMaster,
+}
+
+/// Where the SM is in its work.
+#[derive(Debug, Clone)]
+enum Phase {
+    /// A heavy sweep's crawl.
+    Discovering(Box<Discovery>),
+    /// SMInfo of the other SMs in flight.
+    Electing,
+    /// PortInfo Sets of LIDs in flight.
+    LidConfig,
+    /// SwitchInfo and LFT Sets in flight.
+    SwitchConfig,
+    /// PortState Armed Sets in flight.
+    Arming,
+    /// PortState Active Sets in flight.
+    Activating,
+    /// Nothing in flight: waiting for the next sweep (master) or poll (standby).
+    Idle,
+    /// A light sweep in flight; `changed` once something differs.
+    LightSweep { changed: bool },
+    /// Standby: the master's SMInfo in flight.
+    Polling,
+}
+
+/// The subnet manager (see the module docs).
+#[derive(Debug, Clone)]
+pub struct SubnetManager {
+    config: SmConfig,
+    local_port: u8,
+    state: SmState,
+    act_count: u32,
+    now: Option<Duration>,
+    phase: Phase,
+    requester: Requester<Job>,
+    subnet: Subnet,
+    guid2lid: BTreeMap<Guid, Lid>,
+    /// The LFT last programmed into each switch, by node GUID.
+    lfts: BTreeMap<Guid, Vec<u8>>,
+    /// Other SMs answering the election: port GUID → (SMInfo, node).
+    others: BTreeMap<Guid, (SmInfo, usize)>,
+    /// Standby: the master's port GUID and the route to its node.
+    master: Option<(Guid, Vec<u8>)>,
+    sm_lid: Lid,
+    next_sweep: Option<Duration>,
+    sweep_requested: bool,
+    subnet_up: bool,
+    unknown_tids: u64,
+    log: VecDeque<LogLine>,
+    console: VecDeque<String>,
+}
+
+/// How often a standby SM polls the master when no sweep interval is set (opensm's
+/// `sminfo_polling_timeout`).
+const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(10);
+
+/// opensm's default `packet_life_time` (SwitchInfo.LifeTimeValue, PathRecord PacketLifeTime).
+pub(crate) const PACKET_LIFE_TIME: u8 = 0x12;
+
+impl SubnetManager {
+    /// An SM on local port `local_port` (a CA port number, or 0 on a switch). It starts in
+    /// DISCOVERING with a heavy sweep: the first SMPs are ready to be polled.
+    pub fn new(config: SmConfig, local_port: u8) -> Self {
+        let guid2lid = config.guid2lid.clone();
+        let requester = Requester::new(
+            1,
+            config.transaction_timeout,
+            config.retries,
+            config.max_wire_smps,
+        );
+        let mut sm = SubnetManager {
+            config,
+            local_port,
+            state: SmState::Discovering,
+            act_count: 0,
+            now: None,
+            phase: Phase::Idle,
+            requester,
+            subnet: Subnet::default(),
+            guid2lid,
+            lfts: BTreeMap::new(),
+            others: BTreeMap::new(),
+            master: None,
+            sm_lid: Lid(0),
+            next_sweep: None,
+            sweep_requested: false,
+            subnet_up: false,
+            unknown_tids: 0,
+            log: VecDeque::new(),
+            console: VecDeque::new(),
+        };
+        sm.enter(SmState::Discovering);
+        sm.start_heavy_sweep();
+        sm
+    }
+
+    // --- Driving --------------------------------------------------------------------------
+
+    /// Time has come to `now` (monotonic, any epoch): retries, sweeps and polls that are due.
+    pub fn handle_timeout(&mut self, now: Duration) {
+        self.observe(now);
+        match &mut self.phase {
+            Phase::Discovering(d) => d.handle_timeout(now),
+            _ => {
+                for done in self.requester.handle_timeout(now) {
+                    self.done(done);
+                }
+            }
+        }
+        self.advance();
+    }
+
+    /// When [`SubnetManager::handle_timeout`] should next be called.
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        let smp = match &self.phase {
+            Phase::Discovering(d) => d.poll_timeout(),
+            _ => self.requester.poll_timeout(),
+        };
+        let sweep = match self.phase {
+            Phase::Idle => self.next_sweep,
+            _ => None,
+        };
+        match (smp, sweep) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The next directed-route SMP to send out of the SM's port.
+    pub fn poll_transmit(&mut self) -> Option<smp::Repr> {
+        match &mut self.phase {
+            Phase::Discovering(d) => d.poll_transmit(),
+            _ => self.requester.poll_transmit(),
+        }
+    }
+
+    /// A response (GetResp) that arrived for the SM. Matched by TID; others are counted
+    /// ([`SubnetManager::unknown_tids`]) and ignored.
+    pub fn handle_response(&mut self, now: Duration, response: &smp::Repr) {
+        self.observe(now);
+        match &mut self.phase {
+            Phase::Discovering(d) => {
+                if !d.handle_response(now, response) {
+                    self.unknown_tids += 1;
+                }
+            }
+            _ => match self.requester.handle_response(now, response) {
+                Some(done) => self.done(done),
+                None => self.unknown_tids += 1,
+            },
+        }
+        self.advance();
+    }
+
+    /// A trap arrived or the operator asks (opensm console `resweep heavy`): a heavy sweep as
+    /// soon as the current work is done. A standby SM polls its master instead.
+    pub fn request_sweep(&mut self) {
+        self.sweep_requested = true;
+        self.advance();
+    }
+
+    // --- What it shows --------------------------------------------------------------------
+
+    /// The SM's state: Discovering, Master or Standby.
+    pub fn state(&self) -> SmState {
+        self.state
+    }
+
+    /// What the local SMA answers for SMInfo.
+    pub fn sm_info(&self) -> SmInfo {
+        SmInfo {
+            guid: self.config.port_guid,
+            sm_key: self.config.sm_key,
+            act_count: self.act_count,
+            priority: self.config.priority & 0x0F,
+            sm_state: self.state,
+        }
+    }
+
+    /// The subnet of the last heavy sweep, with what the SM has set since.
+    pub fn subnet(&self) -> &Subnet {
+        &self.subnet
+    }
+
+    /// Port GUID → LID: every LID handed out (this run's and the configuration's), for the
+    /// runtime to save as opensm saves `guid2lid`.
+    pub fn guid2lid(&self) -> &BTreeMap<Guid, Lid> {
+        &self.guid2lid
+    }
+
+    /// The SM's own LID (0 until assigned).
+    pub fn sm_lid(&self) -> Lid {
+        self.sm_lid
+    }
+
+    /// The LFT the SM programmed into a switch, by node GUID (index = LID).
+    pub fn lft(&self, switch: Guid) -> Option<&[u8]> {
+        self.lfts.get(&switch).map(Vec::as_slice)
+    }
+
+    /// Whether the last heavy sweep got to SUBNET UP and nothing is being reconfigured.
+    pub fn is_subnet_up(&self) -> bool {
+        self.subnet_up
+    }
+
+    /// Responses that matched no request in flight.
+    pub fn unknown_tids(&self) -> u64 {
+        self.unknown_tids
+    }
+
+    /// The next opensm.log message.
+    pub fn poll_log(&mut self) -> Option<LogLine> {
+        self.log.pop_front()
+    }
+
+    /// The next line opensm would print on stdout.
+    pub fn poll_console(&mut self) -> Option<String> {
+        self.console.pop_front()
+    }
+
+    /// Answers an SA MAD (the 256 bytes received on QP1 from `slid`). Returns the response:
+    /// one MAD, or for a GetTableResp that needs several the RMPP DATA segments one after the
+    /// other (a multiple of 256 bytes), or `None` when nothing is to be sent (not a request,
+    /// or too short to answer).
+    pub fn handle_sa(&mut self, slid: Lid, request: &[u8]) -> Option<Vec<u8>> {
+        let view = sa::SaView {
+            subnet: &self.subnet,
+            lfts: &self.lfts,
+            sm_info: self.sm_info(),
+            sm_lid: self.sm_lid,
+            subnet_prefix: self.config.subnet_prefix,
+        };
+        sa::handle(&view, slid, request)
+    }
+
+    // --- Internals ------------------------------------------------------------------------
+
+    fn observe(&mut self, now: Duration) {
+        self.now = Some(self.now.map_or(now, |n| n.max(now)));
+    }
+
+    fn now(&self) -> Duration {
+        self.now.unwrap_or(Duration::ZERO)
+    }
+
+    fn log(&mut self, level: LogLevel, text: impl Into<String>) {
+        self.log.push_back(LogLine {
+            level,
+            text: text.into(),
+        });
+    }
+
+    fn enter(&mut self, state: SmState) {
+        self.state = state;
+        let name = match state {
+            SmState::Master => "MASTER",
+            SmState::Standby => "STANDBY",
+            SmState::Discovering => "DISCOVERING",
+            _ => "NOT ACTIVE",
+        };
+        let line = format!("Entering {name} state");
+        self.log(LogLevel::SYS, line.clone());
+        self.console.push_back(line);
+    }
+
+    fn start_heavy_sweep(&mut self) {
+        self.sweep_requested = false;
+        self.subnet_up = false;
+        self.log(LogLevel::VERBOSE, "INITIATING HEAVY SWEEP");
+        let d = Discovery::new(
+            DiscoveryConfig {
+                local_port: self.local_port,
+                m_key: 0,
+                timeout: self.config.transaction_timeout,
+                retries: self.config.retries,
+                max_wire_smps: self.config.max_wire_smps,
+            },
+            self.requester.next_tid(),
+        );
+        self.phase = Phase::Discovering(Box::new(d));
+    }
+
+    fn sweep_interval(&self) -> Option<Duration> {
+        self.config.sweep_interval.filter(|d| !d.is_zero())
+    }
+
+    /// Moves on while the current phase is finished.
+    fn advance(&mut self) {
+        loop {
+            let finished = match &self.phase {
+                Phase::Discovering(d) => d.is_done(),
+                Phase::Idle => {
+                    if self.sweep_requested {
+                        if self.state == SmState::Standby {
+                            self.sweep_requested = false;
+                            self.poll_master();
+                        } else {
+                            self.start_heavy_sweep();
+                        }
+                        continue;
+                    }
+                    match self.next_sweep {
+                        Some(t) if self.now.is_some_and(|n| n >= t) => {
+                            self.next_sweep = None;
+                            if self.state == SmState::Standby {
+                                self.poll_master();
+                            } else {
+                                self.start_light_sweep();
+                            }
+                            continue;
+                        }
+                        _ => return,
+                    }
+                }
+                _ => self.requester.is_idle(),
+            };
+            if !finished {
+                return;
+            }
+            let phase = std::mem::replace(&mut self.phase, Phase::Idle);
+            match phase {
+                Phase::Discovering(d) => self.discovered(*d),
+                Phase::Electing => self.elect(),
+                Phase::LidConfig => self.configure_switches(),
+                Phase::SwitchConfig => self.set_port_states(PortState::Armed),
+                Phase::Arming => self.set_port_states(PortState::Active),
+                Phase::Activating => self.subnet_is_up(),
+                Phase::LightSweep { changed } => {
+                    if changed || self.sweep_requested {
+                        self.log(
+                            LogLevel::VERBOSE,
+                            "osm_state_mgr: light sweep found a change: heavy sweep",
+                        );
+                        self.start_heavy_sweep();
+                    } else {
+                        self.schedule(self.sweep_interval());
+                    }
+                }
+                Phase::Polling => {
+                    // The master answered as master (a failure would have started a sweep).
+                    if self.state == SmState::Standby {
+                        self.schedule(Some(self.poll_interval()));
+                    }
+                }
+                Phase::Idle => {}
+            }
+        }
+    }
+
+    fn schedule(&mut self, after: Option<Duration>) {
+        self.phase = Phase::Idle;
+        self.next_sweep = after.map(|d| self.now() + d);
+    }
+
+    fn poll_interval(&self) -> Duration {
+        self.sweep_interval().unwrap_or(DEFAULT_POLL_INTERVAL)
+    }
+
+    /// A response or a loss of the SM's own requests.
+    fn done(&mut self, done: Done<Job>) {
+        match done {
+            Done::Answered(job, resp) => {
+                let ok = resp.header.status & !status::DIRECTION == status::SUCCESS;
+                if !ok {
+                    let path = resp.dr.map(|d| d.path().to_vec()).unwrap_or_default();
+                    self.log(
+                        LogLevel::ERROR,
+                        format!(
+                            "ERR: {} of attribute {} (modifier {}) via path {:?} failed with status 0x{:04x}",
+                            resp.header.method_name(),
+                            resp.header.attr_id,
+                            resp.header.attr_mod,
+                            path,
+                            resp.header.status
+                        ),
+                    );
+                }
+                self.answered(job, &resp, ok);
+            }
+            Done::Lost(job, req) => {
+                let path = req.dr.map(|d| d.path().to_vec()).unwrap_or_default();
+                self.log(
+                    LogLevel::ERROR,
+                    format!(
+                        "ERR: timeout on {} of attribute {} (modifier {}) via path {:?} after {} retries",
+                        req.header.method_name(),
+                        req.header.attr_id,
+                        req.header.attr_mod,
+                        path,
+                        self.config.retries
+                    ),
+                );
+                self.lost(job);
+            }
+        }
+    }
+
+    fn answered(&mut self, job: Job, resp: &smp::Repr, ok: bool) {
+        match job {
+            Job::SmInfo { node, guid } => {
+                if let (true, Ok(info)) = (ok, SmInfo::parse(&resp.data)) {
+                    self.others.insert(guid, (info, node));
+                }
+            }
+            Job::SetPortInfo { at } => {
+                if let (true, Ok(pi)) = (ok, PortInfo::parse(&resp.data)) {
+                    self.store_port_info(at, pi);
+                }
+            }
+            Job::SetSwitchInfo { node } => {
+                if let (true, Ok(si)) = (ok, SwitchInfo::parse(&resp.data)) {
+                    if let Some(n) = self.subnet.nodes.get_mut(node) {
+                        n.switch_info = Some(si);
+                    }
+                }
+            }
+            Job::SetLft { .. } => {}
+            Job::LightSwitchInfo { node } => {
+                let changed = match SwitchInfo::parse(&resp.data) {
+                    Ok(si) if ok => {
+                        if si.port_state_change {
+                            let guid = self.subnet.nodes.get(node).map(|n| n.info.node_guid);
+                            self.log(
+                                LogLevel::VERBOSE,
+                                format!(
+                                    "light sweep: switch 0x{:016x} reports PortStateChange",
+                                    guid.unwrap_or(Guid(0)).0
+                                ),
+                            );
+                        }
+                        si.port_state_change
+                    }
+                    _ => true,
+                };
+                self.note_light_change(changed);
+            }
+            Job::LightPortInfo { at } => {
+                let known = self.subnet.nodes.get(at.node).and_then(|n| n.port(at.port));
+                let changed = match (PortInfo::parse(&resp.data), known) {
+                    (Ok(pi), Some(k)) if ok => {
+                        pi.port_physical_state != k.port_physical_state
+                            || pi.port_state != k.port_state
+                    }
+                    _ => true,
+                };
+                if changed {
+                    let guid = self
+                        .subnet
+                        .nodes
+                        .get(at.node)
+                        .map_or(Guid(0), |n| n.info.node_guid);
+                    self.log(
+                        LogLevel::VERBOSE,
+                        format!(
+                            "light sweep: port {} of node 0x{:016x} changed state",
+                            at.port, guid.0
+                        ),
+                    );
+                }
+                self.note_light_change(changed);
+            }
+            Job::PollMaster => {
+                let still = ok
+                    && SmInfo::parse(&resp.data).is_ok_and(|i| {
+                        i.sm_state == SmState::Master
+                            && self.master.as_ref().is_some_and(|(g, _)| *g == i.guid)
+                    });
+                if !still {
+                    self.master_gone();
+                }
+            }
+        }
+    }
+
+    fn lost(&mut self, job: Job) {
+        match job {
+            Job::LightSwitchInfo { .. } | Job::LightPortInfo { .. } => {
+                self.note_light_change(true)
+            }
+            Job::PollMaster => self.master_gone(),
+            // A Set lost for good: the next sweep will find the port as it is and try again.
+            _ => {}
+        }
+    }
+
+    fn note_light_change(&mut self, changed: bool) {
+        if let Phase::LightSweep { changed: c } = &mut self.phase {
+            *c |= changed;
+        }
+    }
+
+    fn master_gone(&mut self) {
+        self.log(
+            LogLevel::VERBOSE,
+            "osm_sm_state_mgr: the master SM does not answer as master: taking over",
+        );
+        self.master = None;
+        self.requester = Requester::new(
+            self.requester.next_tid(),
+            self.config.transaction_timeout,
+            self.config.retries,
+            self.config.max_wire_smps,
+        );
+        self.enter(SmState::Discovering);
+        self.start_heavy_sweep();
+    }
+
+    fn store_port_info(&mut self, at: PortRef, pi: PortInfo) {
+        if let Some(slot) = self
+            .subnet
+            .nodes
+            .get_mut(at.node)
+            .and_then(|n| n.ports.get_mut(usize::from(at.port)))
+        {
+            *slot = Some(pi);
+        }
+    }
+
+    fn path(&self, node: usize) -> Vec<u8> {
+        self.subnet
+            .nodes
+            .get(node)
+            .map(|n| n.dr_path.clone())
+            .unwrap_or_default()
+    }
+
+    // --- Heavy sweep, election ------------------------------------------------------------
+
+    fn discovered(&mut self, d: Discovery) {
+        for f in d.failures() {
+            self.log(
+                LogLevel::ERROR,
+                format!(
+                    "ERR: discovery: no answer to {} (modifier {}) via path {:?}: route given up",
+                    f.attr_id, f.attr_mod, f.path
+                ),
+            );
+        }
+        self.unknown_tids += d.unknown_tids();
+        self.requester = Requester::new(
+            d.next_tid(),
+            self.config.transaction_timeout,
+            self.config.retries,
+            self.config.max_wire_smps,
+        );
+        let subnet = d.into_result();
+        self.log(LogLevel::VERBOSE, "HEAVY SWEEP COMPLETE");
+        if subnet.nodes.is_empty() {
+            // Not even the local port answered: try again later.
+            self.log(
+                LogLevel::ERROR,
+                "ERR: heavy sweep found nothing (the local port did not answer)",
+            );
+            self.subnet = subnet;
+            self.schedule(Some(self.poll_interval()));
+            return;
+        }
+        // Switches new to this sweep get their LFT written whole.
+        let known: Vec<Guid> = self.lfts.keys().copied().collect();
+        for g in known {
+            if subnet.node_by_guid(g).is_none() {
+                self.lfts.remove(&g);
+            }
+        }
+        self.subnet = subnet;
+        self.act_count = self.act_count.wrapping_add(1);
+        // Other SMs: every end port with IsSM but ours.
+        self.others.clear();
+        let mut asks = Vec::new();
+        for (i, n) in self.subnet.nodes.iter().enumerate() {
+            for p in end_ports_of(n) {
+                let Some(pi) = n.port(p) else { continue };
+                let Some(guid) = n.port_guid(p) else { continue };
+                if pi.capability_mask & capability_mask::IS_SM != 0 && guid != self.config.port_guid
+                {
+                    asks.push((i, guid, n.dr_path.clone()));
+                }
+            }
+        }
+        for (node, guid, path) in asks {
+            self.requester
+                .get(&path, AttrId::SM_INFO, 0, 0, Job::SmInfo { node, guid });
+        }
+        self.phase = Phase::Electing;
+    }
+
+    fn elect(&mut self) {
+        let me = (self.config.priority & 0x0F, self.config.port_guid);
+        // IBA §14.4.1.1: higher priority, then lower GUID.
+        let greater = |a: (u8, Guid), b: (u8, Guid)| a.0 > b.0 || (a.0 == b.0 && a.1 < b.1);
+        let mut winner: Option<(u8, Guid, usize)> = None;
+        for (&guid, &(info, node)) in &self.others {
+            if info.sm_state == SmState::NotActive {
+                continue;
+            }
+            let cand = (info.priority, guid);
+            if greater(cand, me)
+                && winner.is_none_or(|(p, g, _)| greater(cand, (p, g)))
+            {
+                winner = Some((info.priority, guid, node));
+            }
+        }
+        match winner {
+            None => {
+                if self.state != SmState::Master {
+                    self.enter(SmState::Master);
+                }
+                self.master = None;
+                self.configure_lids();
+            }
+            Some((_, guid, node)) => {
+                if self.state != SmState::Standby {
+                    self.log(
+                        LogLevel::VERBOSE,
+                        format!("osm_sm_state_mgr: SM 0x{:016x} is higher: standing by", guid.0),
+                    );
+                    self.enter(SmState::Standby);
+                }
+                self.master = Some((guid, self.path(node)));
+                self.schedule(Some(self.poll_interval()));
+            }
+        }
+    }
+
+    fn poll_master(&mut self) {
+        let Some((_, path)) = self.master.clone() else {
+            self.master_gone();
+            return;
+        };
+        self.requester
+            .get(&path, AttrId::SM_INFO, 0, 0, Job::PollMaster);
+        self.phase = Phase::Polling;
+    }
+
+    // --- Configuration --------------------------------------------------------------------
+
+    /// Every end port of the subnet: a switch's port 0, each CA port that was read.
+    fn end_ports(&self) -> Vec<(PortRef, Guid)> {
+        let mut out = Vec::new();
+        for (i, n) in self.subnet.nodes.iter().enumerate() {
+            for p in end_ports_of(n) {
+                if let Some(g) = n.port_guid(p) {
+                    out.push((PortRef { node: i, port: p }, g));
+                }
+            }
+        }
+        out
+    }
+
+    /// The LID of each end port (opensm's `osm_lid_mgr`, see the module docs).
+    fn assign_lids(&mut self) -> BTreeMap<PortRef, Lid> {
+        const MAX_UNICAST: u16 = 0xBFFF;
+        let mine = PortRef {
+            node: 0,
+            port: self.local_port,
+        };
+        let mut ports = self.end_ports();
+        // The SM's own port first, then opensm's port_guid_tbl order.
+        ports.sort_by_key(|&(p, g)| (p != mine, lid_order_key(g)));
+        let present: BTreeMap<Guid, PortRef> = ports.iter().map(|&(p, g)| (g, p)).collect();
+        let mut used: BTreeMap<Lid, Guid> = BTreeMap::new();
+        let mut out: BTreeMap<PortRef, Lid> = BTreeMap::new();
+        let valid = |l: Lid| (1..=MAX_UNICAST).contains(&l.0);
+        // 1. guid2lid, as long as two ports do not claim one LID.
+        for &(p, g) in &ports {
+            if let Some(&l) = self.guid2lid.get(&g) {
+                if valid(l) && !used.contains_key(&l) {
+                    used.insert(l, g);
+                    out.insert(p, l);
+                }
+            }
+        }
+        // LIDs of ports not in the subnet now stay reserved for them.
+        let reserved: BTreeMap<Lid, Guid> = self
+            .guid2lid
+            .iter()
+            .filter(|(g, _)| !present.contains_key(g))
+            .map(|(&g, &l)| (l, g))
+            .collect();
+        // 2. The LID a port already has.
+        for &(p, g) in &ports {
+            if out.contains_key(&p) {
+                continue;
+            }
+            let l = self.subnet.nodes[p.node].lid(p.port);
+            if valid(l) && !used.contains_key(&l) && !reserved.contains_key(&l) {
+                used.insert(l, g);
+                out.insert(p, l);
+            }
+        }
+        // 3. The lowest free LID.
+        let mut next = 1u16;
+        for &(p, g) in &ports {
+            if out.contains_key(&p) {
+                continue;
+            }
+            while next <= MAX_UNICAST
+                && (used.contains_key(&Lid(next)) || reserved.contains_key(&Lid(next)))
+            {
+                next += 1;
+            }
+            if next > MAX_UNICAST {
+                self.log(LogLevel::ERROR, "ERR: no free unicast LID left");
+                break;
+            }
+            used.insert(Lid(next), g);
+            out.insert(p, Lid(next));
+        }
+        for (&l, &g) in &used {
+            self.guid2lid.insert(g, l);
+        }
+        self.sm_lid = out.get(&mine).copied().unwrap_or(Lid(0));
+        out
+    }
+
+    fn configure_lids(&mut self) {
+        self.log(
+            LogLevel::VERBOSE,
+            "SM LID ASSIGNMENT COMPLETE - STARTING SUBNET LID CONFIG",
+        );
+        let lids = self.assign_lids();
+        let sm_lid = self.sm_lid;
+        let prefix = self.config.subnet_prefix;
+        let mut sets = Vec::new();
+        for (&at, &lid) in &lids {
+            let Some(cur) = self.subnet.nodes[at.node].port(at.port) else {
+                continue;
+            };
+            let mut pi = *cur;
+            pi.lid = lid;
+            pi.lmc = 0;
+            pi.master_sm_lid = sm_lid;
+            pi.master_sm_sl = 0;
+            pi.gid_prefix = prefix;
+            pi.m_key = 0;
+            if pi == *cur {
+                continue;
+            }
+            pi.port_state = PortState::NoChange;
+            pi.port_physical_state = PortPhysicalState::NoChange;
+            sets.push((at, pi));
+        }
+        for (at, pi) in sets {
+            let path = self.path(at.node);
+            self.requester.set(
+                &path,
+                &pi,
+                u32::from(at.port),
+                0,
+                Job::SetPortInfo { at },
+            );
+        }
+        self.phase = Phase::LidConfig;
+    }
+
+    fn configure_switches(&mut self) {
+        self.log(
+            LogLevel::VERBOSE,
+            "LID ASSIGNMENT COMPLETE - STARTING SWITCH TABLE CONFIG",
+        );
+        let lids: BTreeMap<PortRef, Lid> = self
+            .end_ports()
+            .into_iter()
+            .filter_map(|(p, _)| {
+                let l = self.subnet.nodes[p.node].lid(p.port);
+                (l != Lid(0)).then_some((p, l))
+            })
+            .collect();
+        let (tables, used, error) = routing::compute(&self.subnet, &lids, self.config.routing);
+        if let Some(e) = error {
+            self.log(LogLevel::ERROR, format!("ucast_mgr_route: {e}"));
+        }
+        let max_lid = lids.values().map(|l| l.0).max().unwrap_or(0);
+        for (node, lft) in tables {
+            let Some(n) = self.subnet.nodes.get(node) else {
+                continue;
+            };
+            let guid = n.info.node_guid;
+            let path = n.dr_path.clone();
+            if let Some(mut si) = n.switch_info {
+                let want_clear = si.port_state_change;
+                if si.linear_fdb_top != max_lid
+                    || si.life_time_value != PACKET_LIFE_TIME
+                    || want_clear
+                {
+                    si.linear_fdb_top = max_lid;
+                    si.life_time_value = PACKET_LIFE_TIME;
+                    // PortStateChange is write-1-to-clear.
+                    si.port_state_change = want_clear;
+                    self.requester
+                        .set(&path, &si, 0, 0, Job::SetSwitchInfo { node });
+                }
+            }
+            let old = self.lfts.get(&guid);
+            for (block, chunk) in lft.chunks(LinearForwardingTable::ENTRIES_PER_BLOCK).enumerate()
+            {
+                let start = block * LinearForwardingTable::ENTRIES_PER_BLOCK;
+                let same = old.is_some_and(|o| {
+                    o.get(start..start + chunk.len()) == Some(chunk)
+                        && (o.len() <= start + chunk.len() || o.len() == lft.len())
+                });
+                if same {
+                    continue;
+                }
+                let mut b = LinearForwardingTable::default();
+                b.ports[..chunk.len()].copy_from_slice(chunk);
+                self.requester.set(
+                    &path,
+                    &b,
+                    u32::try_from(block).unwrap_or(u32::MAX),
+                    0,
+                    Job::SetLft { node },
+                );
+            }
+            self.lfts.insert(guid, lft);
+        }
+        self.log(
+            LogLevel::INFO,
+            format!(
+                "osm_ucast_mgr_process: {} tables configured on all switches",
+                used.name()
+            ),
+        );
+        self.phase = Phase::SwitchConfig;
+    }
+
+    /// The cabled ports of the subnet, by node in discovery order.
+    fn cabled_ports(&self) -> Vec<PortRef> {
+        let mut v: Vec<PortRef> = self
+            .subnet
+            .links
+            .iter()
+            .flat_map(|l| [l.a, l.b])
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    fn set_port_states(&mut self, state: PortState) {
+        let (banner, from, name) = if state == PortState::Armed {
+            self.log(LogLevel::VERBOSE, "SWITCHES CONFIGURED FOR UNICAST");
+            (
+                "LINKS PORTS CONFIGURED - SET LINKS TO ARMED STATE",
+                PortState::Init,
+                "ARMED",
+            )
+        } else {
+            (
+                "LINKS ARMED - SET LINKS TO ACTIVE STATE",
+                PortState::Armed,
+                "ACTIVE",
+            )
+        };
+        self.log(LogLevel::VERBOSE, banner);
+        let mut sets = Vec::new();
+        let mut last_node = None;
+        for at in self.cabled_ports() {
+            let Some(cur) = self.subnet.nodes[at.node].port(at.port) else {
+                continue;
+            };
+            if cur.port_state != from || cur.port_physical_state != PortPhysicalState::LinkUp {
+                continue;
+            }
+            if last_node != Some(at.node) {
+                last_node = Some(at.node);
+                let guid = self.subnet.nodes[at.node].info.node_guid;
+                self.log(
+                    LogLevel::DEBUG,
+                    format!(
+                        "link_mgr_process_node: Node 0x{:016x} going to {name}",
+                        guid.0
+                    ),
+                );
+            }
+            let mut pi = *cur;
+            pi.port_state = state;
+            pi.port_physical_state = PortPhysicalState::NoChange;
+            sets.push((at, pi));
+        }
+        for (at, pi) in sets {
+            let path = self.path(at.node);
+            self.requester.set(
+                &path,
+                &pi,
+                u32::from(at.port),
+                0,
+                Job::SetPortInfo { at },
+            );
+        }
+        self.phase = if state == PortState::Armed {
+            Phase::Arming
+        } else {
+            Phase::Activating
+        };
+    }
+
+    fn subnet_is_up(&mut self) {
+        self.subnet_up = true;
+        self.log(LogLevel::INFO, "SUBNET UP");
+        if self.sweep_requested {
+            self.start_heavy_sweep();
+        } else {
+            self.schedule(self.sweep_interval());
+        }
+    }
+
+    fn start_light_sweep(&mut self) {
+        let mut jobs = Vec::new();
+        let cabled = self.cabled_ports();
+        for (i, n) in self.subnet.nodes.iter().enumerate() {
+            if n.is_switch() {
+                jobs.push((n.dr_path.clone(), AttrId::SWITCH_INFO, 0, Job::LightSwitchInfo {
+                    node: i,
+                }));
+            }
+        }
+        for at in cabled {
+            let n = &self.subnet.nodes[at.node];
+            if !n.is_switch() {
+                jobs.push((
+                    n.dr_path.clone(),
+                    AttrId::PORT_INFO,
+                    u32::from(at.port),
+                    Job::LightPortInfo { at },
+                ));
+            }
+        }
+        for (path, attr, m, job) in jobs {
+            self.requester.get(&path, attr, m, 0, job);
+        }
+        self.phase = Phase::LightSweep { changed: false };
+    }
+}
+
+/// The end ports of a node: a switch's port 0; each CA port that was read.
+fn end_ports_of(n: &crate::subnet::SubnetNode) -> Vec<u8> {
+    if n.is_switch() {
+        vec![0]
+    } else {
+        (1..=n.info.num_ports)
+            .filter(|&p| n.port(p).is_some())
+            .collect()
+    }
+}
+
+/// The key opensm sorts ports by when it hands out LIDs (`port_guid_tbl`, a `cl_qmap` keyed
+/// by the GUID as stored, in network byte order, read as a little-endian number).
+pub fn lid_order_key(guid: Guid) -> u64 {
+    u64::from_le_bytes(guid.0.to_be_bytes())
+}

@@ -1,0 +1,1288 @@
+//! The daemon's event loop: simulated hosts (an HCA each, with its control socket) and soft
+//! switches, joined by cables.
+//!
+//! One process can host a whole fabric — as ibsim does — while every node keeps its own ports,
+//! cables (real UDP associations, which may cross machines) and agents. Each host has a runtime
+//! directory holding `softibd.sock`; applications and tools of that host connect there.
+//!
+//! The loop is single-threaded: wait on every socket with `poll(2)` until something is
+//! readable or the next timer is due, then receive frames into nodes, serve control requests,
+//! fire timers, and send what the nodes have to send.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::io;
+use std::net::SocketAddr;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration as StdDuration, Instant as StdInstant};
+
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use softib_engine::{AhHandle, CqHandle, Instant, PdHandle, RegionId, VerbsError};
+use softib_fabric::{Node, SmaEvent, Switch, SwitchAction};
+use softib_net::cable::{Cable, CableEvent, CableRecv};
+use softib_net::shm::SharedRegion;
+use softib_net::UdpLink;
+use softib_wire::mad::attr::{capability_mask, SmInfo};
+use softib_wire::mad::{self, smp, MAD_LEN};
+use softib_wire::{Lid, Qpn};
+
+use crate::ib::{IbCa, Identity, MadIn, MadQp};
+use crate::proto::{self, DeviceInfo, ErrorKind, FrameReader, Mad, PortInfo, Request, Response};
+use crate::shm_memory::ShmMemory;
+
+/// One end of a cable: which port, this end's address, the peer's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CableSpec {
+    /// The port it is plugged into.
+    pub port: u8,
+    /// This end's UDP address.
+    pub local: SocketAddr,
+    /// The other end's UDP address.
+    pub peer: SocketAddr,
+}
+
+/// A simulated host: one HCA and the directory of its control socket.
+#[derive(Debug, Clone)]
+pub struct HostSpec {
+    /// Host name (`test213`).
+    pub name: String,
+    /// Runtime directory; the control socket is `dir/softibd.sock`.
+    pub dir: PathBuf,
+    /// The HCA.
+    pub identity: Identity,
+    /// Its cables.
+    pub cables: Vec<CableSpec>,
+    /// Seed of the engine's random choices (QPNs, keys).
+    pub seed: u64,
+}
+
+/// A soft switch.
+#[derive(Debug, Clone)]
+pub struct SwitchSpec {
+    /// The switch as the topology describes it.
+    pub node: Node,
+    /// Its cables.
+    pub cables: Vec<CableSpec>,
+}
+
+/// The name of the control socket in a runtime directory.
+pub const SOCKET_NAME: &str = "softibd.sock";
+
+/// Per-client limits: a client that needs more gets a clear error, and one client cannot
+/// exhaust the HCA for everyone else.
+const MAX_QPS_PER_CLIENT: usize = 16 * 1024;
+const MAX_MRS_PER_CLIENT: usize = 16 * 1024;
+const MAX_BUFFERS_PER_CLIENT: usize = 1024;
+const MAX_CQS_PER_CLIENT: usize = 16 * 1024;
+/// MADs queued for an agent that does not read them are dropped beyond this.
+const MAX_QUEUED_MADS: usize = 4096;
+
+/// What a client owns; everything here is reclaimed when it goes away.
+#[derive(Debug, Default)]
+struct Owned {
+    pds: BTreeSet<u32>,
+    cqs: BTreeSet<u32>,
+    qps: BTreeSet<Qpn>,
+    ahs: BTreeSet<u32>,
+    /// MR L_Key → its region id.
+    mrs: BTreeMap<u32, RegionId>,
+    /// Buffer id → (mapping, address in the client).
+    buffers: BTreeMap<u64, (Rc<SharedRegion>, u64)>,
+}
+
+/// A request that waits (PollCq, RecvMads with a wait).
+#[derive(Debug, Clone, Copy)]
+enum Parked {
+    PollCq {
+        cq: u32,
+        max: u32,
+        until: StdInstant,
+    },
+    RecvMads {
+        max: u32,
+        until: StdInstant,
+    },
+}
+
+struct Client {
+    stream: UnixStream,
+    reader: FrameReader,
+    hello: bool,
+    pid: u32,
+    program: String,
+    owned: Owned,
+    parked: Option<Parked>,
+    /// Ports this client is a MAD agent on: (port, is the SM).
+    agents: Vec<(u8, bool)>,
+    mads: VecDeque<Mad>,
+}
+
+struct HostRt {
+    name: String,
+    dir: PathBuf,
+    ca: IbCa<ShmMemory>,
+    cables: Vec<Option<Cable>>,
+    listener: UnixListener,
+    clients: BTreeMap<u64, Client>,
+    next_client: u64,
+    next_region: u64,
+    next_buffer: u64,
+    unclaimed_mads: u64,
+}
+
+struct SwitchRt {
+    sw: Switch,
+    cables: Vec<Option<Cable>>,
+}
+
+/// The daemon: hosts and switches and the loop that drives them.
+pub struct Daemon {
+    hosts: Vec<HostRt>,
+    switches: Vec<SwitchRt>,
+    origin: StdInstant,
+    buf: Vec<u8>,
+}
+
+fn bind_cables(specs: &[CableSpec]) -> io::Result<Vec<(u8, UdpLink, SocketAddr)>> {
+    specs
+        .iter()
+        .map(|c| {
+            let link = UdpLink::bind(c.local).map_err(|e| {
+                io::Error::new(e.kind(), format!("binding cable end {}: {e}", c.local))
+            })?;
+            Ok((c.port, link, c.peer))
+        })
+        .collect()
+}
+
+fn make_cables(
+    links: Vec<(u8, UdpLink, SocketAddr)>,
+    num_ports: u8,
+    now: StdInstant,
+) -> io::Result<Vec<Option<Cable>>> {
+    let mut cables: Vec<Option<Cable>> = (0..=num_ports).map(|_| None).collect();
+    for (port, link, peer) in links {
+        let slot = cables
+            .get_mut(usize::from(port))
+            .filter(|_| port != 0)
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("cable on port {port} of a node with {num_ports} ports"),
+                )
+            })?;
+        *slot = Some(Cable::new(link, peer, now));
+    }
+    Ok(cables)
+}
+
+/// Where `softib fabric up` puts the hosts of a topology: `dir/hosts/<node id>`.
+pub fn host_dir(dir: &std::path::Path, id: &str) -> PathBuf {
+    dir.join("hosts").join(id)
+}
+
+impl Daemon {
+    /// Builds every node, binds every cable and control socket.
+    pub fn new(hosts: Vec<HostSpec>, switches: Vec<SwitchSpec>) -> io::Result<Daemon> {
+        let hosts = hosts
+            .into_iter()
+            .map(|h| {
+                let links = bind_cables(&h.cables)?;
+                Ok((h, links))
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        let switches = switches
+            .into_iter()
+            .map(|s| {
+                let links = bind_cables(&s.cables)?;
+                Ok((s, links))
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        Daemon::build(hosts, switches)
+    }
+
+    /// Every node of `topology` in this process: CAs as hosts under `dir/hosts/<id>`, switches,
+    /// and every link a cable between two UDP sockets on `ip` (ports chosen by the kernel).
+    pub fn from_topology(
+        topology: &softib_fabric::Topology,
+        dir: &std::path::Path,
+        ip: std::net::IpAddr,
+        seed: u64,
+    ) -> io::Result<Daemon> {
+        // Bind both ends of every cable first: each end must know the other's address.
+        let mut ends: BTreeMap<(usize, u8), UdpLink> = BTreeMap::new();
+        for l in topology.links() {
+            for e in [l.a, l.b] {
+                ends.insert((e.node, e.port), UdpLink::bind(SocketAddr::new(ip, 0))?);
+            }
+        }
+        let addr_of: BTreeMap<(usize, u8), SocketAddr> =
+            ends.iter().map(|(k, v)| (*k, v.local_addr())).collect();
+        let mut links_of = |node: usize| -> Vec<(u8, UdpLink, SocketAddr)> {
+            let mut v = Vec::new();
+            for l in topology.links() {
+                for (me, peer) in [(l.a, l.b), (l.b, l.a)] {
+                    if me.node != node {
+                        continue;
+                    }
+                    if let (Some(link), Some(&paddr)) = (
+                        ends.remove(&(me.node, me.port)),
+                        addr_of.get(&(peer.node, peer.port)),
+                    ) {
+                        v.push((me.port, link, paddr));
+                    }
+                }
+            }
+            v
+        };
+        let mut hosts = Vec::new();
+        let mut switches = Vec::new();
+        for (i, node) in topology.nodes().iter().enumerate() {
+            let links = links_of(i);
+            if node.is_switch() {
+                switches.push((
+                    SwitchSpec {
+                        node: node.clone(),
+                        cables: Vec::new(),
+                    },
+                    links,
+                ));
+            } else {
+                let rate = topology
+                    .links()
+                    .find(|l| l.a.node == i || l.b.node == i)
+                    .map(|l| l.rate);
+                hosts.push((
+                    HostSpec {
+                        name: node.id.clone(),
+                        dir: host_dir(dir, &node.id),
+                        identity: Identity::from_node(node, rate),
+                        cables: Vec::new(),
+                        seed: seed ^ node.node_guid.0,
+                    },
+                    links,
+                ));
+            }
+        }
+        Daemon::build(hosts, switches)
+    }
+
+    fn build(
+        hosts: Vec<(HostSpec, Vec<(u8, UdpLink, SocketAddr)>)>,
+        switches: Vec<(SwitchSpec, Vec<(u8, UdpLink, SocketAddr)>)>,
+    ) -> io::Result<Daemon> {
+        let now = StdInstant::now();
+        let mut hrt = Vec::new();
+        for (h, links) in hosts {
+            std::fs::create_dir_all(&h.dir).map_err(|e| {
+                io::Error::new(e.kind(), format!("creating {}: {e}", h.dir.display()))
+            })?;
+            let sock = h.dir.join(SOCKET_NAME);
+            if sock.exists() {
+                if UnixStream::connect(&sock).is_ok() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        format!(
+                            "a daemon already serves {} (stop it first, e.g. `softib fabric down`)",
+                            sock.display()
+                        ),
+                    ));
+                }
+                // A socket left behind by a daemon that died: nobody listens, reuse the name.
+                let _ = std::fs::remove_file(&sock);
+            }
+            let listener = UnixListener::bind(&sock).map_err(|e| {
+                io::Error::new(e.kind(), format!("binding {}: {e}", sock.display()))
+            })?;
+            listener.set_nonblocking(true)?;
+            let cables = make_cables(links, h.identity.num_ports, now)?;
+            hrt.push(HostRt {
+                name: h.name,
+                dir: h.dir,
+                ca: IbCa::new(h.identity, h.seed, ShmMemory::new()),
+                cables,
+                listener,
+                clients: BTreeMap::new(),
+                next_client: 1,
+                next_region: 1,
+                next_buffer: 1,
+                unclaimed_mads: 0,
+            });
+        }
+        let mut srt = Vec::new();
+        for (s, links) in switches {
+            let sw = Switch::from_node(&s.node).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("node {} is not a switch", s.node.id),
+                )
+            })?;
+            let cables = make_cables(links, s.node.num_ports, now)?;
+            srt.push(SwitchRt { sw, cables });
+        }
+        Ok(Daemon {
+            hosts: hrt,
+            switches: srt,
+            origin: now,
+            buf: vec![0u8; 16 * 1024],
+        })
+    }
+
+    fn now(&self) -> Instant {
+        Instant::from_micros(self.origin.elapsed().as_micros() as u64)
+    }
+
+    /// Runs until `stop` is set.
+    pub fn run(&mut self, stop: &Arc<AtomicBool>) -> io::Result<()> {
+        while !stop.load(Ordering::Relaxed) {
+            let busy = self.step()?;
+            self.wait(if busy {
+                StdDuration::ZERO
+            } else {
+                self.next_wait().min(StdDuration::from_millis(100))
+            })?;
+        }
+        for h in &self.hosts {
+            let _ = std::fs::remove_file(h.dir.join(SOCKET_NAME));
+        }
+        Ok(())
+    }
+
+    /// One round of work; returns whether there may be more to do right away.
+    pub fn step(&mut self) -> io::Result<bool> {
+        let mut busy = false;
+        let std_now = StdInstant::now();
+        let now = self.now();
+        for hi in 0..self.hosts.len() {
+            busy |= self.step_host(hi, std_now, now)?;
+        }
+        for si in 0..self.switches.len() {
+            busy |= self.step_switch(si, std_now)?;
+        }
+        Ok(busy)
+    }
+
+    fn step_host(&mut self, hi: usize, std_now: StdInstant, now: Instant) -> io::Result<bool> {
+        let buf = &mut self.buf;
+        let h = &mut self.hosts[hi];
+        let mut busy = false;
+        // Cables: training, then frames in.
+        for port in 1..h.cables.len() {
+            let Some(cable) = h.cables[port].as_mut() else {
+                continue;
+            };
+            let port = port as u8;
+            let mut events = Vec::new();
+            events.extend(cable.poll(std_now));
+            for _ in 0..256 {
+                match cable.recv(std_now, buf)? {
+                    CableRecv::Empty => break,
+                    CableRecv::Consumed(e) => events.extend(e),
+                    CableRecv::Frame(n) => {
+                        busy = true;
+                        h.ca.handle_frame(now, port, &buf[..n]);
+                    }
+                }
+            }
+            for e in events {
+                match e {
+                    CableEvent::Up => h.ca.link_up(port),
+                    CableEvent::Down => h.ca.link_down(port),
+                }
+            }
+        }
+        while let Some(e) = h.ca.poll_sma_event() {
+            apply_sma_event(&mut h.cables, e, std_now);
+        }
+        // Control sockets.
+        h.accept()?;
+        h.serve_clients(now);
+        h.ca.handle_timeout(self_now(&self.origin));
+        // MADs for agents.
+        while let Some(m) = h.ca.poll_mad() {
+            h.dispatch_mad(m);
+        }
+        h.finish_parked(std_now);
+        // Frames out.
+        let mut sent = 0;
+        while let Some((port, len)) = h.ca.poll_frame(self_now(&self.origin), buf) {
+            if let Some(Some(c)) = h.cables.get_mut(usize::from(port)) {
+                c.send(&buf[..len])?;
+            }
+            sent += 1;
+            if sent >= 1024 {
+                busy = true;
+                break;
+            }
+        }
+        Ok(busy)
+    }
+
+    fn step_switch(&mut self, si: usize, std_now: StdInstant) -> io::Result<bool> {
+        let buf = &mut self.buf;
+        let s = &mut self.switches[si];
+        let mut busy = false;
+        for port in 1..s.cables.len() {
+            let mut events = Vec::new();
+            let mut frames: Vec<(u8, Vec<u8>)> = Vec::new();
+            if let Some(cable) = s.cables[port].as_mut() {
+                events.extend(cable.poll(std_now));
+                for _ in 0..256 {
+                    match cable.recv(std_now, buf)? {
+                        CableRecv::Empty => break,
+                        CableRecv::Consumed(e) => events.extend(e),
+                        CableRecv::Frame(n) => {
+                            busy = true;
+                            match s.sw.handle_packet(port as u8, &buf[..n]) {
+                                SwitchAction::Forward { out_port } => {
+                                    frames.push((out_port, buf[..n].to_vec()))
+                                }
+                                SwitchAction::Transmit { out_port, packet } => {
+                                    frames.push((out_port, packet))
+                                }
+                                // No SM or GMP agents run inside soft switches.
+                                SwitchAction::Local
+                                | SwitchAction::ToSm(_)
+                                | SwitchAction::Drop(_) => {}
+                            }
+                        }
+                    }
+                }
+            }
+            for e in events {
+                match e {
+                    CableEvent::Up => {
+                        let rate = softib_fabric::LinkRate {
+                            width: softib_fabric::LinkWidth::X4,
+                            speed: softib_fabric::LinkSpeed::Qdr,
+                        };
+                        s.sw.sma_mut().link_up(port as u8, rate)
+                    }
+                    CableEvent::Down => s.sw.sma_mut().link_down(port as u8),
+                }
+            }
+            for (out, frame) in frames {
+                if let Some(Some(c)) = s.cables.get_mut(usize::from(out)) {
+                    c.send(&frame)?;
+                }
+            }
+        }
+        while let Some(e) = s.sw.sma_mut().poll_event() {
+            apply_sma_event(&mut s.cables, e, std_now);
+        }
+        Ok(busy)
+    }
+
+    /// How long the loop may sleep: until the earliest cable, engine or parked deadline.
+    fn next_wait(&self) -> StdDuration {
+        let std_now = StdInstant::now();
+        let now = self.now();
+        let mut wait = StdDuration::from_secs(1);
+        let mut consider = |t: StdInstant| {
+            wait = wait.min(t.saturating_duration_since(std_now));
+        };
+        for h in &self.hosts {
+            for c in h.cables.iter().flatten() {
+                if let Some(t) = c.next_deadline() {
+                    consider(t);
+                }
+            }
+            if let Some(t) = h.ca.poll_timeout() {
+                consider(std_now + StdDuration::from_micros(t.saturating_since(now).as_micros()));
+            }
+            for c in h.clients.values() {
+                match c.parked {
+                    Some(Parked::PollCq { until, .. } | Parked::RecvMads { until, .. }) => {
+                        consider(until)
+                    }
+                    None => {}
+                }
+            }
+        }
+        for s in &self.switches {
+            for c in s.cables.iter().flatten() {
+                if let Some(t) = c.next_deadline() {
+                    consider(t);
+                }
+            }
+        }
+        wait
+    }
+
+    /// Sleeps until a socket is readable or `timeout` passes.
+    fn wait(&self, timeout: StdDuration) -> io::Result<()> {
+        let mut fds: Vec<PollFd<'_>> = Vec::new();
+        for h in &self.hosts {
+            fds.push(PollFd::new(&h.listener, PollFlags::IN));
+            for c in h.cables.iter().flatten() {
+                fds.push(PollFd::new(c.socket(), PollFlags::IN));
+            }
+            for c in h.clients.values() {
+                fds.push(PollFd::new(&c.stream, PollFlags::IN));
+            }
+        }
+        for s in &self.switches {
+            for c in s.cables.iter().flatten() {
+                fds.push(PollFd::new(c.socket(), PollFlags::IN));
+            }
+        }
+        let ts = Timespec {
+            tv_sec: timeout.as_secs() as i64,
+            tv_nsec: i64::from(timeout.subsec_nanos()),
+        };
+        match poll(&mut fds, Some(&ts)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+fn self_now(origin: &StdInstant) -> Instant {
+    Instant::from_micros(origin.elapsed().as_micros() as u64)
+}
+
+/// The SM moved a port Down (retrain) or Disabled/enabled it: act on the cable.
+fn apply_sma_event(cables: &mut [Option<Cable>], e: SmaEvent, now: StdInstant) {
+    match e {
+        SmaEvent::LinkDown { port } => {
+            if let Some(Some(c)) = cables.get_mut(usize::from(port)) {
+                c.set_enabled(false, now);
+                c.set_enabled(true, now);
+            }
+        }
+        SmaEvent::LinkEnabled { port } => {
+            if let Some(Some(c)) = cables.get_mut(usize::from(port)) {
+                c.set_enabled(true, now);
+            }
+        }
+        SmaEvent::ClientReregister { .. } | SmaEvent::SmInfoSet { .. } => {}
+    }
+}
+
+fn verbs_error(e: VerbsError) -> Response {
+    let kind = match e {
+        VerbsError::NotFound(_) => ErrorKind::NotFound,
+        VerbsError::Invalid(_) | VerbsError::ModifyQp(_) => ErrorKind::Invalid,
+        VerbsError::Exhausted(_) => ErrorKind::Exhausted,
+        VerbsError::Busy(_) => ErrorKind::Busy,
+        VerbsError::WrongState { .. } => ErrorKind::WrongState,
+        _ => ErrorKind::Invalid,
+    };
+    Response::Error {
+        kind,
+        message: e.to_string(),
+    }
+}
+
+fn err(kind: ErrorKind, message: impl Into<String>) -> Response {
+    Response::Error {
+        kind,
+        message: message.into(),
+    }
+}
+
+impl HostRt {
+    fn accept(&mut self) -> io::Result<()> {
+        loop {
+            match self.listener.accept() {
+                Ok((stream, _)) => {
+                    stream.set_nonblocking(true)?;
+                    let id = self.next_client;
+                    self.next_client += 1;
+                    self.clients.insert(
+                        id,
+                        Client {
+                            stream,
+                            reader: FrameReader::default(),
+                            hello: false,
+                            pid: 0,
+                            program: String::new(),
+                            owned: Owned::default(),
+                            parked: None,
+                            agents: Vec::new(),
+                            mads: VecDeque::new(),
+                        },
+                    );
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn serve_clients(&mut self, _now: Instant) {
+        let ids: Vec<u64> = self.clients.keys().copied().collect();
+        for id in ids {
+            let alive = match self.clients.get_mut(&id) {
+                Some(c) => c.reader.fill(&c.stream).unwrap_or(false),
+                None => continue,
+            };
+            loop {
+                let Some(c) = self.clients.get_mut(&id) else {
+                    break;
+                };
+                if c.parked.is_some() {
+                    break;
+                }
+                let frame = match c.reader.next_frame() {
+                    Ok(Some(f)) => f,
+                    Ok(None) => break,
+                    Err(msg) => {
+                        let _ = proto::send(&c.stream, &err(ErrorKind::Protocol, msg), &[]);
+                        self.drop_client(id);
+                        break;
+                    }
+                };
+                let response = match proto::decode::<Request>(&frame) {
+                    Ok(req) => self.handle(id, req),
+                    Err(msg) => Some(err(ErrorKind::Protocol, msg)),
+                };
+                if let Some(r) = response {
+                    self.reply(id, &r);
+                }
+            }
+            if !alive {
+                self.drop_client(id);
+            }
+        }
+    }
+
+    fn reply(&mut self, id: u64, r: &Response) {
+        let failed = match self.clients.get(&id) {
+            Some(c) => proto::send(&c.stream, r, &[]).is_err(),
+            None => false,
+        };
+        if failed {
+            self.drop_client(id);
+        }
+    }
+
+    /// The client went away: reclaim everything it owned, as the kernel does when a process
+    /// holding uverbs objects exits. Its QPs are destroyed; their peers see what a peer of a
+    /// dead process sees on real hardware (no more responses: retries exhausted).
+    fn drop_client(&mut self, id: u64) {
+        let Some(c) = self.clients.remove(&id) else {
+            return;
+        };
+        let hca = self.ca.hca_mut();
+        for qpn in &c.owned.qps {
+            let _ = hca.destroy_qp(*qpn);
+        }
+        for ah in &c.owned.ahs {
+            let _ = hca.destroy_ah(AhHandle(*ah));
+        }
+        for (lkey, region) in &c.owned.mrs {
+            let _ = hca.dereg_mr(*lkey);
+            hca.memory_mut().remove(*region);
+        }
+        for cq in &c.owned.cqs {
+            let _ = hca.destroy_cq(CqHandle(*cq));
+        }
+        for pd in &c.owned.pds {
+            let _ = hca.dealloc_pd(PdHandle(*pd));
+        }
+        for (port, sm) in &c.agents {
+            if *sm {
+                self.set_sm(*port, None);
+            }
+        }
+        tracing_free_log(&self.name, c.pid, &c.program);
+    }
+
+    fn set_sm(&mut self, port: u8, info: Option<SmInfo>) {
+        let sma = self.ca.sma_mut();
+        let mask = sma.port_info(port).map_or(0, |p| p.capability_mask);
+        let mask = if info.is_some() {
+            mask | capability_mask::IS_SM
+        } else {
+            mask & !capability_mask::IS_SM
+        };
+        sma.set_capability_mask(port, mask);
+        sma.set_sm_info(info);
+    }
+
+    fn device_info(&self) -> DeviceInfo {
+        let id = self.ca.identity();
+        let hca = self.ca.hca();
+        let ports = (1..=id.num_ports)
+            .map(|p| {
+                let info = self.ca.sma().port_info(p);
+                let attr = hca.port(p);
+                PortInfo {
+                    number: p,
+                    state: info.map_or(1, |i| u8::from(i.port_state)),
+                    phys_state: info.map_or(3, |i| u8::from(i.port_physical_state)),
+                    rate: info.map_or(0, port_rate),
+                    width: info.map_or(0, |i| i.link_width_active),
+                    speed: info.map_or(0, |i| i.link_speed_active),
+                    lid: info.map_or(Lid(0), |i| i.lid),
+                    lmc: info.map_or(0, |i| i.lmc),
+                    sm_lid: info.map_or(Lid(0), |i| i.master_sm_lid),
+                    capability_mask: info.map_or(0, |i| i.capability_mask),
+                    port_guid: id.port_guid(p),
+                    link_layer_ib: true,
+                    max_mtu: attr.map_or(softib_wire::Mtu::Mtu2048, |a| a.max_mtu),
+                    active_mtu: attr.map_or(softib_wire::Mtu::Mtu2048, |a| a.active_mtu),
+                    gids: attr.map_or_else(Vec::new, |a| a.gids.clone()),
+                }
+            })
+            .collect();
+        DeviceInfo {
+            name: id.name.clone(),
+            ca_type: id.ca_type(),
+            description: id.description.clone(),
+            fw_ver: id.fw_ver.clone(),
+            hw_ver: id.hw_ver,
+            node_guid: id.node_guid,
+            sys_image_guid: id.sys_image_guid,
+            vendor_id: id.vendor_id,
+            vendor_part_id: u32::from(id.device_id),
+            attr: hca.device().clone(),
+            ports,
+        }
+    }
+
+    /// Serves one request; `None` when it waits (parked) and will be answered later.
+    fn handle(&mut self, id: u64, req: Request) -> Option<Response> {
+        let Some(c) = self.clients.get_mut(&id) else {
+            return None;
+        };
+        if !c.hello {
+            return Some(match req {
+                Request::Hello {
+                    version,
+                    pid,
+                    program,
+                } if version == proto::VERSION => {
+                    c.hello = true;
+                    c.pid = pid;
+                    c.program = program;
+                    Response::Hello {
+                        version: proto::VERSION,
+                        pid: std::process::id(),
+                        host: self.name.clone(),
+                    }
+                }
+                Request::Hello { version, .. } => err(
+                    ErrorKind::Protocol,
+                    format!(
+                        "this softibd speaks control protocol {}, the client {version}: \
+                         use a softib library and daemon of the same release",
+                        proto::VERSION
+                    ),
+                ),
+                _ => err(ErrorKind::Protocol, "the first request must be Hello"),
+            });
+        }
+        // Only device 0 exists on a fabric host.
+        let dev_ok = |dev: u32| dev == 0;
+        macro_rules! dev {
+            ($dev:expr) => {
+                if !dev_ok($dev) {
+                    return Some(err(
+                        ErrorKind::NotFound,
+                        format!("no device {} (this host has one device, 0)", $dev),
+                    ));
+                }
+            };
+        }
+        macro_rules! owned {
+            ($set:ident, $key:expr, $what:literal) => {
+                if !c.owned.$set.contains(&$key) {
+                    return Some(err(
+                        ErrorKind::NotFound,
+                        format!("no {} {} belongs to this client", $what, $key),
+                    ));
+                }
+            };
+        }
+        let hca = self.ca.hca_mut();
+        let r = match req {
+            Request::Hello { .. } => err(ErrorKind::Protocol, "Hello was already sent"),
+            Request::ListDevices => return Some(Response::Devices(vec![self.device_info()])),
+            Request::AttachBuffer { len, addr } => {
+                if c.owned.buffers.len() >= MAX_BUFFERS_PER_CLIENT {
+                    return Some(err(
+                        ErrorKind::Exhausted,
+                        format!("a client may attach at most {MAX_BUFFERS_PER_CLIENT} buffers"),
+                    ));
+                }
+                let Some(fd) = c.reader.fds.pop() else {
+                    return Some(err(
+                        ErrorKind::Protocol,
+                        "AttachBuffer arrived without its memfd",
+                    ));
+                };
+                let Ok(len) = usize::try_from(len) else {
+                    return Some(err(ErrorKind::Invalid, "buffer length does not fit"));
+                };
+                match SharedRegion::from_fd(fd, len) {
+                    Ok(map) => {
+                        let b = self.next_buffer;
+                        self.next_buffer += 1;
+                        c.owned.buffers.insert(b, (Rc::new(map), addr));
+                        Response::Handle(b)
+                    }
+                    Err(e) => err(ErrorKind::Invalid, format!("cannot map the buffer: {e}")),
+                }
+            }
+            Request::DetachBuffer { buffer } => match c.owned.buffers.get(&buffer) {
+                Some((map, _)) if Rc::strong_count(map) > 1 => {
+                    err(ErrorKind::Busy, "memory regions still use this buffer")
+                }
+                Some(_) => {
+                    c.owned.buffers.remove(&buffer);
+                    Response::Ok
+                }
+                None => err(ErrorKind::NotFound, format!("no buffer {buffer}")),
+            },
+            Request::AllocPd { dev } => {
+                dev!(dev);
+                match hca.alloc_pd() {
+                    Ok(pd) => {
+                        c.owned.pds.insert(pd.0);
+                        Response::Handle(u64::from(pd.0))
+                    }
+                    Err(e) => verbs_error(e),
+                }
+            }
+            Request::DeallocPd { dev, pd } => {
+                dev!(dev);
+                owned!(pds, pd, "PD");
+                match hca.dealloc_pd(PdHandle(pd)) {
+                    Ok(()) => {
+                        c.owned.pds.remove(&pd);
+                        Response::Ok
+                    }
+                    Err(e) => verbs_error(e),
+                }
+            }
+            Request::RegMr {
+                dev,
+                pd,
+                buffer,
+                addr,
+                len,
+                access,
+            } => {
+                dev!(dev);
+                owned!(pds, pd, "PD");
+                if c.owned.mrs.len() >= MAX_MRS_PER_CLIENT {
+                    return Some(err(
+                        ErrorKind::Exhausted,
+                        format!("a client may register at most {MAX_MRS_PER_CLIENT} MRs"),
+                    ));
+                }
+                let Some((map, base)) = c.owned.buffers.get(&buffer) else {
+                    return Some(err(ErrorKind::NotFound, format!("no buffer {buffer}")));
+                };
+                let inside = addr
+                    .checked_sub(*base)
+                    .and_then(|off| off.checked_add(len))
+                    .is_some_and(|end| end <= map.len() as u64);
+                if !inside {
+                    return Some(err(
+                        ErrorKind::Invalid,
+                        format!(
+                            "the region [{addr:#x}, +{len}) is not inside buffer {buffer} \
+                             ([{base:#x}, +{}))",
+                            map.len()
+                        ),
+                    ));
+                }
+                let region = RegionId(self.next_region);
+                self.next_region += 1;
+                match hca.reg_mr(PdHandle(pd), addr, len, access, region) {
+                    Ok(key) => {
+                        hca.memory_mut().add(region, *base, Rc::clone(map));
+                        c.owned.mrs.insert(key, region);
+                        Response::Mr {
+                            lkey: key,
+                            rkey: key,
+                        }
+                    }
+                    Err(e) => verbs_error(e),
+                }
+            }
+            Request::DeregMr { dev, lkey } => {
+                dev!(dev);
+                let Some(&region) = c.owned.mrs.get(&lkey) else {
+                    return Some(err(ErrorKind::NotFound, format!("no MR {lkey:#x}")));
+                };
+                match hca.dereg_mr(lkey) {
+                    Ok(_) => {
+                        hca.memory_mut().remove(region);
+                        c.owned.mrs.remove(&lkey);
+                        Response::Ok
+                    }
+                    Err(e) => verbs_error(e),
+                }
+            }
+            Request::CreateCq { dev, cqe } => {
+                dev!(dev);
+                if c.owned.cqs.len() >= MAX_CQS_PER_CLIENT {
+                    return Some(err(ErrorKind::Exhausted, "too many CQs for one client"));
+                }
+                match hca.create_cq(cqe) {
+                    Ok(cq) => {
+                        c.owned.cqs.insert(cq.0);
+                        Response::Handle(u64::from(cq.0))
+                    }
+                    Err(e) => verbs_error(e),
+                }
+            }
+            Request::DestroyCq { dev, cq } => {
+                dev!(dev);
+                owned!(cqs, cq, "CQ");
+                match hca.destroy_cq(CqHandle(cq)) {
+                    Ok(()) => {
+                        c.owned.cqs.remove(&cq);
+                        Response::Ok
+                    }
+                    Err(e) => verbs_error(e),
+                }
+            }
+            Request::CreateQp { dev, init } => {
+                dev!(dev);
+                owned!(pds, init.pd.0, "PD");
+                owned!(cqs, init.send_cq.0, "CQ");
+                owned!(cqs, init.recv_cq.0, "CQ");
+                if c.owned.qps.len() >= MAX_QPS_PER_CLIENT {
+                    return Some(err(
+                        ErrorKind::Exhausted,
+                        format!("a client may create at most {MAX_QPS_PER_CLIENT} QPs"),
+                    ));
+                }
+                match hca.create_qp(init) {
+                    Ok(qpn) => {
+                        c.owned.qps.insert(qpn);
+                        Response::Qp(qpn)
+                    }
+                    Err(e) => verbs_error(e),
+                }
+            }
+            Request::ModifyQp {
+                dev,
+                qpn,
+                attr,
+                mask,
+            } => {
+                dev!(dev);
+                owned!(qps, qpn, "QP");
+                match hca.modify_qp(qpn, &attr, mask) {
+                    Ok(()) => Response::Ok,
+                    Err(e) => verbs_error(e),
+                }
+            }
+            Request::QueryQp { dev, qpn } => {
+                dev!(dev);
+                owned!(qps, qpn, "QP");
+                match hca.query_qp(qpn) {
+                    Ok((a, i)) => Response::QpAttr(Box::new(a), i),
+                    Err(e) => verbs_error(e),
+                }
+            }
+            Request::DestroyQp { dev, qpn } => {
+                dev!(dev);
+                owned!(qps, qpn, "QP");
+                match hca.destroy_qp(qpn) {
+                    Ok(()) => {
+                        c.owned.qps.remove(&qpn);
+                        Response::Ok
+                    }
+                    Err(e) => verbs_error(e),
+                }
+            }
+            Request::CreateAh { dev, pd, av } => {
+                dev!(dev);
+                owned!(pds, pd, "PD");
+                match hca.create_ah(PdHandle(pd), av) {
+                    Ok(ah) => {
+                        c.owned.ahs.insert(ah.0);
+                        Response::Handle(u64::from(ah.0))
+                    }
+                    Err(e) => verbs_error(e),
+                }
+            }
+            Request::DestroyAh { dev, ah } => {
+                dev!(dev);
+                owned!(ahs, ah, "AH");
+                match hca.destroy_ah(AhHandle(ah)) {
+                    Ok(()) => {
+                        c.owned.ahs.remove(&ah);
+                        Response::Ok
+                    }
+                    Err(e) => verbs_error(e),
+                }
+            }
+            Request::PostSend { dev, qpn, wrs } => {
+                dev!(dev);
+                owned!(qps, qpn, "QP");
+                let mut posted = 0;
+                let mut error = None;
+                for wr in wrs {
+                    if let Some(ud) = &wr.ud {
+                        if !c.owned.ahs.contains(&ud.ah.0) {
+                            error = Some(format!("no AH {} belongs to this client", ud.ah.0));
+                            break;
+                        }
+                    }
+                    match hca.post_send(qpn, wr) {
+                        Ok(()) => posted += 1,
+                        Err(e) => {
+                            error = Some(e.to_string());
+                            break;
+                        }
+                    }
+                }
+                Response::Posted { posted, error }
+            }
+            Request::PostRecv { dev, qpn, wrs } => {
+                dev!(dev);
+                owned!(qps, qpn, "QP");
+                let mut posted = 0;
+                let mut error = None;
+                for wr in wrs {
+                    match hca.post_recv(qpn, wr) {
+                        Ok(()) => posted += 1,
+                        Err(e) => {
+                            error = Some(e.to_string());
+                            break;
+                        }
+                    }
+                }
+                Response::Posted { posted, error }
+            }
+            Request::PollCq {
+                dev,
+                cq,
+                max,
+                wait_us,
+            } => {
+                dev!(dev);
+                owned!(cqs, cq, "CQ");
+                if hca.cq_len(CqHandle(cq)) == 0 && wait_us > 0 {
+                    c.parked = Some(Parked::PollCq {
+                        cq,
+                        max,
+                        until: StdInstant::now() + StdDuration::from_micros(u64::from(wait_us)),
+                    });
+                    return None;
+                }
+                Response::Completions(drain_cq(hca, cq, max))
+            }
+            Request::OpenMad { dev, port, sm } => {
+                dev!(dev);
+                if port == 0 || port > self.ca.identity().num_ports {
+                    return Some(err(ErrorKind::NotFound, format!("no port {port}")));
+                }
+                if sm
+                    && self
+                        .clients
+                        .values()
+                        .any(|o| o.agents.iter().any(|&(p, s)| p == port && s))
+                {
+                    return Some(err(
+                        ErrorKind::Busy,
+                        format!("an SM already runs on port {port} of this host"),
+                    ));
+                }
+                let Some(c) = self.clients.get_mut(&id) else {
+                    return None;
+                };
+                c.agents.push((port, sm));
+                Response::Ok
+            }
+            Request::SendSmp {
+                dev,
+                port,
+                dlid,
+                mad,
+            } => {
+                dev!(dev);
+                let parsed = <[u8; MAD_LEN]>::try_from(mad.as_slice())
+                    .ok()
+                    .and_then(|b| smp::Repr::parse(&smp::Packet::new_unchecked(&b[..])).ok());
+                let Some(s) = parsed else {
+                    return Some(err(ErrorKind::Invalid, "not a 256-byte SMP"));
+                };
+                if !c.agents.iter().any(|&(p, _)| p == port) {
+                    return Some(err(
+                        ErrorKind::Protocol,
+                        format!("open port {port} as a MAD agent first (OpenMad)"),
+                    ));
+                }
+                self.ca.send_smp(port, dlid, &s);
+                Response::Ok
+            }
+            Request::SendGmp {
+                dev,
+                port,
+                dlid,
+                dest_qpn,
+                mad,
+            } => {
+                dev!(dev);
+                let Ok(m) = <[u8; MAD_LEN]>::try_from(mad.as_slice()) else {
+                    return Some(err(ErrorKind::Invalid, "a GMP is 256 bytes"));
+                };
+                if !c.agents.iter().any(|&(p, _)| p == port) {
+                    return Some(err(
+                        ErrorKind::Protocol,
+                        format!("open port {port} as a MAD agent first (OpenMad)"),
+                    ));
+                }
+                self.ca.send_gmp(port, dlid, dest_qpn, &m);
+                Response::Ok
+            }
+            Request::RecvMads { max, wait_us } => {
+                if c.mads.is_empty() && wait_us > 0 {
+                    c.parked = Some(Parked::RecvMads {
+                        max,
+                        until: StdInstant::now() + StdDuration::from_micros(u64::from(wait_us)),
+                    });
+                    return None;
+                }
+                let n = c.mads.len().min(max as usize);
+                Response::Mads(c.mads.drain(..n).collect())
+            }
+            Request::SetSm { dev, port, sm_info } => {
+                dev!(dev);
+                if !c.agents.iter().any(|&(p, s)| p == port && s) {
+                    return Some(err(
+                        ErrorKind::Protocol,
+                        format!("open port {port} as the SM first (OpenMad with sm)"),
+                    ));
+                }
+                let info = match sm_info {
+                    Some(bytes) => match SmInfo::parse(&bytes) {
+                        Ok(i) => Some(i),
+                        Err(e) => return Some(err(ErrorKind::Invalid, format!("SMInfo: {e}"))),
+                    },
+                    None => None,
+                };
+                self.set_sm(port, info);
+                Response::Ok
+            }
+        };
+        Some(r)
+    }
+
+    /// Hands a received MAD to the agents that want it.
+    fn dispatch_mad(&mut self, m: MadIn) {
+        let header = mad::Repr::parse(&mad::Packet::new_unchecked(&m.mad[..])).ok();
+        let is_response = header.is_some_and(|h| h.method.is_response());
+        let class = header.map(|h| h.mgmt_class);
+        if m.qp == MadQp::Gsi && !is_response && class == Some(mad::MgmtClass::PerfMgt) {
+            self.answer_pma(&m);
+            return;
+        }
+        let to_sm_only =
+            m.qp == MadQp::Smi || (!is_response && class == Some(mad::MgmtClass::SubnAdm));
+        let msg = Mad {
+            dev: 0,
+            port: m.port,
+            qp: m.qp,
+            slid: m.slid,
+            src_qpn: m.src_qpn,
+            mad: m.mad.to_vec(),
+        };
+        let mut claimed = false;
+        for c in self.clients.values_mut() {
+            let wants = c
+                .agents
+                .iter()
+                .any(|&(p, sm)| p == m.port && (sm || !to_sm_only));
+            if wants && c.mads.len() < MAX_QUEUED_MADS {
+                c.mads.push_back(msg.clone());
+                claimed = true;
+            }
+        }
+        if !claimed {
+            self.unclaimed_mads += 1;
+        }
+    }
+
+    /// The performance management agent (PMA, IBA §16.1) on QP1: PortCounters.
+    fn answer_pma(&mut self, m: &MadIn) {
+        if let Some(resp) = crate::pma::answer(&self.ca, m.port, &m.mad) {
+            self.ca.send_gmp(m.port, m.slid, m.src_qpn, &resp);
+        }
+    }
+
+    /// Answers parked requests whose condition came true or whose wait ran out.
+    fn finish_parked(&mut self, now: StdInstant) {
+        let ids: Vec<u64> = self.clients.keys().copied().collect();
+        for id in ids {
+            let Some(c) = self.clients.get_mut(&id) else {
+                continue;
+            };
+            let response = match c.parked {
+                Some(Parked::PollCq { cq, max, until }) => {
+                    let hca = self.ca.hca_mut();
+                    if hca.cq_len(CqHandle(cq)) > 0 || now >= until {
+                        Some(Response::Completions(drain_cq(hca, cq, max)))
+                    } else {
+                        None
+                    }
+                }
+                Some(Parked::RecvMads { max, until }) => {
+                    if !c.mads.is_empty() || now >= until {
+                        let n = c.mads.len().min(max as usize);
+                        Some(Response::Mads(c.mads.drain(..n).collect()))
+                    } else {
+                        None
+                    }
+                }
+                None => None,
+            };
+            if let Some(r) = response {
+                c.parked = None;
+                self.reply(id, &r);
+            }
+        }
+    }
+}
+
+fn drain_cq(
+    hca: &mut softib_engine::Hca<ShmMemory>,
+    cq: u32,
+    max: u32,
+) -> Vec<softib_engine::verbs::WorkCompletion> {
+    let mut v = Vec::new();
+    while v.len() < max as usize {
+        match hca.poll_cq(CqHandle(cq)) {
+            Some(wc) => v.push(wc),
+            None => break,
+        }
+    }
+    v
+}
+
+/// Gb/s of a port's active width × speed, as ibstat's "Rate".
+pub fn port_rate(i: &softib_wire::mad::attr::PortInfo) -> u32 {
+    let lanes = match i.link_width_active {
+        1 => 1,
+        2 => 4,
+        4 => 8,
+        8 => 12,
+        16 => 2,
+        _ => 0,
+    };
+    let per_lane = match i.link_speed_active {
+        1 => 2.5,
+        2 => 5.0,
+        4 => 10.0,
+        _ => 0.0,
+    };
+    (f64::from(lanes) * per_lane) as u32
+}
+
+fn tracing_free_log(host: &str, pid: u32, program: &str) {
+    if std::env::var_os("SOFTIB_LOG").is_some() {
+        eprintln!("softibd[{host}]: client {program} (pid {pid}) gone; its resources reclaimed");
+    }
+}

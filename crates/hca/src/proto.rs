@@ -1,0 +1,460 @@
+//! The control protocol between applications and `softibd`, on a unix stream socket.
+//!
+//! Like the kernel's uverbs commands: each request is answered by exactly one response, in
+//! order. A frame is a 4-byte little-endian length and a postcard-encoded message; a buffer's
+//! memfd travels as SCM_RIGHTS with the `AttachBuffer` request that names it. The first request
+//! of a session must be `Hello` with [`VERSION`]; a daemon that speaks another version answers
+//! with an error naming both.
+//!
+//! Today the data path (post send/receive, poll CQ) also goes through this socket; the
+//! shared-memory rings of DESIGN.md will take it over without changing the control requests.
+
+use std::io::{self, Read};
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+
+use serde::{Deserialize, Serialize};
+use softib_engine::verbs::{AccessFlags, RecvWr, SendWr, WorkCompletion};
+use softib_engine::{AddressVector, AttrMask, QpAttr, QpInitAttr};
+use softib_wire::{Gid, Guid, Lid, Mtu, Qpn};
+
+use crate::ib::MadQp;
+
+/// The protocol version; bumped on any incompatible change.
+pub const VERSION: u32 = 1;
+/// The largest frame either side accepts.
+pub const MAX_FRAME: usize = 4 << 20;
+
+/// What an application asks.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Request {
+    /// The first request: who is asking, and in which protocol version.
+    Hello {
+        /// [`VERSION`].
+        version: u32,
+        /// The client's process id (for logs and `softib` resource listings).
+        pid: u32,
+        /// The client's program name.
+        program: String,
+    },
+    /// The devices of this host.
+    ListDevices,
+    /// Hands the daemon a shared buffer (its memfd rides along) of `len` bytes, mapped at
+    /// `addr` in the client.
+    AttachBuffer {
+        /// Its length.
+        len: u64,
+        /// Its address in the client.
+        addr: u64,
+    },
+    /// Forgets a buffer (no MR may still use it).
+    DetachBuffer {
+        /// What `AttachBuffer` returned.
+        buffer: u64,
+    },
+    /// `ibv_alloc_pd`.
+    AllocPd {
+        /// Device index.
+        dev: u32,
+    },
+    /// `ibv_dealloc_pd`.
+    DeallocPd {
+        /// Device index.
+        dev: u32,
+        /// The PD.
+        pd: u32,
+    },
+    /// `ibv_reg_mr` over part of an attached buffer.
+    RegMr {
+        /// Device index.
+        dev: u32,
+        /// The PD.
+        pd: u32,
+        /// The attached buffer.
+        buffer: u64,
+        /// Where the region starts in the client (inside the buffer).
+        addr: u64,
+        /// Its length.
+        len: u64,
+        /// Access flags.
+        access: AccessFlags,
+    },
+    /// `ibv_dereg_mr`.
+    DeregMr {
+        /// Device index.
+        dev: u32,
+        /// The L_Key.
+        lkey: u32,
+    },
+    /// `ibv_create_cq`.
+    CreateCq {
+        /// Device index.
+        dev: u32,
+        /// Minimum number of entries.
+        cqe: u32,
+    },
+    /// `ibv_destroy_cq`.
+    DestroyCq {
+        /// Device index.
+        dev: u32,
+        /// The CQ.
+        cq: u32,
+    },
+    /// `ibv_create_qp`.
+    CreateQp {
+        /// Device index.
+        dev: u32,
+        /// The attributes.
+        init: QpInitAttr,
+    },
+    /// `ibv_modify_qp`.
+    ModifyQp {
+        /// Device index.
+        dev: u32,
+        /// The QP.
+        qpn: Qpn,
+        /// The attributes.
+        attr: Box<QpAttr>,
+        /// Which attributes are valid.
+        mask: AttrMask,
+    },
+    /// `ibv_query_qp`.
+    QueryQp {
+        /// Device index.
+        dev: u32,
+        /// The QP.
+        qpn: Qpn,
+    },
+    /// `ibv_destroy_qp`.
+    DestroyQp {
+        /// Device index.
+        dev: u32,
+        /// The QP.
+        qpn: Qpn,
+    },
+    /// `ibv_create_ah`.
+    CreateAh {
+        /// Device index.
+        dev: u32,
+        /// The PD.
+        pd: u32,
+        /// The address.
+        av: AddressVector,
+    },
+    /// `ibv_destroy_ah`.
+    DestroyAh {
+        /// Device index.
+        dev: u32,
+        /// The AH.
+        ah: u32,
+    },
+    /// `ibv_post_send` of a list of WRs (stops at the first failure, like the verb).
+    PostSend {
+        /// Device index.
+        dev: u32,
+        /// The QP.
+        qpn: Qpn,
+        /// The WRs.
+        wrs: Vec<SendWr>,
+    },
+    /// `ibv_post_recv` of a list of WRs.
+    PostRecv {
+        /// Device index.
+        dev: u32,
+        /// The QP.
+        qpn: Qpn,
+        /// The WRs.
+        wrs: Vec<RecvWr>,
+    },
+    /// `ibv_poll_cq` for up to `max` completions; with `wait_us` > 0, waits that long for the
+    /// first one (a completion channel's blocking wait, in one round trip).
+    PollCq {
+        /// Device index.
+        dev: u32,
+        /// The CQ.
+        cq: u32,
+        /// Most completions returned.
+        max: u32,
+        /// How long to wait for the first, in microseconds.
+        wait_us: u32,
+    },
+    /// Become a management agent on a port: receive MADs of these kinds.
+    OpenMad {
+        /// Device index.
+        dev: u32,
+        /// Port.
+        port: u8,
+        /// Receive SMP responses (QP0) and SA/SM class requests: the subnet manager's role.
+        sm: bool,
+    },
+    /// Sends an SMP (256 bytes): directed-route from the port when `dlid` is `None`.
+    SendSmp {
+        /// Device index.
+        dev: u32,
+        /// Port.
+        port: u8,
+        /// LID-routed destination.
+        dlid: Option<Lid>,
+        /// The MAD.
+        mad: Vec<u8>,
+    },
+    /// Sends a GMP (256 bytes) to QP `dest_qpn` (usually 1) at `dlid`.
+    SendGmp {
+        /// Device index.
+        dev: u32,
+        /// Port.
+        port: u8,
+        /// Destination LID.
+        dlid: Lid,
+        /// Destination QP.
+        dest_qpn: Qpn,
+        /// The MAD.
+        mad: Vec<u8>,
+    },
+    /// Receives up to `max` MADs for this agent, waiting up to `wait_us` for the first.
+    RecvMads {
+        /// Most MADs returned.
+        max: u32,
+        /// How long to wait, in microseconds.
+        wait_us: u32,
+    },
+    /// The local SM announces itself on a port: PortInfo.CapabilityMask.IsSM and the SMInfo
+    /// the port's SMA answers with (64 bytes), or withdraws (`sm_info` = `None`).
+    SetSm {
+        /// Device index.
+        dev: u32,
+        /// Port.
+        port: u8,
+        /// SMInfo attribute bytes.
+        sm_info: Option<Vec<u8>>,
+    },
+}
+
+/// Why a request failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorKind {
+    /// Malformed or out-of-order request, or a wrong protocol version.
+    Protocol,
+    /// No such object (or not this client's).
+    NotFound,
+    /// An argument is not acceptable.
+    Invalid,
+    /// A queue, table or per-client limit is full.
+    Exhausted,
+    /// The object is in use.
+    Busy,
+    /// The QP's state does not allow it.
+    WrongState,
+}
+
+/// A device as `ibv_devices`, `ibstat` and `ibv_devinfo` show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    /// Name (`mlx4_0`).
+    pub name: String,
+    /// CA type (`MT4099`).
+    pub ca_type: String,
+    /// NodeDescription.
+    pub description: String,
+    /// Firmware version.
+    pub fw_ver: String,
+    /// Hardware version.
+    pub hw_ver: u32,
+    /// NodeGUID.
+    pub node_guid: Guid,
+    /// SystemImageGUID.
+    pub sys_image_guid: Guid,
+    /// VendorID.
+    pub vendor_id: u32,
+    /// Vendor part ID.
+    pub vendor_part_id: u32,
+    /// Device limits.
+    pub attr: softib_engine::DeviceAttr,
+    /// Ports 1..=N.
+    pub ports: Vec<PortInfo>,
+}
+
+/// A port as the tools show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PortInfo {
+    /// Port number.
+    pub number: u8,
+    /// PortState (1 Down, 2 Init, 3 Armed, 4 Active).
+    pub state: u8,
+    /// PortPhysicalState (2 Polling, 3 Disabled, 5 LinkUp).
+    pub phys_state: u8,
+    /// Rate in Gb/s (40 for 4X QDR).
+    pub rate: u32,
+    /// LinkWidthActive bits.
+    pub width: u8,
+    /// LinkSpeedActive bits.
+    pub speed: u8,
+    /// Base LID.
+    pub lid: Lid,
+    /// LMC.
+    pub lmc: u8,
+    /// The master SM's LID.
+    pub sm_lid: Lid,
+    /// CapabilityMask.
+    pub capability_mask: u32,
+    /// Port GUID.
+    pub port_guid: Guid,
+    /// `true` for InfiniBand, `false` for Ethernet (RoCE).
+    pub link_layer_ib: bool,
+    /// Largest MTU.
+    pub max_mtu: Mtu,
+    /// Active MTU.
+    pub active_mtu: Mtu,
+    /// GID table.
+    pub gids: Vec<Gid>,
+}
+
+/// A MAD received for an agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mad {
+    /// Device index.
+    pub dev: u32,
+    /// Port.
+    pub port: u8,
+    /// QP0 or QP1.
+    pub qp: MadQp,
+    /// The sender's LID.
+    pub slid: Lid,
+    /// The sender's QP.
+    pub src_qpn: Qpn,
+    /// 256 bytes.
+    pub mad: Vec<u8>,
+}
+
+/// The daemon's answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Response {
+    /// Done.
+    Ok,
+    /// Refused: why, in words that name what to do.
+    Error {
+        /// The class of error.
+        kind: ErrorKind,
+        /// What is wrong.
+        message: String,
+    },
+    /// Answer to `Hello`.
+    Hello {
+        /// The daemon's protocol version.
+        version: u32,
+        /// The daemon's process id.
+        pid: u32,
+        /// The host name this daemon (or this simulated host) has.
+        host: String,
+    },
+    /// The devices.
+    Devices(Vec<DeviceInfo>),
+    /// A new handle (PD, CQ, AH, buffer).
+    Handle(u64),
+    /// A new MR.
+    Mr {
+        /// L_Key.
+        lkey: u32,
+        /// R_Key.
+        rkey: u32,
+    },
+    /// A new QP.
+    Qp(Qpn),
+    /// `ibv_query_qp`.
+    QpAttr(Box<QpAttr>, QpInitAttr),
+    /// Work requests accepted before the first that failed (`posted` < requested), and why.
+    Posted {
+        /// How many were posted.
+        posted: u32,
+        /// Why the next one was not.
+        error: Option<String>,
+    },
+    /// Completions.
+    Completions(Vec<WorkCompletion>),
+    /// MADs.
+    Mads(Vec<Mad>),
+}
+
+/// Encodes a message into a frame.
+pub fn encode<T: Serialize>(msg: &T) -> io::Result<Vec<u8>> {
+    let body = postcard::to_stdvec(msg).map_err(|e| io::Error::other(format!("encode: {e}")))?;
+    let mut frame = Vec::with_capacity(body.len() + 4);
+    let len = u32::try_from(body.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "message too large"))?;
+    frame.extend_from_slice(&len.to_le_bytes());
+    frame.extend_from_slice(&body);
+    Ok(frame)
+}
+
+/// Decodes a frame body.
+pub fn decode<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, String> {
+    postcard::from_bytes(body).map_err(|e| format!("malformed message: {e}"))
+}
+
+/// Writes one message (with descriptors) to a stream.
+pub fn send<T: Serialize>(stream: &UnixStream, msg: &T, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+    softib_net::fdpass::send(stream, &encode(msg)?, fds)
+}
+
+/// Reads one whole frame body from a blocking stream (descriptors are not expected here).
+pub fn recv_blocking(stream: &mut UnixStream) -> io::Result<Vec<u8>> {
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("the daemon sent a {len}-byte frame, more than the {MAX_FRAME} allowed"),
+        ));
+    }
+    let mut body = vec![0u8; len];
+    stream.read_exact(&mut body)?;
+    Ok(body)
+}
+
+/// Accumulates bytes (and descriptors) from a non-blocking stream and yields whole frames.
+#[derive(Debug, Default)]
+pub struct FrameReader {
+    buf: Vec<u8>,
+    /// Descriptors received and not yet claimed by a request.
+    pub fds: Vec<OwnedFd>,
+}
+
+impl FrameReader {
+    /// Reads what is available. Returns `Ok(false)` at end of stream.
+    pub fn fill(&mut self, stream: &UnixStream) -> io::Result<bool> {
+        let mut chunk = [0u8; 64 * 1024];
+        loop {
+            match softib_net::fdpass::recv(stream, &mut chunk, &mut self.fds) {
+                Ok(0) => return Ok(false),
+                Ok(n) => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    if n < chunk.len() {
+                        return Ok(true);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The next whole frame's body, if one has arrived; an error for a frame too large.
+    pub fn next_frame(&mut self) -> Result<Option<Vec<u8>>, String> {
+        if self.buf.len() < 4 {
+            return Ok(None);
+        }
+        let len = u32::from_le_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
+        if len > MAX_FRAME {
+            return Err(format!(
+                "a {len}-byte request is more than the {MAX_FRAME} bytes allowed"
+            ));
+        }
+        if self.buf.len() < 4 + len {
+            return Ok(None);
+        }
+        let body = self.buf[4..4 + len].to_vec();
+        self.buf.drain(..4 + len);
+        Ok(Some(body))
+    }
+}

@@ -1,0 +1,19 @@
+//! perftest-compatible benchmarks for softib: the verbs-independent half.
+//!
+//! Upstream perftest (`linux-rdma/perftest`) ships `ib_{send,write,read,atomic}_{bw,lat}`.
+//! People and scripts know their flags, their out-of-band TCP exchange and their output
+//! byte for byte, so this crate reproduces all three without touching the verbs API:
+//!
+//! - [`args`]: the command line, with upstream's flags, defaults and validation per test.
+//! - [`exchange`]: the out-of-band TCP exchange ("Data ex. method : Ethernet"), wire
+//!   compatible with upstream perftest (6.x, and the older layouts older peers use).
+//! - [`report`]: the banner, the address lines, the BW and latency tables, `--out_json`.
+//!
+//! The run loop that posts work requests lives with the verbs API; it fills
+//! [`report::BwResult`] / [`report::LatResult`] with timestamps and hands them here.
+
+pub mod args;
+pub mod exchange;
+pub mod report;
+
+pub use args::{AtomicType, Connection, Mode, Parsed, PerftestArgs, Test};

@@ -1,0 +1,442 @@
+//! `softib` — the verbs API for Rust applications.
+//!
+//! A [`Context`] is a session with the HCA daemon (`softibd`) of this host, found through its
+//! runtime directory ([`runtime_dir`]). Control verbs (allocate a PD, register memory, create
+//! CQs and QPs, modify QPs) are requests on the daemon's control socket, like the kernel's
+//! uverbs commands; registered memory is a [`Buffer`] the daemon maps too, so the HCA reads and
+//! writes it directly. Everything a context created is reclaimed by the daemon when the context
+//! is dropped or the process dies.
+//!
+//! The types of work requests, completions and QP attributes are the engine's
+//! ([`softib_engine::verbs`], [`softib_engine::QpAttr`], ...), re-exported here.
+#![deny(missing_docs)]
+
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use softib_engine::verbs::{
+    AccessFlags, QpState, QpType, RecvWr, RemoteAddr, SendFlags, SendWr, Sge, UdDest, WcOpcode,
+    WcStatus, WorkCompletion, WrOpcode,
+};
+pub use softib_engine::{
+    AddressVector, AhHandle, AttrMask, CqHandle, GlobalRoute, PdHandle, QpAttr, QpCap, QpInitAttr,
+};
+pub use softib_hca::ib::MadQp;
+pub use softib_hca::proto::{DeviceInfo, ErrorKind, Mad, PortInfo};
+pub use softib_wire::{Gid, Guid, Lid, Mtu, Psn, QKey, Qpn};
+
+use softib_hca::proto::{self, Request, Response};
+use softib_net::shm::SharedRegion;
+
+/// What went wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No daemon serves this host.
+    #[error("cannot reach softibd at {path}: {source} (start it with `softib daemon`, or `softib fabric up`, or set SOFTIB_RUNTIME_DIR)")]
+    NoDaemon {
+        /// The socket tried.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The daemon refused the request.
+    #[error("{message}")]
+    Refused {
+        /// The class of error.
+        kind: ErrorKind,
+        /// The daemon's explanation.
+        message: String,
+    },
+    /// The connection failed.
+    #[error("softibd connection: {0}")]
+    Io(#[from] std::io::Error),
+    /// The daemon answered something that does not fit the request.
+    #[error("softibd answered {0} to a request that expects something else")]
+    Unexpected(&'static str),
+}
+
+/// A result with [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// The runtime directory of this host's daemon: `$SOFTIB_RUNTIME_DIR`, else `/run/softib` for
+/// root, else `$XDG_RUNTIME_DIR/softib`, else `/tmp/softib-<uid>`.
+pub fn runtime_dir() -> PathBuf {
+    softib_hca::runtime_dir()
+}
+
+/// A memory buffer shared with the HCA: what memory regions are registered on.
+#[derive(Debug)]
+pub struct Buffer {
+    map: SharedRegion,
+    id: u64,
+}
+
+impl Buffer {
+    /// Its address (what work requests name).
+    pub fn addr(&self) -> u64 {
+        self.map.addr()
+    }
+
+    /// Its length.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether it is empty (never).
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        self.map.as_slice()
+    }
+
+    /// The bytes, writable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        self.map.as_mut_slice()
+    }
+
+    /// Reads bytes at `offset` without taking a reference into memory the HCA may be writing
+    /// (what a poller of a buffer should use).
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> bool {
+        self.map.read(offset, dst).is_ok()
+    }
+
+    /// Writes bytes at `offset`, the last byte last.
+    pub fn write(&self, offset: usize, src: &[u8]) -> bool {
+        self.map.write(offset, src).is_ok()
+    }
+}
+
+/// A registered memory region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryRegion {
+    /// L_Key.
+    pub lkey: u32,
+    /// R_Key.
+    pub rkey: u32,
+    /// First address.
+    pub addr: u64,
+    /// Length.
+    pub len: u64,
+}
+
+/// A session with the daemon.
+#[derive(Debug)]
+pub struct Context {
+    stream: UnixStream,
+    host: String,
+    daemon_pid: u32,
+}
+
+impl Context {
+    /// Connects to the daemon of this host ([`runtime_dir`]).
+    pub fn open() -> Result<Context> {
+        Context::open_at(&runtime_dir())
+    }
+
+    /// Connects to the daemon whose runtime directory is `dir`.
+    pub fn open_at(dir: &Path) -> Result<Context> {
+        let path = dir.join(softib_hca::host::SOCKET_NAME);
+        let stream = UnixStream::connect(&path).map_err(|source| Error::NoDaemon {
+            path: path.clone(),
+            source,
+        })?;
+        let mut ctx = Context {
+            stream,
+            host: String::new(),
+            daemon_pid: 0,
+        };
+        let program = std::env::args()
+            .next()
+            .and_then(|a| {
+                Path::new(&a)
+                    .file_name()
+                    .map(|f| f.to_string_lossy().into_owned())
+            })
+            .unwrap_or_default();
+        match ctx.call(&Request::Hello {
+            version: proto::VERSION,
+            pid: std::process::id(),
+            program,
+        })? {
+            Response::Hello { host, pid, .. } => {
+                ctx.host = host;
+                ctx.daemon_pid = pid;
+                Ok(ctx)
+            }
+            _ => Err(Error::Unexpected("not Hello")),
+        }
+    }
+
+    /// The host name the daemon serves.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The daemon's process id.
+    pub fn daemon_pid(&self) -> u32 {
+        self.daemon_pid
+    }
+
+    fn call(&mut self, req: &Request) -> Result<Response> {
+        self.call_with_fds(req, &[])
+    }
+
+    fn call_with_fds(
+        &mut self,
+        req: &Request,
+        fds: &[std::os::fd::BorrowedFd<'_>],
+    ) -> Result<Response> {
+        proto::send(&self.stream, req, fds)?;
+        let body = proto::recv_blocking(&mut self.stream)?;
+        match proto::decode::<Response>(&body) {
+            Ok(Response::Error { kind, message }) => Err(Error::Refused { kind, message }),
+            Ok(r) => Ok(r),
+            Err(m) => Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                m,
+            ))),
+        }
+    }
+
+    fn ok(&mut self, req: &Request) -> Result<()> {
+        match self.call(req)? {
+            Response::Ok => Ok(()),
+            _ => Err(Error::Unexpected("not Ok")),
+        }
+    }
+
+    fn handle(&mut self, req: &Request) -> Result<u64> {
+        match self.call(req)? {
+            Response::Handle(h) => Ok(h),
+            _ => Err(Error::Unexpected("not a handle")),
+        }
+    }
+
+    /// The devices of this host (`ibv_get_device_list` + `ibv_query_device` + ports).
+    pub fn devices(&mut self) -> Result<Vec<DeviceInfo>> {
+        match self.call(&Request::ListDevices)? {
+            Response::Devices(d) => Ok(d),
+            _ => Err(Error::Unexpected("not a device list")),
+        }
+    }
+
+    /// Allocates a buffer of `len` bytes shared with the HCA.
+    pub fn alloc_buffer(&mut self, len: usize) -> Result<Buffer> {
+        let map = SharedRegion::create("softib-buffer", len)?;
+        let req = Request::AttachBuffer {
+            len: map.len() as u64,
+            addr: map.addr(),
+        };
+        let id = match self.call_with_fds(&req, &[map.fd()])? {
+            Response::Handle(h) => h,
+            _ => return Err(Error::Unexpected("not a handle")),
+        };
+        Ok(Buffer { map, id })
+    }
+
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&mut self, dev: u32) -> Result<PdHandle> {
+        let h = self.handle(&Request::AllocPd { dev })?;
+        Ok(PdHandle(h as u32))
+    }
+
+    /// `ibv_dealloc_pd`.
+    pub fn dealloc_pd(&mut self, dev: u32, pd: PdHandle) -> Result<()> {
+        self.ok(&Request::DeallocPd { dev, pd: pd.0 })
+    }
+
+    /// `ibv_reg_mr` over `len` bytes of `buffer` from `offset`.
+    pub fn reg_mr(
+        &mut self,
+        dev: u32,
+        pd: PdHandle,
+        buffer: &Buffer,
+        offset: usize,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion> {
+        let addr = buffer.addr() + offset as u64;
+        match self.call(&Request::RegMr {
+            dev,
+            pd: pd.0,
+            buffer: buffer.id,
+            addr,
+            len: len as u64,
+            access,
+        })? {
+            Response::Mr { lkey, rkey } => Ok(MemoryRegion {
+                lkey,
+                rkey,
+                addr,
+                len: len as u64,
+            }),
+            _ => Err(Error::Unexpected("not an MR")),
+        }
+    }
+
+    /// `ibv_dereg_mr`.
+    pub fn dereg_mr(&mut self, dev: u32, mr: &MemoryRegion) -> Result<()> {
+        self.ok(&Request::DeregMr { dev, lkey: mr.lkey })
+    }
+
+    /// `ibv_create_cq`.
+    pub fn create_cq(&mut self, dev: u32, cqe: u32) -> Result<CqHandle> {
+        let h = self.handle(&Request::CreateCq { dev, cqe })?;
+        Ok(CqHandle(h as u32))
+    }
+
+    /// `ibv_destroy_cq`.
+    pub fn destroy_cq(&mut self, dev: u32, cq: CqHandle) -> Result<()> {
+        self.ok(&Request::DestroyCq { dev, cq: cq.0 })
+    }
+
+    /// `ibv_create_qp`.
+    pub fn create_qp(&mut self, dev: u32, init: QpInitAttr) -> Result<Qpn> {
+        match self.call(&Request::CreateQp { dev, init })? {
+            Response::Qp(q) => Ok(q),
+            _ => Err(Error::Unexpected("not a QP")),
+        }
+    }
+
+    /// `ibv_modify_qp`.
+    pub fn modify_qp(&mut self, dev: u32, qpn: Qpn, attr: &QpAttr, mask: AttrMask) -> Result<()> {
+        self.ok(&Request::ModifyQp {
+            dev,
+            qpn,
+            attr: Box::new(*attr),
+            mask,
+        })
+    }
+
+    /// `ibv_query_qp`.
+    pub fn query_qp(&mut self, dev: u32, qpn: Qpn) -> Result<(QpAttr, QpInitAttr)> {
+        match self.call(&Request::QueryQp { dev, qpn })? {
+            Response::QpAttr(a, i) => Ok((*a, i)),
+            _ => Err(Error::Unexpected("not QP attributes")),
+        }
+    }
+
+    /// `ibv_destroy_qp`.
+    pub fn destroy_qp(&mut self, dev: u32, qpn: Qpn) -> Result<()> {
+        self.ok(&Request::DestroyQp { dev, qpn })
+    }
+
+    /// `ibv_create_ah`.
+    pub fn create_ah(&mut self, dev: u32, pd: PdHandle, av: AddressVector) -> Result<AhHandle> {
+        let h = self.handle(&Request::CreateAh { dev, pd: pd.0, av })?;
+        Ok(AhHandle(h as u32))
+    }
+
+    /// `ibv_post_send` of a list: all posted, or the error of the first that was not (the
+    /// ones before it are posted, as with the verb's `bad_wr`).
+    pub fn post_send(&mut self, dev: u32, qpn: Qpn, wrs: Vec<SendWr>) -> Result<()> {
+        match self.call(&Request::PostSend { dev, qpn, wrs })? {
+            Response::Posted { error: None, .. } => Ok(()),
+            Response::Posted {
+                posted,
+                error: Some(message),
+            } => Err(Error::Refused {
+                kind: ErrorKind::Invalid,
+                message: format!("work request {posted} of the list: {message}"),
+            }),
+            _ => Err(Error::Unexpected("not Posted")),
+        }
+    }
+
+    /// `ibv_post_recv` of a list.
+    pub fn post_recv(&mut self, dev: u32, qpn: Qpn, wrs: Vec<RecvWr>) -> Result<()> {
+        match self.call(&Request::PostRecv { dev, qpn, wrs })? {
+            Response::Posted { error: None, .. } => Ok(()),
+            Response::Posted {
+                posted,
+                error: Some(message),
+            } => Err(Error::Refused {
+                kind: ErrorKind::Invalid,
+                message: format!("receive request {posted} of the list: {message}"),
+            }),
+            _ => Err(Error::Unexpected("not Posted")),
+        }
+    }
+
+    /// `ibv_poll_cq` for up to `max` completions, waiting up to `wait` for the first.
+    pub fn poll_cq(
+        &mut self,
+        dev: u32,
+        cq: CqHandle,
+        max: u32,
+        wait: Duration,
+    ) -> Result<Vec<WorkCompletion>> {
+        let wait_us = u32::try_from(wait.as_micros()).unwrap_or(u32::MAX);
+        match self.call(&Request::PollCq {
+            dev,
+            cq: cq.0,
+            max,
+            wait_us,
+        })? {
+            Response::Completions(v) => Ok(v),
+            _ => Err(Error::Unexpected("not completions")),
+        }
+    }
+
+    /// Becomes a MAD agent on `port` (`sm`: the subnet manager, which receives SMP responses
+    /// and SA requests).
+    pub fn open_mad(&mut self, dev: u32, port: u8, sm: bool) -> Result<()> {
+        self.ok(&Request::OpenMad { dev, port, sm })
+    }
+
+    /// Sends an SMP: directed-route when `dlid` is `None`.
+    pub fn send_smp(
+        &mut self,
+        dev: u32,
+        port: u8,
+        dlid: Option<Lid>,
+        mad: &[u8; 256],
+    ) -> Result<()> {
+        self.ok(&Request::SendSmp {
+            dev,
+            port,
+            dlid,
+            mad: mad.to_vec(),
+        })
+    }
+
+    /// Sends a GMP to `dest_qpn` at `dlid`.
+    pub fn send_gmp(
+        &mut self,
+        dev: u32,
+        port: u8,
+        dlid: Lid,
+        dest_qpn: Qpn,
+        mad: &[u8; 256],
+    ) -> Result<()> {
+        self.ok(&Request::SendGmp {
+            dev,
+            port,
+            dlid,
+            dest_qpn,
+            mad: mad.to_vec(),
+        })
+    }
+
+    /// Receives MADs for this agent, waiting up to `wait` for the first.
+    pub fn recv_mads(&mut self, max: u32, wait: Duration) -> Result<Vec<Mad>> {
+        let wait_us = u32::try_from(wait.as_micros()).unwrap_or(u32::MAX);
+        match self.call(&Request::RecvMads { max, wait_us })? {
+            Response::Mads(v) => Ok(v),
+            _ => Err(Error::Unexpected("not MADs")),
+        }
+    }
+
+    /// Announces (or withdraws) the SM on `port`: IsSM and the SMInfo its SMA answers with.
+    pub fn set_sm(&mut self, dev: u32, port: u8, sm_info: Option<[u8; 64]>) -> Result<()> {
+        self.ok(&Request::SetSm {
+            dev,
+            port,
+            sm_info: sm_info.map(|b| b.to_vec()),
+        })
+    }
+}
