@@ -4,8 +4,10 @@
 //! protocol logic of its own (that lives in `softib-wire` and the crates above it).
 
 mod exit;
+mod fabric;
 mod pcap;
 mod sim;
+mod tools;
 
 use std::process::ExitCode;
 
@@ -28,13 +30,50 @@ enum Command {
     },
     /// Run the deterministic fault simulator over many seeds.
     Sim(sim::SimArgs),
+    /// Bring up, use and stop whole InfiniBand fabrics from a topology file.
+    Fabric {
+        #[command(subcommand)]
+        command: fabric::FabricCommand,
+    },
+}
+
+/// Runs a tool by its upstream name (`ibstat`, `opensm`, `ib_send_bw`, ...).
+fn run_tool(name: &str, args: &[String]) -> Option<anyhow::Result<u8>> {
+    Some(match name {
+        "ibstat" => tools::ibstat(args),
+        "ibstatus" => tools::ibstatus(args),
+        "ibv_devices" => tools::ibv_devices(args),
+        "ibv_devinfo" => tools::ibv_devinfo(args),
+        "ibnodes" | "ibhosts" | "ibswitches" | "ibnetdiscover" | "iblinkinfo" => {
+            tools::fabric_tool(name, args)
+        }
+        "opensm" => tools::opensm(args),
+        _ => return None,
+    })
 }
 
 fn main() -> ExitCode {
+    // Invoked through a link named like a tool (`ibstat`), or as `softib ibstat ...`: the tool
+    // parses its own arguments the way its upstream namesake does.
+    let argv: Vec<String> = std::env::args().collect();
+    let argv0 = argv
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if let Some(r) = run_tool(&argv0, argv.get(1..).unwrap_or_default()) {
+        return exit::finish(r);
+    }
+    if let Some(name) = argv.get(1) {
+        if let Some(r) = run_tool(name, argv.get(2..).unwrap_or_default()) {
+            return exit::finish(r);
+        }
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Pcap { command } => pcap::run(command),
         Command::Sim(args) => sim::run(&args),
+        Command::Fabric { command } => fabric::run(command),
     };
     exit::finish(result)
 }

@@ -207,7 +207,10 @@ impl PortView {
         };
         let rate = per_lane * lanes;
         let half = if rate % 10 != 0 { ".5" } else { "" };
-        Some((rate, format!("{}{half} Gb/sec ({lanes}X {name})", rate / 10)))
+        Some((
+            rate,
+            format!("{}{half} Gb/sec ({lanes}X {name})", rate / 10),
+        ))
     }
 
     /// GID index 0 (the default GID), or zero if the table has none.
@@ -492,7 +495,10 @@ pub fn ibstat_json(devs: &[DeviceView], args: &IbstatArgs) -> Result<Value, Diag
     let selected = select(devs, args)?;
     if args.list {
         return Ok(Value::Array(
-            selected.iter().map(|d| Value::from(d.name.clone())).collect(),
+            selected
+                .iter()
+                .map(|d| Value::from(d.name.clone()))
+                .collect(),
         ));
     }
     if args.port_guids {
@@ -592,7 +598,10 @@ fn sysfs_phys_state(s: PortPhysicalState) -> &'static str {
 
 /// `ibstatus [devname[:port] ...]`: `targets` empty means every device (sorted by name, as the
 /// shell glob lists them), a `None` port means all ports of that device.
-pub fn ibstatus(devs: &[DeviceView], targets: &[(String, Option<u8>)]) -> Result<String, DiagError> {
+pub fn ibstatus(
+    devs: &[DeviceView],
+    targets: &[(String, Option<u8>)],
+) -> Result<String, DiagError> {
     if devs.is_empty() {
         // `echo "Fatal error: " $*` puts two spaces after the colon.
         return Err(DiagError::new("Fatal error:  No devices", 255));
@@ -872,11 +881,18 @@ fn devinfo_verbose_device(out: &mut String, a: &DeviceAttrs) {
             }
         }
     }
-    let _ = writeln!(out, "\tdevice_cap_flags_ex:\t\t0x{:X}", a.device_cap_flags_ex);
+    let _ = writeln!(
+        out,
+        "\tdevice_cap_flags_ex:\t\t0x{:X}",
+        a.device_cap_flags_ex
+    );
     flag_lines(
         out,
         a.device_cap_flags_ex & 0xffff_ffff_0000_0000,
-        &[(1 << 34, "RAW_SCATTER_FCS"), (1 << 36, "PCI_WRITE_END_PADDING")],
+        &[
+            (1 << 34, "RAW_SCATTER_FCS"),
+            (1 << 36, "PCI_WRITE_END_PADDING"),
+        ],
         true,
     );
     out.push_str("\ttso_caps:\n");
@@ -895,8 +911,16 @@ fn devinfo_verbose_device(out: &mut String, a: &DeviceAttrs) {
         "\t\tmax_rwq_indirection_table_size:\t\t\t{}",
         a.max_rwq_indirection_table_size
     );
-    let _ = writeln!(out, "\t\trx_hash_function:\t\t\t\t0x{:x}", a.rx_hash_function);
-    let _ = writeln!(out, "\t\trx_hash_fields_mask:\t\t\t\t0x{:X}", a.rx_hash_fields_mask);
+    let _ = writeln!(
+        out,
+        "\t\trx_hash_function:\t\t\t\t0x{:x}",
+        a.rx_hash_function
+    );
+    let _ = writeln!(
+        out,
+        "\t\trx_hash_fields_mask:\t\t\t\t0x{:X}",
+        a.rx_hash_fields_mask
+    );
     if a.rss_supported_qpts != 0 {
         qpts(out, "\t\tsupported_qp:\n", a.rss_supported_qpts);
     }
@@ -1058,8 +1082,7 @@ pub fn ibv_devinfo(
     let mut out = String::new();
     for d in selected {
         let a = &d.attrs;
-        if let Some(p) = port.filter(|&p| p != 0 && p > a.phys_port_cnt) {
-            let _ = p;
+        if port.is_some_and(|p| p != 0 && p > a.phys_port_cnt) {
             return Err(DiagError::new("Invalid port requested for device", 4));
         }
         let _ = writeln!(out, "hca_id:\t{}", d.name);

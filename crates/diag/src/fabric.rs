@@ -247,7 +247,9 @@ pub fn ibnetdiscover(subnet: &Subnet, args: &IbnetdiscoverArgs, generated_on: &s
     for i in type_list(subnet, &order, |n| n.info.node_type == NodeType::Ca) {
         out_ca(subnet, i, &mut out);
     }
-    for i in type_list(subnet, &order, |n| !n.is_switch() && n.info.node_type != NodeType::Ca) {
+    for i in type_list(subnet, &order, |n| {
+        !n.is_switch() && n.info.node_type != NodeType::Ca
+    }) {
         out_ca(subnet, i, &mut out);
     }
     out
@@ -331,7 +333,13 @@ fn out_ca(subnet: &Subnet, i: usize, out: &mut String) {
             continue;
         };
         let rn = node_at(subnet, r.node);
-        let _ = write!(out, "[{p}]({:x}) \t{}[{}]", port_guid(n, p), node_name(rn), r.port);
+        let _ = write!(
+            out,
+            "[{p}]({:x}) \t{}[{}]",
+            port_guid(n, p),
+            node_name(rn),
+            r.port
+        );
         if !rn.is_switch() {
             let _ = write!(out, " ({:x}) ", port_guid(rn, r.port));
         }
@@ -560,7 +568,11 @@ fn max_width(mask: u8) -> u8 {
 
 /// The highest bit of a speed mask (get_max).
 fn max_speed(mask: u8) -> u8 {
-    (0..8).rev().map(|b| 1u8 << b).find(|b| mask & b != 0).unwrap_or(1)
+    (0..8)
+        .rev()
+        .map(|b| 1u8 << b)
+        .find(|b| mask & b != 0)
+        .unwrap_or(1)
 }
 
 /// ibdiag_common's `get_max_msg`: "Could be ..." when both ends support more than is active.
@@ -594,7 +606,14 @@ fn max_msg(subnet: &Subnet, node: usize, port: u8, r: PortRef) -> (String, Strin
     (width_msg, speed_msg)
 }
 
-fn linkinfo_port(subnet: &Subnet, i: usize, p: u8, info: &PortInfo, args: &IblinkinfoArgs, out: &mut String) {
+fn linkinfo_port(
+    subnet: &Subnet,
+    i: usize,
+    p: u8,
+    info: &PortInfo,
+    args: &IblinkinfoArgs,
+    out: &mut String,
+) {
     let n = node_at(subnet, i);
     let down = info.port_state == PortState::Down;
     let mut link = if !down {
@@ -623,7 +642,11 @@ fn linkinfo_port(subnet: &Subnet, i: usize, p: u8, info: &PortInfo, args: &Iblin
         )
     };
     if args.sw_settings && !down {
-        let _ = write!(link, " (HOQ:{} VL_Stall:{})", info.hoq_life, info.vl_stall_count);
+        let _ = write!(
+            link,
+            " (HOQ:{} VL_Stall:{})",
+            info.hoq_life, info.vl_stall_count
+        );
     }
     let remote_str = match remote(subnet, i, p) {
         Some(r) => {
@@ -652,7 +675,12 @@ fn linkinfo_port(subnet: &Subnet, i: usize, p: u8, info: &PortInfo, args: &Iblin
     if !n.is_switch() && !args.line {
         let _ = write!(out, "0x{:016x} ", port_guid(n, p));
     }
-    let _ = writeln!(out, "{:6} {:4}[  ] =={link}==>  {remote_str}", n.lid(p).0, p);
+    let _ = writeln!(
+        out,
+        "{:6} {:4}[  ] =={link}==>  {remote_str}",
+        n.lid(p).0,
+        p
+    );
 }
 
 /// `iblinkinfo`.
@@ -682,7 +710,11 @@ pub fn iblinkinfo(subnet: &Subnet, args: &IblinkinfoArgs) -> String {
                 if n.is_switch() {
                     let _ = writeln!(out, "Switch: 0x{:016x} {}:", port_guid(n, 0), n.description);
                 } else {
-                    let ty = if n.info.node_type == NodeType::Ca { "CA" } else { "Router" };
+                    let ty = if n.info.node_type == NodeType::Ca {
+                        "CA"
+                    } else {
+                        "Router"
+                    };
                     let _ = writeln!(out, "{ty}: {}:", n.description);
                 }
             }

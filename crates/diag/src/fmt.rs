@@ -145,7 +145,10 @@ mod tests {
         );
         assert_eq!(inet_ntop6(&[0; 16]), "::");
         assert_eq!(inet_ntop6(&gid([1, 0, 0, 0, 0, 0, 0, 0])), "1::");
-        assert_eq!(inet_ntop6(&gid([1, 0, 2, 0, 3, 0, 4, 0])), "1:0:2:0:3:0:4:0");
+        assert_eq!(
+            inet_ntop6(&gid([1, 0, 2, 0, 3, 0, 4, 0])),
+            "1:0:2:0:3:0:4:0"
+        );
         assert_eq!(
             inet_ntop6(&gid([0xfe80, 0, 0, 0, 0x5054, 0xff, 0xfe00, 0x9902])),
             "fe80::5054:ff:fe00:9902"

@@ -1,4 +1,9 @@
 //! `ibstat`, `ibstatus`, `ibv_devices`, `ibv_devinfo` against the golden captures.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+mod common;
+
+use common::golden;
 
 use softib_diag::device::{
     ibstat, ibstat_json, ibstatus, ibv_devices, ibv_devinfo, DeviceAttrs, DeviceView, GidEntry,
@@ -7,25 +12,14 @@ use softib_diag::device::{
 use softib_wire::mad::attr::{PortPhysicalState, PortState};
 use softib_wire::{Gid, Guid, Lid, Mtu};
 
-/// A golden file; the rxe captures carry a `$ command` first line and an `[exit N]` last
-/// line, which are the capture script's, not the tool's.
-fn golden(path: &str) -> String {
-    let text = std::fs::read_to_string(format!("{}/tests/golden/{path}", env!("CARGO_MANIFEST_DIR")))
-        .unwrap();
-    let mut lines: Vec<&str> = text.split_inclusive('\n').collect();
-    if lines.first().is_some_and(|l| l.starts_with("$ ")) {
-        lines.remove(0);
-    }
-    if lines.last().is_some_and(|l| l.starts_with("[exit ")) {
-        lines.pop();
-    }
-    lines.concat()
-}
-
 fn ibsim_port(number: u8, post_sm: bool) -> PortView {
     PortView {
         number,
-        state: if post_sm { PortState::Active } else { PortState::Init },
+        state: if post_sm {
+            PortState::Active
+        } else {
+            PortState::Init
+        },
         phys_state: PortPhysicalState::LinkUp,
         active_width: 0x02,
         active_speed: 4,
@@ -146,50 +140,121 @@ fn args() -> IbstatArgs {
 fn ibstat_ibsim_stock() {
     let pre = [test213("ibsim0", 1, false)];
     let post = [test213("ibsim0", 1, true)];
-    assert_eq!(ibstat(&pre, &args()).unwrap(), golden("A-stock/presm-test213-ibstat.txt"));
-    assert_eq!(ibstat(&post, &args()).unwrap(), golden("A-stock/postsm-test213-ibstat.txt"));
-    let list = IbstatArgs { list: true, ..args() };
-    assert_eq!(ibstat(&pre, &list).unwrap(), golden("A-stock/presm-test213-ibstat-l.txt"));
-    let short = IbstatArgs { short: true, ..args() };
-    assert_eq!(ibstat(&pre, &short).unwrap(), golden("A-stock/presm-test213-ibstat-s.txt"));
-    let guids = IbstatArgs { port_guids: true, ..args() };
-    assert_eq!(ibstat(&pre, &guids).unwrap(), golden("A-stock/presm-test213-ibstat-p.txt"));
-    assert_eq!(ibstat(&post, &guids).unwrap(), golden("A-stock/postsm-test213-ibstat-p.txt"));
+    assert_eq!(
+        ibstat(&pre, &args()).unwrap(),
+        golden("A-stock/presm-test213-ibstat.txt")
+    );
+    assert_eq!(
+        ibstat(&post, &args()).unwrap(),
+        golden("A-stock/postsm-test213-ibstat.txt")
+    );
+    let list = IbstatArgs {
+        list: true,
+        ..args()
+    };
+    assert_eq!(
+        ibstat(&pre, &list).unwrap(),
+        golden("A-stock/presm-test213-ibstat-l.txt")
+    );
+    let short = IbstatArgs {
+        short: true,
+        ..args()
+    };
+    assert_eq!(
+        ibstat(&pre, &short).unwrap(),
+        golden("A-stock/presm-test213-ibstat-s.txt")
+    );
+    let guids = IbstatArgs {
+        port_guids: true,
+        ..args()
+    };
+    assert_eq!(
+        ibstat(&pre, &guids).unwrap(),
+        golden("A-stock/presm-test213-ibstat-p.txt")
+    );
+    assert_eq!(
+        ibstat(&post, &guids).unwrap(),
+        golden("A-stock/postsm-test213-ibstat-p.txt")
+    );
 }
 
 #[test]
 fn ibstat_ibsim_patched() {
     let p1 = [test213("mlx4_0", 1, true)];
-    let named = IbstatArgs { device: Some("mlx4_0".into()), ..args() };
-    assert_eq!(ibstat(&p1, &named).unwrap(), golden("A-patched/named-test213p1-ibstat-mlx4_0.txt"));
-    let short = IbstatArgs { short: true, ..args() };
-    assert_eq!(ibstat(&p1, &short).unwrap(), golden("A-patched/named-test213p1-ibstat-s.txt"));
-    let list = IbstatArgs { list: true, ..args() };
-    assert_eq!(ibstat(&p1, &list).unwrap(), golden("A-patched/named-test213p1-ibstat-l.txt"));
+    let named = IbstatArgs {
+        device: Some("mlx4_0".into()),
+        ..args()
+    };
+    assert_eq!(
+        ibstat(&p1, &named).unwrap(),
+        golden("A-patched/named-test213p1-ibstat-mlx4_0.txt")
+    );
+    let short = IbstatArgs {
+        short: true,
+        ..args()
+    };
+    assert_eq!(
+        ibstat(&p1, &short).unwrap(),
+        golden("A-patched/named-test213p1-ibstat-s.txt")
+    );
+    let list = IbstatArgs {
+        list: true,
+        ..args()
+    };
+    assert_eq!(
+        ibstat(&p1, &list).unwrap(),
+        golden("A-patched/named-test213p1-ibstat-l.txt")
+    );
     // Attached to port 2: "Number of ports: 2" with only port 2 listed.
     let p2 = [test213("mlx4_0", 2, true)];
-    assert_eq!(ibstat(&p2, &args()).unwrap(), golden("A-patched/named-test213p2-ibstat.txt"));
-    let guids = IbstatArgs { port_guids: true, ..args() };
-    assert_eq!(ibstat(&p2, &guids).unwrap(), golden("A-patched/named-test213p2-ibstat-p.txt"));
+    assert_eq!(
+        ibstat(&p2, &args()).unwrap(),
+        golden("A-patched/named-test213p2-ibstat.txt")
+    );
+    let guids = IbstatArgs {
+        port_guids: true,
+        ..args()
+    };
+    assert_eq!(
+        ibstat(&p2, &guids).unwrap(),
+        golden("A-patched/named-test213p2-ibstat-p.txt")
+    );
     let pre2 = [test213("ibsim0", 2, false)];
-    assert_eq!(ibstat(&pre2, &args()).unwrap(), golden("A-patched/presm-test213p2-ibstat.txt"));
+    assert_eq!(
+        ibstat(&pre2, &args()).unwrap(),
+        golden("A-patched/presm-test213p2-ibstat.txt")
+    );
 }
 
 #[test]
 fn ibstat_errors_and_single_port() {
     let devs = [test213("ibsim0", 1, false)];
-    let port2 = IbstatArgs { device: Some("ibsim0".into()), port: Some(2), ..args() };
+    let port2 = IbstatArgs {
+        device: Some("ibsim0".into()),
+        port: Some(2),
+        ..args()
+    };
     let err = ibstat(&devs, &port2).unwrap_err();
     assert_eq!(err.message, "CA: 'ibsim0' has no port number 2 - max (1)");
     assert_eq!(err.exit_code, 255);
-    let missing = IbstatArgs { device: Some("mlx5_0".into()), ..args() };
+    let missing = IbstatArgs {
+        device: Some("mlx5_0".into()),
+        ..args()
+    };
     assert_eq!(
         ibstat(&devs, &missing).unwrap_err().message,
         "'mlx5_0' IB device can't be found"
     );
-    let port1 = IbstatArgs { device: Some("ibsim0".into()), port: Some(1), ..args() };
+    let port1 = IbstatArgs {
+        device: Some("ibsim0".into()),
+        port: Some(1),
+        ..args()
+    };
     let text = ibstat(&devs, &port1).unwrap();
-    assert!(text.starts_with("CA: 'ibsim0'\nPort 1:\nState: Initializing\n"), "{text}");
+    assert!(
+        text.starts_with("CA: 'ibsim0'\nPort 1:\nState: Initializing\n"),
+        "{text}"
+    );
     assert_eq!(ibstat(&[], &args()).unwrap(), "");
 }
 
@@ -197,7 +262,10 @@ fn ibstat_errors_and_single_port() {
 fn ibstat_rxe() {
     let devs = rxe_pair();
     assert_eq!(ibstat(&devs, &args()).unwrap(), golden("rxe/ibstat.txt"));
-    let one = IbstatArgs { device: Some("rxe0".into()), ..args() };
+    let one = IbstatArgs {
+        device: Some("rxe0".into()),
+        ..args()
+    };
     assert_eq!(ibstat(&devs, &one).unwrap(), golden("rxe/ibstat_rxe0.txt"));
 }
 
@@ -216,10 +284,16 @@ fn ibstat_json_shape() {
 
 #[test]
 fn ibstatus_rxe_and_ibsim() {
-    assert_eq!(ibstatus(&rxe_pair(), &[]).unwrap(), golden("rxe/ibstatus.txt"));
+    assert_eq!(
+        ibstatus(&rxe_pair(), &[]).unwrap(),
+        golden("rxe/ibstatus.txt")
+    );
     // ibsim exposes no sysfs to the shell script at all.
     let err = ibstatus(&[], &[]).unwrap_err();
-    assert_eq!(format!("{}\n", err.message), golden("A-stock/postsm-test213-ibstatus.txt"));
+    assert_eq!(
+        format!("{}\n", err.message),
+        golden("A-stock/postsm-test213-ibstatus.txt")
+    );
     let one = ibstatus(&rxe_pair(), &[("rxe1".into(), Some(1))]).unwrap();
     assert!(one.starts_with("Infiniband device 'rxe1' port 1 status:\n"));
 }
@@ -232,7 +306,10 @@ fn ibv_devices_rxe() {
 #[test]
 fn ibv_devinfo_rxe() {
     let devs = rxe_pair();
-    assert_eq!(ibv_devinfo(&devs, false, None, None).unwrap(), golden("rxe/ibv_devinfo.txt"));
+    assert_eq!(
+        ibv_devinfo(&devs, false, None, None).unwrap(),
+        golden("rxe/ibv_devinfo.txt")
+    );
     assert_eq!(
         ibv_devinfo(&devs, true, Some("rxe0"), None).unwrap(),
         golden("rxe/ibv_devinfo_v_rxe0.txt")
@@ -247,10 +324,17 @@ fn ibv_devinfo_rxe() {
         golden("rxe/ibv_devinfo_v_rxe_eth.txt")
     );
     assert_eq!(
-        ibv_devinfo(&devs, false, Some("mlx5_0"), None).unwrap_err().message,
+        ibv_devinfo(&devs, false, Some("mlx5_0"), None)
+            .unwrap_err()
+            .message,
         "IB device 'mlx5_0' wasn't found"
     );
-    assert_eq!(ibv_devinfo(&devs, false, None, Some(2)).unwrap_err().exit_code, 4);
+    assert_eq!(
+        ibv_devinfo(&devs, false, None, Some(2))
+            .unwrap_err()
+            .exit_code,
+        4
+    );
 }
 
 #[test]
@@ -265,6 +349,56 @@ fn ibv_devinfo_infiniband_port() {
     }];
     let text = ibv_devinfo(&[dev], true, None, None).unwrap();
     assert!(text.contains("\t\t\tlink_layer:\t\tInfiniBand\n"), "{text}");
-    assert!(text.contains("\t\t\tGID[  0]:\t\tfe80:0000:0000:0000:e41d:2d03:00b4:7d01\n"), "{text}");
+    assert!(
+        text.contains("\t\t\tGID[  0]:\t\tfe80:0000:0000:0000:e41d:2d03:00b4:7d01\n"),
+        "{text}"
+    );
     assert!(text.contains("\t\t\tactive_width:\t\t4X (2)\n"), "{text}");
+}
+
+#[test]
+fn odd_values_do_not_panic() {
+    use softib_wire::mad::attr::NodeType;
+    let mut dev = rxe("odd", u64::MAX, [0, 0, 0, 0], 255);
+    dev.node_type = NodeType::Unknown(9);
+    dev.attrs.atomic_cap = 77;
+    dev.attrs.device_cap_flags = u32::MAX;
+    dev.attrs.device_cap_flags_ex = u64::MAX;
+    dev.attrs.odp_rc_caps = u32::MAX;
+    dev.attrs.max_tso = 1;
+    dev.attrs.tso_supported_qpts = u32::MAX;
+    dev.attrs.tm_max_num_tags = 1;
+    dev.attrs.raw_packet_caps = u32::MAX;
+    dev.attrs.phys_port_cnt = 255;
+    let p = &mut dev.ports[0];
+    p.state = PortState::Unknown(200);
+    p.phys_state = PortPhysicalState::Unknown(200);
+    p.active_width = 0;
+    p.max_mtu = Mtu::Unknown(0);
+    p.max_vl_num = 99;
+    p.gids.push(GidEntry {
+        index: u16::MAX,
+        gid: Gid([0xff; 16]),
+        gid_type: GidType::IbRoceV1,
+    });
+    let devs = [dev];
+    let text = ibstat(&devs, &args()).unwrap();
+    assert!(text.contains("State: ???"), "{text}");
+    assert!(text.contains("Rate: 0"), "{text}");
+    let text = ibv_devinfo(&devs, true, None, Some(1)).unwrap();
+    assert!(text.contains("invalid MTU (0)"), "{text}");
+    assert!(text.contains("Unknown flags: 0x"), "{text}");
+    let text = ibstatus(&devs, &[("odd".into(), Some(7))]).unwrap();
+    assert!(text.contains("\tbase lid:\t unknown\n"), "{text}");
+    assert!(ibstatus(&devs, &[("nope".into(), None)]).is_err());
+    let _ = ibstat_json(
+        &devs,
+        &IbstatArgs {
+            port_guids: true,
+            ..args()
+        },
+    )
+    .unwrap();
+    assert!(!softib_diag::ctime_utc(i64::MAX).is_empty());
+    assert!(!softib_diag::ctime_utc(i64::MIN).is_empty());
 }

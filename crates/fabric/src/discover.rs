@@ -25,7 +25,6 @@ use softib_wire::mad::attr::{
     NodeDescription, NodeInfo, NodeType, PortInfo, PortPhysicalState, SmpAttribute, SwitchInfo,
 };
 use softib_wire::mad::{smp, status, AttrId, Method};
-use softib_wire::Guid;
 
 use crate::subnet::{PortRef, Subnet, SubnetNode};
 
@@ -165,17 +164,20 @@ impl<K: Clone> Requester<K> {
     }
 
     pub(crate) fn poll_transmit(&mut self) -> Option<smp::Repr> {
-        if self.in_flight >= self.window {
-            return None;
-        }
         loop {
-            let tid = self.waiting.pop_front()?;
+            let &tid = self.waiting.front()?;
             let Some(p) = self.pending.get_mut(&tid) else {
+                self.waiting.pop_front();
                 continue;
             };
+            // A retry already holds its place in the window (retries queue at the front).
             if p.sends == 0 {
+                if self.in_flight >= self.window {
+                    return None;
+                }
                 self.in_flight += 1;
             }
+            self.waiting.pop_front();
             p.queued = false;
             p.sends = p.sends.saturating_add(1);
             p.deadline = self.now.map(|n| n + self.timeout);
@@ -226,7 +228,11 @@ impl<K: Clone> Requester<K> {
     }
 
     /// Matches a response to its request by TID.
-    pub(crate) fn handle_response(&mut self, now: Duration, response: &smp::Repr) -> Option<Done<K>> {
+    pub(crate) fn handle_response(
+        &mut self,
+        now: Duration,
+        response: &smp::Repr,
+    ) -> Option<Done<K>> {
         self.observe(now);
         let tid = response.header.tid;
         let matches = response.header.method == Method::GetResp
@@ -426,8 +432,7 @@ impl Discovery {
                     return;
                 };
                 *slot = Some(pi);
-                if explore && at.port != 0 && pi.port_physical_state == PortPhysicalState::LinkUp
-                {
+                if explore && at.port != 0 && pi.port_physical_state == PortPhysicalState::LinkUp {
                     let mut next = path;
                     next.push(at.port);
                     // 63 hops is as far as a directed route reaches.
@@ -500,8 +505,13 @@ impl Discovery {
             Ask::NodeDescription { node },
         );
         if info.node_type == NodeType::Switch {
-            self.requester
-                .get(&path, AttrId::SWITCH_INFO, 0, m_key, Ask::SwitchInfo { node });
+            self.requester.get(
+                &path,
+                AttrId::SWITCH_INFO,
+                0,
+                m_key,
+                Ask::SwitchInfo { node },
+            );
             for port in 0..=info.num_ports {
                 let explore = port != 0 && (root || port != arrival);
                 self.requester.get(

@@ -12,6 +12,9 @@
 //! * [`switch`]: the soft switch's data plane — forwarding by the LFT, VL15 to the SMA,
 //!   PortCounters;
 //! * [`smp_packet`]: SMPs inside native IB packets (LRH on VL15, BTH, DETH, MAD, ICRC, VCRC);
+//! * [`discover`]: the directed-route crawl of a subnet (the SM's heavy sweep, ibnetdiscover);
+//! * [`sm`]: the subnet manager — election, LIDs, routing, port states, sweeps — and
+//!   [`sa`], the subnet administration queries it answers;
 //! * [`testing`]: an in-memory fabric of SMAs and switches built from a topology, for tests.
 //!
 //! # What it must never do
@@ -28,6 +31,9 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod discover;
+pub mod sa;
+pub mod sm;
 pub mod sma;
 pub mod smp_packet;
 pub mod subnet;
@@ -35,6 +41,8 @@ pub mod switch;
 pub mod testing;
 pub mod topology;
 
+pub use discover::{Discovery, DiscoveryConfig};
+pub use sm::{LogLevel, LogLine, Routing, SmConfig, SubnetManager};
 pub use sma::{DrAction, DrDrop, Sma, SmaConfig, SmaCounters, SmaEvent, SmiOutput};
 pub use switch::{PortCounters, Switch, SwitchAction, SwitchDrop};
 pub use topology::{

@@ -33,8 +33,8 @@ use std::collections::BTreeMap;
 use softib_wire::mad::attr::{NodeInfo, PortInfo, SmInfo};
 use softib_wire::mad::class_port_info;
 use softib_wire::mad::sa::{
-    self, node_comp, path_comp, port_info_comp, rmpp_flags, NodeRecord, PathRecord,
-    PortInfoRecord, RmppHeader, RmppType, Selector,
+    self, node_comp, path_comp, port_info_comp, rmpp_flags, NodeRecord, PathRecord, PortInfoRecord,
+    RmppHeader, RmppType, Selector,
 };
 use softib_wire::mad::{status, AttrId, Method, MgmtClass, BASE_VERSION, MAD_LEN};
 use softib_wire::{Gid, Guid, Lid, Mtu, PKey, QKey, Qpn};
@@ -106,7 +106,10 @@ fn answer(view: &SaView<'_>, req: &sa::Repr<'_>) -> Answer {
             Err(_) => return Answer::error(sa::STATUS_REQ_INVALID),
         },
         AttrId::PORT_INFO_RECORD => match PortInfoRecord::parse(req.data) {
-            Ok(t) => (PortInfoRecord::LEN, port_info_records(view, &t, req.comp_mask)),
+            Ok(t) => (
+                PortInfoRecord::LEN,
+                port_info_records(view, &t, req.comp_mask),
+            ),
             Err(_) => return Answer::error(sa::STATUS_REQ_INVALID),
         },
         AttrId::PATH_RECORD => match PathRecord::parse(req.data) {
@@ -332,7 +335,7 @@ fn port_info_records(view: &SaView<'_>, t: &PortInfoRecord, mask: u64) -> Vec<Ve
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct PathProps {
     mtu: Mtu,
-    /// Data rate in units of 0.5 Gb/s... see [`rate_tenths`].
+    /// Data rate in tenths of Gb/s (see [`rate_tenths`]).
     rate: u32,
     local: bool,
 }
@@ -411,7 +414,7 @@ fn walk(view: &SaView<'_>, src: PortRef, dst: PortRef, dlid: Lid) -> Option<Path
     }
     let mut mtu = Mtu::Mtu4096;
     let mut rate = u32::MAX;
-    let mut cross = |a: PortRef, b: PortRef, mtu: &mut Mtu, rate: &mut u32| -> Option<()> {
+    let cross = |a: PortRef, b: PortRef, mtu: &mut Mtu, rate: &mut u32| -> Option<()> {
         let pa = s.nodes.get(a.node)?.port(a.port)?;
         let pb = s.nodes.get(b.node)?.port(b.port);
         *mtu = mtu_min(*mtu, pa.mtu_cap);
@@ -444,7 +447,12 @@ fn walk(view: &SaView<'_>, src: PortRef, dst: PortRef, dlid: Lid) -> Option<Path
         let lft = view.lfts.get(&n.info.node_guid)?;
         let out = *lft.get(usize::from(dlid.0))?;
         if out == 0 {
-            return (dst == PortRef { node: here, port: 0 }).then_some(PathProps {
+            return (dst
+                == PortRef {
+                    node: here,
+                    port: 0,
+                })
+            .then_some(PathProps {
                 mtu,
                 rate,
                 local: false,
@@ -480,7 +488,9 @@ fn port_by_gid(view: &SaView<'_>, gid: Gid) -> Result<Option<PortRef>, u16> {
 fn path_records(view: &SaView<'_>, t: &PathRecord, mask: u64) -> Result<Vec<Vec<u8>>, u16> {
     let m = |bit: u64| mask & bit != 0;
     let s = view.subnet;
-    let all: Vec<PortRef> = end_ports(s).filter(|p| s.nodes[p.node].lid(p.port) != Lid(0)).collect();
+    let all: Vec<PortRef> = end_ports(s)
+        .filter(|p| s.nodes[p.node].lid(p.port) != Lid(0))
+        .collect();
     let pick = |gid_bit: u64, gid: Gid, lid_bit: u64, lid: Lid| -> Result<Vec<PortRef>, u16> {
         let mut v = all.clone();
         if m(gid_bit) {
@@ -513,13 +523,19 @@ fn path_records(view: &SaView<'_>, t: &PathRecord, mask: u64) -> Result<Vec<Vec<
             let Some(rate) = select_rate(props.rate, t, mask) else {
                 continue;
             };
-            let life = if props.local { 0 } else { crate::sm::PACKET_LIFE_TIME };
-            if m(path_comp::PACKET_LIFE_TIME) && !selects(
-                m(path_comp::PACKET_LIFE_TIME_SELECTOR),
-                t.packet_life_time_selector,
-                u32::from(life),
-                u32::from(t.packet_life_time),
-            ) {
+            let life = if props.local {
+                0
+            } else {
+                crate::sm::PACKET_LIFE_TIME
+            };
+            if m(path_comp::PACKET_LIFE_TIME)
+                && !selects(
+                    m(path_comp::PACKET_LIFE_TIME_SELECTOR),
+                    t.packet_life_time_selector,
+                    u32::from(life),
+                    u32::from(t.packet_life_time),
+                )
+            {
                 continue;
             }
             let (Some(sg), Some(dg)) = (
@@ -529,7 +545,11 @@ fn path_records(view: &SaView<'_>, t: &PathRecord, mask: u64) -> Result<Vec<Vec<
                 continue;
             };
             let rec = PathRecord {
-                service_id: if m(path_comp::SERVICE_ID) { t.service_id } else { 0 },
+                service_id: if m(path_comp::SERVICE_ID) {
+                    t.service_id
+                } else {
+                    0
+                },
                 dgid: Gid::from_prefix_guid(view.subnet_prefix, dg),
                 sgid: Gid::from_prefix_guid(view.subnet_prefix, sg),
                 dlid,
@@ -561,7 +581,11 @@ fn path_records(view: &SaView<'_>, t: &PathRecord, mask: u64) -> Result<Vec<Vec<
 
 /// Whether `have` satisfies the selector against `want` (a missing selector means exactly).
 fn selects(with_selector: bool, sel: Selector, have: u32, want: u32) -> bool {
-    match if with_selector { sel } else { Selector::Exactly } {
+    match if with_selector {
+        sel
+    } else {
+        Selector::Exactly
+    } {
         Selector::GreaterThan => have > want,
         Selector::LessThan => have < want,
         Selector::Exactly => have == want,
@@ -575,10 +599,14 @@ fn select_mtu(path: Mtu, t: &PathRecord, mask: u64) -> Option<Mtu> {
     }
     let with_sel = mask & path_comp::MTU_SELECTOR != 0;
     let (have, want) = (u32::from(u8::from(path)), u32::from(u8::from(t.mtu)));
-    match if with_sel { t.mtu_selector } else { Selector::Exactly } {
+    match if with_sel {
+        t.mtu_selector
+    } else {
+        Selector::Exactly
+    } {
         // The path can carry anything up to its MTU: answer the value asked for.
         Selector::Exactly => (want <= have && want >= 1).then_some(t.mtu),
-        Selector::LessThan if want > 1 => Some(mtu_min(path, Mtu::from(t.mtu.into_u8() - 1))),
+        Selector::LessThan if want > 1 => Some(mtu_min(path, Mtu::from(u8::from(t.mtu) - 1))),
         Selector::LessThan => None,
         sel => selects(true, sel, have, want).then_some(path),
     }
@@ -591,7 +619,11 @@ fn select_rate(path: u32, t: &PathRecord, mask: u64) -> Option<u8> {
     }
     let with_sel = mask & path_comp::RATE_SELECTOR != 0;
     let want = rate_of_code(t.rate)?;
-    match if with_sel { t.rate_selector } else { Selector::Exactly } {
+    match if with_sel {
+        t.rate_selector
+    } else {
+        Selector::Exactly
+    } {
         Selector::Exactly => (want <= path).then_some(t.rate),
         Selector::LessThan => {
             let below = RATES
@@ -601,15 +633,5 @@ fn select_rate(path: u32, t: &PathRecord, mask: u64) -> Option<u8> {
             Some(below.0)
         }
         sel => selects(true, sel, path, want).then_some(code),
-    }
-}
-
-trait IntoU8 {
-    fn into_u8(self) -> u8;
-}
-
-impl IntoU8 for Mtu {
-    fn into_u8(self) -> u8 {
-        u8::from(self)
     }
 }

@@ -49,7 +49,7 @@ use softib_wire::mad::attr::{
     capability_mask, LinearForwardingTable, PortInfo, PortPhysicalState, PortState, SmInfo,
     SmState, SwitchInfo,
 };
-use softib_wire::mad::{smp, status, AttrId};
+use softib_wire::mad::{attr_name, smp, status, AttrId, MgmtClass};
 use softib_wire::{Guid, Lid};
 
 use crate::discover::{Discovery, DiscoveryConfig, Done, Requester, DEFAULT_MAX_WIRE_SMPS};
@@ -532,9 +532,9 @@ impl SubnetManager {
                     self.log(
                         LogLevel::ERROR,
                         format!(
-                            "ERR: {} of attribute {} (modifier {}) via path {:?} failed with status 0x{:04x}",
+                            "ERR: {} of {} (modifier {}) via path {:?} failed with status 0x{:04x}",
                             resp.header.method_name(),
-                            resp.header.attr_id,
+                            smp_attr_name(resp.header.attr_id),
                             resp.header.attr_mod,
                             path,
                             resp.header.status
@@ -548,9 +548,9 @@ impl SubnetManager {
                 self.log(
                     LogLevel::ERROR,
                     format!(
-                        "ERR: timeout on {} of attribute {} (modifier {}) via path {:?} after {} retries",
+                        "ERR: timeout on {} of {} (modifier {}) via path {:?} after {} retries",
                         req.header.method_name(),
-                        req.header.attr_id,
+                        smp_attr_name(req.header.attr_id),
                         req.header.attr_mod,
                         path,
                         self.config.retries
@@ -640,9 +640,7 @@ impl SubnetManager {
 
     fn lost(&mut self, job: Job) {
         match job {
-            Job::LightSwitchInfo { .. } | Job::LightPortInfo { .. } => {
-                self.note_light_change(true)
-            }
+            Job::LightSwitchInfo { .. } | Job::LightPortInfo { .. } => self.note_light_change(true),
             Job::PollMaster => self.master_gone(),
             // A Set lost for good: the next sweep will find the port as it is and try again.
             _ => {}
@@ -698,7 +696,9 @@ impl SubnetManager {
                 LogLevel::ERROR,
                 format!(
                     "ERR: discovery: no answer to {} (modifier {}) via path {:?}: route given up",
-                    f.attr_id, f.attr_mod, f.path
+                    smp_attr_name(f.attr_id),
+                    f.attr_mod,
+                    f.path
                 ),
             );
         }
@@ -760,9 +760,7 @@ impl SubnetManager {
                 continue;
             }
             let cand = (info.priority, guid);
-            if greater(cand, me)
-                && winner.is_none_or(|(p, g, _)| greater(cand, (p, g)))
-            {
+            if greater(cand, me) && winner.is_none_or(|(p, g, _)| greater(cand, (p, g))) {
                 winner = Some((info.priority, guid, node));
             }
         }
@@ -778,7 +776,10 @@ impl SubnetManager {
                 if self.state != SmState::Standby {
                     self.log(
                         LogLevel::VERBOSE,
-                        format!("osm_sm_state_mgr: SM 0x{:016x} is higher: standing by", guid.0),
+                        format!(
+                            "osm_sm_state_mgr: SM 0x{:016x} is higher: standing by",
+                            guid.0
+                        ),
                     );
                     self.enter(SmState::Standby);
                 }
@@ -908,13 +909,8 @@ impl SubnetManager {
         }
         for (at, pi) in sets {
             let path = self.path(at.node);
-            self.requester.set(
-                &path,
-                &pi,
-                u32::from(at.port),
-                0,
-                Job::SetPortInfo { at },
-            );
+            self.requester
+                .set(&path, &pi, u32::from(at.port), 0, Job::SetPortInfo { at });
         }
         self.phase = Phase::LidConfig;
     }
@@ -958,7 +954,9 @@ impl SubnetManager {
                 }
             }
             let old = self.lfts.get(&guid);
-            for (block, chunk) in lft.chunks(LinearForwardingTable::ENTRIES_PER_BLOCK).enumerate()
+            for (block, chunk) in lft
+                .chunks(LinearForwardingTable::ENTRIES_PER_BLOCK)
+                .enumerate()
             {
                 let start = block * LinearForwardingTable::ENTRIES_PER_BLOCK;
                 let same = old.is_some_and(|o| {
@@ -992,12 +990,7 @@ impl SubnetManager {
 
     /// The cabled ports of the subnet, by node in discovery order.
     fn cabled_ports(&self) -> Vec<PortRef> {
-        let mut v: Vec<PortRef> = self
-            .subnet
-            .links
-            .iter()
-            .flat_map(|l| [l.a, l.b])
-            .collect();
+        let mut v: Vec<PortRef> = self.subnet.links.iter().flat_map(|l| [l.a, l.b]).collect();
         v.sort();
         v.dedup();
         v
@@ -1022,7 +1015,7 @@ impl SubnetManager {
         let mut sets = Vec::new();
         let mut last_node = None;
         for at in self.cabled_ports() {
-            let Some(cur) = self.subnet.nodes[at.node].port(at.port) else {
+            let Some(&cur) = self.subnet.nodes[at.node].port(at.port) else {
                 continue;
             };
             if cur.port_state != from || cur.port_physical_state != PortPhysicalState::LinkUp {
@@ -1039,20 +1032,15 @@ impl SubnetManager {
                     ),
                 );
             }
-            let mut pi = *cur;
+            let mut pi = cur;
             pi.port_state = state;
             pi.port_physical_state = PortPhysicalState::NoChange;
             sets.push((at, pi));
         }
         for (at, pi) in sets {
             let path = self.path(at.node);
-            self.requester.set(
-                &path,
-                &pi,
-                u32::from(at.port),
-                0,
-                Job::SetPortInfo { at },
-            );
+            self.requester
+                .set(&path, &pi, u32::from(at.port), 0, Job::SetPortInfo { at });
         }
         self.phase = if state == PortState::Armed {
             Phase::Arming
@@ -1076,9 +1064,12 @@ impl SubnetManager {
         let cabled = self.cabled_ports();
         for (i, n) in self.subnet.nodes.iter().enumerate() {
             if n.is_switch() {
-                jobs.push((n.dr_path.clone(), AttrId::SWITCH_INFO, 0, Job::LightSwitchInfo {
-                    node: i,
-                }));
+                jobs.push((
+                    n.dr_path.clone(),
+                    AttrId::SWITCH_INFO,
+                    0,
+                    Job::LightSwitchInfo { node: i },
+                ));
             }
         }
         for at in cabled {
@@ -1097,6 +1088,11 @@ impl SubnetManager {
         }
         self.phase = Phase::LightSweep { changed: false };
     }
+}
+
+/// The spec name of an SMP attribute, for log messages.
+fn smp_attr_name(id: AttrId) -> String {
+    attr_name(MgmtClass::SubnDirectedRoute, id).map_or_else(|| id.to_string(), str::to_string)
 }
 
 /// The end ports of a node: a switch's port 0; each CA port that was read.

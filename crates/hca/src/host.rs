@@ -131,7 +131,14 @@ struct HostRt {
     next_region: u64,
     next_buffer: u64,
     unclaimed_mads: u64,
+    /// Who sent each outstanding MAD request, so that its response goes back to that agent
+    /// only: (port, TID) → client.
+    tid_owner: BTreeMap<(u8, u64), u64>,
 }
+
+/// Outstanding requests remembered per host; beyond this the oldest are forgotten (their
+/// responses then go to every agent on the port, which filter by TID).
+const MAX_TIDS: usize = 64 * 1024;
 
 struct SwitchRt {
     sw: Switch,
@@ -310,6 +317,7 @@ impl Daemon {
                 next_region: 1,
                 next_buffer: 1,
                 unclaimed_mads: 0,
+                tid_owner: BTreeMap::new(),
             });
         }
         let mut srt = Vec::new();
@@ -689,6 +697,7 @@ impl HostRt {
                 self.set_sm(*port, None);
             }
         }
+        self.tid_owner.retain(|_, owner| *owner != id);
         tracing_free_log(&self.name, c.pid, &c.program);
     }
 
@@ -1115,6 +1124,9 @@ impl HostRt {
                         format!("open port {port} as a MAD agent first (OpenMad)"),
                     ));
                 }
+                if !s.header.method.is_response() {
+                    self.note_tid(port, s.header.tid, id);
+                }
                 self.ca.send_smp(port, dlid, &s);
                 Response::Ok
             }
@@ -1134,6 +1146,11 @@ impl HostRt {
                         ErrorKind::Protocol,
                         format!("open port {port} as a MAD agent first (OpenMad)"),
                     ));
+                }
+                if let Ok(h) = mad::Repr::parse(&mad::Packet::new_unchecked(&m[..])) {
+                    if !h.method.is_response() {
+                        self.note_tid(port, h.tid, id);
+                    }
                 }
                 self.ca.send_gmp(port, dlid, dest_qpn, &m);
                 Response::Ok
@@ -1171,11 +1188,36 @@ impl HostRt {
         Some(r)
     }
 
-    /// Hands a received MAD to the agents that want it.
+    fn note_tid(&mut self, port: u8, tid: u64, client: u64) {
+        if self.tid_owner.len() >= MAX_TIDS {
+            self.tid_owner.clear();
+        }
+        self.tid_owner.insert((port, tid), client);
+    }
+
+    /// Hands a received MAD to the agents that want it: a response to the agent that asked,
+    /// SMP and SA requests to the SM.
     fn dispatch_mad(&mut self, m: MadIn) {
         let header = mad::Repr::parse(&mad::Packet::new_unchecked(&m.mad[..])).ok();
         let is_response = header.is_some_and(|h| h.method.is_response());
         let class = header.map(|h| h.mgmt_class);
+        if let Some(h) = header.filter(|_| is_response) {
+            if let Some(owner) = self.tid_owner.remove(&(m.port, h.tid)) {
+                if let Some(c) = self.clients.get_mut(&owner) {
+                    if c.mads.len() < MAX_QUEUED_MADS {
+                        c.mads.push_back(Mad {
+                            dev: 0,
+                            port: m.port,
+                            qp: m.qp,
+                            slid: m.slid,
+                            src_qpn: m.src_qpn,
+                            mad: m.mad.to_vec(),
+                        });
+                    }
+                    return;
+                }
+            }
+        }
         if m.qp == MadQp::Gsi && !is_response && class == Some(mad::MgmtClass::PerfMgt) {
             self.answer_pma(&m);
             return;

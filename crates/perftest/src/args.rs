@@ -289,7 +289,10 @@ impl PerftestArgs {
         S: Into<String>,
     {
         let argv: Vec<String> = argv.into_iter().map(Into::into).collect();
-        let prog = argv.first().cloned().unwrap_or_else(|| binary_name(test, mode));
+        let prog = argv
+            .first()
+            .cloned()
+            .unwrap_or_else(|| binary_name(test, mode));
         let mut a = Self::defaults(test, mode);
         let mut st = ParseState::default();
         let mut positionals = Vec::new();
@@ -386,9 +389,17 @@ impl PerftestArgs {
                 (_, false) => 2,
             },
             size_requested: false,
-            iters: if bw && test == Test::Write { 5000 } else { 1000 },
+            iters: if bw && test == Test::Write {
+                5000
+            } else {
+                1000
+            },
             tx_depth: if bw { 128 } else { 1 },
-            rx_depth: if matches!(test, Test::Send | Test::Write) { DEF_RX_SEND } else { 1 },
+            rx_depth: if matches!(test, Test::Send | Test::Write) {
+                DEF_RX_SEND
+            } else {
+                1
+            },
             qp_timeout: 14,
             sl: 0,
             gid_index: None,
@@ -432,7 +443,10 @@ impl PerftestArgs {
         }
         st.seen.push(spec.opt);
         let v = value.unwrap_or_default();
-        let bad = |reason: String| ArgsError::BadValue { flag: spec.display(), reason };
+        let bad = |reason: String| ArgsError::BadValue {
+            flag: spec.display(),
+            reason,
+        };
         let bw = self.mode == Mode::Bw;
         match spec.opt {
             Opt::Port => {
@@ -465,7 +479,9 @@ impl PerftestArgs {
                 let n = parse_c_int(digits).map_err(bad)?;
                 let size = n.checked_mul(factor).filter(|s| (1..=max).contains(s));
                 self.size = size.ok_or_else(|| {
-                    bad(format!("Message Size should be between 1 and {max} (suffixes K and M allowed)"))
+                    bad(format!(
+                        "Message Size should be between 1 and {max} (suffixes K and M allowed)"
+                    ))
                 })? as u64;
                 self.size_requested = true;
             }
@@ -500,7 +516,9 @@ impl PerftestArgs {
                         Connection::Ud
                     }
                     "XRC" | "DC" | "SRD" | "RawEth" => {
-                        return Err(ArgsError::Unsupported { flag: format!("-c {v}") })
+                        return Err(ArgsError::Unsupported {
+                            flag: format!("-c {v}"),
+                        })
                     }
                     _ => {
                         return Err(bad(format!(
@@ -546,7 +564,9 @@ impl PerftestArgs {
             Opt::RxDepth => {
                 let n = int_in_range(&v, 1, 16384).map_err(bad)? as u32;
                 if self.test.is_read_like() && n > 1 {
-                    return Err(ArgsError::Invalid("On RDMA verbs rx depth can be only 1".into()));
+                    return Err(ArgsError::Invalid(
+                        "On RDMA verbs rx depth can be only 1".into(),
+                    ));
                 }
                 self.rx_depth = n;
             }
@@ -568,7 +588,12 @@ impl PerftestArgs {
                 }
                 self.no_peak = true;
             }
-            Opt::Version => return Ok(Some(Parsed::Version(format!("Version: {}", crate::exchange::SOFTIB_PERFTEST_VERSION)))),
+            Opt::Version => {
+                return Ok(Some(Parsed::Version(format!(
+                    "Version: {}",
+                    crate::exchange::SOFTIB_PERFTEST_VERSION
+                ))))
+            }
             Opt::Help => return Ok(Some(Parsed::Help(usage(prog, self.test, self.mode)))),
             Opt::AtomicType => {
                 if self.test != Test::Atomic {
@@ -586,12 +611,16 @@ impl PerftestArgs {
                     }
                 };
             }
-            Opt::PostList => self.post_list = int_in_range(&v, 1, i64::from(i32::MAX)).map_err(bad)? as u32,
+            Opt::PostList => {
+                self.post_list = int_in_range(&v, 1, i64::from(i32::MAX)).map_err(bad)? as u32
+            }
             Opt::Duration => {
                 self.duration = int_in_range(&v, 1, i64::from(i32::MAX)).map_err(bad)? as u32;
                 self.test_type = TestType::Duration;
             }
-            Opt::Margin => self.margin = int_in_range(&v, 0, i64::from(i32::MAX)).map_err(bad)? as i32,
+            Opt::Margin => {
+                self.margin = int_in_range(&v, 0, i64::from(i32::MAX)).map_err(bad)? as i32
+            }
             Opt::ReportGbits => self.report_gbits = true,
             Opt::ReportBoth => self.report_both = true,
             Opt::OutJson => self.out_json = true,
@@ -643,8 +672,10 @@ impl PerftestArgs {
                 self.cq_mod = 1;
             } else if self.cq_mod > 1 {
                 self.notices.push(RESULT_LINE.into());
-                self.notices.push("Warning: Large message requested and CQ moderation enabled".into());
-                self.notices.push("Warning: It can lead to inaccurate results".into());
+                self.notices
+                    .push("Warning: Large message requested and CQ moderation enabled".into());
+                self.notices
+                    .push("Warning: It can lead to inaccurate results".into());
             }
         }
         if self.cq_mod > self.tx_depth {
@@ -663,9 +694,12 @@ impl PerftestArgs {
         }
         if self.post_list > 1 {
             if !bw {
-                return Err(ArgsError::Invalid("Post list is supported in BW tests only".into()));
+                return Err(ArgsError::Invalid(
+                    "Post list is supported in BW tests only".into(),
+                ));
             }
-            if self.test_type == TestType::Iterations && self.iters % u64::from(self.post_list) != 0 {
+            if self.test_type == TestType::Iterations && self.iters % u64::from(self.post_list) != 0
+            {
                 return Err(ArgsError::Invalid(
                     "Number of iterations must be a multiple of post list size".into(),
                 ));
@@ -673,8 +707,9 @@ impl PerftestArgs {
             if !self.cq_mod_requested {
                 self.cq_mod = self.post_list;
                 self.notices.push(RESULT_LINE.into());
-                self.notices
-                    .push("Post List requested - CQ moderation will be the size of the post list".into());
+                self.notices.push(
+                    "Post List requested - CQ moderation will be the size of the post list".into(),
+                );
             } else if self.post_list % self.cq_mod != 0 {
                 return Err(ArgsError::Invalid(
                     "Post list size must be a multiple of CQ moderation".into(),
@@ -685,11 +720,14 @@ impl PerftestArgs {
             // Upstream counts iterations in a global counter in duration mode.
             self.iters = 0;
             if !self.no_peak && bw {
-                self.notices.push(" WARNING: BW peak won't be measured in this run.".into());
+                self.notices
+                    .push(" WARNING: BW peak won't be measured in this run.".into());
             }
             self.no_peak = true;
             if self.use_event {
-                return Err(ArgsError::Invalid("Duration mode doesn't work with events.".into()));
+                return Err(ArgsError::Invalid(
+                    "Duration mode doesn't work with events.".into(),
+                ));
             }
             if self.test_method == TestMethod::All {
                 return Err(ArgsError::Invalid(
@@ -700,13 +738,15 @@ impl PerftestArgs {
         // A unidirectional send server only counts receives: there is no post time.
         if self.test == Test::Send && bw && self.is_server() && !self.duplex {
             if !self.no_peak {
-                self.notices.push(" WARNING: BW peak won't be measured in this run.".into());
+                self.notices
+                    .push(" WARNING: BW peak won't be measured in this run.".into());
             }
             self.no_peak = true;
         }
         if self.test_method == TestMethod::Infinitely {
             if !self.no_peak && bw {
-                self.notices.push(" WARNING: BW peak won't be measured in this run.".into());
+                self.notices
+                    .push(" WARNING: BW peak won't be measured in this run.".into());
             }
             self.no_peak = true;
             self.test_type = TestType::Duration;
@@ -730,21 +770,24 @@ impl PerftestArgs {
         if self.test_type == TestType::Duration && self.margin == -1 {
             self.margin = (self.duration / 4) as i32;
         }
-        if self.connection == Connection::Ud {
-            if let Some(n) = self.inline_size.filter(|n| *n > MAX_INLINE_UD) {
-                let _ = n;
-                self.notices.push(RESULT_LINE.into());
-                self.notices
-                    .push(format!("Setting inline size to {MAX_INLINE_UD} (Max inline size in UD)"));
-                self.inline_size = Some(MAX_INLINE_UD);
-            }
+        if self.connection == Connection::Ud && self.inline_size.is_some_and(|n| n > MAX_INLINE_UD)
+        {
+            self.notices.push(RESULT_LINE.into());
+            self.notices.push(format!(
+                "Setting inline size to {MAX_INLINE_UD} (Max inline size in UD)"
+            ));
+            self.inline_size = Some(MAX_INLINE_UD);
         }
         // Upstream works around a bug with odd receive depths in SEND.
-        if self.test == Test::Send && self.rx_depth % 2 == 1 && self.test_method == TestMethod::Regular {
+        if self.test == Test::Send
+            && self.rx_depth % 2 == 1
+            && self.test_method == TestMethod::Regular
+        {
             self.rx_depth += 1;
         }
         if self.test_type == TestType::Iterations && self.iters > 20000 && !self.no_peak && bw {
-            self.notices.push(" WARNING: BW peak won't be measured in this run.".into());
+            self.notices
+                .push(" WARNING: BW peak won't be measured in this run.".into());
             self.no_peak = true;
         }
         if i64::from(self.duration) <= 2 * i64::from(self.margin) {
@@ -754,8 +797,9 @@ impl PerftestArgs {
         }
         if self.report_both && !self.duplex {
             // Upstream accepts it and ignores it; softib says so instead of ignoring it.
-            self.notices
-                .push(" Note: --report-both only changes the output of bidirectional (-b) tests.".into());
+            self.notices.push(
+                " Note: --report-both only changes the output of bidirectional (-b) tests.".into(),
+            );
         }
         Ok(())
     }
@@ -874,7 +918,12 @@ impl OptSpec {
 }
 
 const fn o(short: Option<char>, long: &'static str, takes_arg: bool, opt: Opt) -> OptSpec {
-    OptSpec { short, long, takes_arg, opt }
+    OptSpec {
+        short,
+        long,
+        takes_arg,
+        opt,
+    }
 }
 
 /// The options softib implements, with upstream's short and long names.
@@ -946,19 +995,81 @@ const UNSUPPORTED_SHORT: &[(char, &str)] = &[
 
 /// Upstream long-only options softib does not implement.
 const UNSUPPORTED_LONG: &[&str] = &[
-    "force-link", "remote_mac", "local_mac", "remote_ip", "local_ip", "remote_port",
-    "local_port", "use-srq", "no_lock", "use-null-mr", "reversed", "pkey_index", "tcp",
-    "burst_size", "typical_pkt_size", "rate_limit", "rate_limit_type", "rate_units", "output",
-    "cpu_util", "latency_gap", "flow_label", "retry_count", "dont_xchg_versions",
-    "payload_file_path", "use_cuda", "use_cuda_bus_id", "use_cuda_dmabuf", "use_rocm",
-    "use_neuron", "use_neuron_dmabuf", "use_hl", "use_mlu", "mmap", "mmap-offset", "ipv6",
-    "ipv6-addr", "raw_ipv6", "report-per-port", "odp", "use_hugepages", "promiscuous", "sniffer",
-    "raw_mcast", "mr_per_qp", "dlid", "tclass", "wait_destroy", "flows", "flows_burst",
-    "reply_every", "perform_warm_up", "vlan_en", "vlan_pcp", "recv_post_list", "aes_xts",
-    "encrypt_on_tx", "sig_before", "aes_block_size", "kek_path", "credentials_path",
-    "data_enc_keys_number", "data_enc_key_app_path", "log_dci_streams", "log_active_dci_streams",
-    "disable_pcie_relaxed", "use_ooo", "congest_type", "bind_source_ip", "write_with_imm",
-    "no_ddp", "unsolicited_write", "connectionless", "data_validation", "report-histogrm",
+    "force-link",
+    "remote_mac",
+    "local_mac",
+    "remote_ip",
+    "local_ip",
+    "remote_port",
+    "local_port",
+    "use-srq",
+    "no_lock",
+    "use-null-mr",
+    "reversed",
+    "pkey_index",
+    "tcp",
+    "burst_size",
+    "typical_pkt_size",
+    "rate_limit",
+    "rate_limit_type",
+    "rate_units",
+    "output",
+    "cpu_util",
+    "latency_gap",
+    "flow_label",
+    "retry_count",
+    "dont_xchg_versions",
+    "payload_file_path",
+    "use_cuda",
+    "use_cuda_bus_id",
+    "use_cuda_dmabuf",
+    "use_rocm",
+    "use_neuron",
+    "use_neuron_dmabuf",
+    "use_hl",
+    "use_mlu",
+    "mmap",
+    "mmap-offset",
+    "ipv6",
+    "ipv6-addr",
+    "raw_ipv6",
+    "report-per-port",
+    "odp",
+    "use_hugepages",
+    "promiscuous",
+    "sniffer",
+    "raw_mcast",
+    "mr_per_qp",
+    "dlid",
+    "tclass",
+    "wait_destroy",
+    "flows",
+    "flows_burst",
+    "reply_every",
+    "perform_warm_up",
+    "vlan_en",
+    "vlan_pcp",
+    "recv_post_list",
+    "aes_xts",
+    "encrypt_on_tx",
+    "sig_before",
+    "aes_block_size",
+    "kek_path",
+    "credentials_path",
+    "data_enc_keys_number",
+    "data_enc_key_app_path",
+    "log_dci_streams",
+    "log_active_dci_streams",
+    "disable_pcie_relaxed",
+    "use_ooo",
+    "congest_type",
+    "bind_source_ip",
+    "write_with_imm",
+    "no_ddp",
+    "unsolicited_write",
+    "connectionless",
+    "data_validation",
+    "report-histogrm",
 ];
 
 fn lookup_long(name: &str) -> Option<&'static OptSpec> {
@@ -970,18 +1081,24 @@ fn lookup_short(c: char) -> Option<&'static OptSpec> {
 }
 
 fn classify_unknown_long(name: &str) -> ArgsError {
-    let upstream = UNSUPPORTED_LONG.contains(&name)
-        || UNSUPPORTED_SHORT.iter().any(|(_, l)| *l == name);
+    let upstream =
+        UNSUPPORTED_LONG.contains(&name) || UNSUPPORTED_SHORT.iter().any(|(_, l)| *l == name);
     match UNSUPPORTED_SHORT.iter().find(|(_, l)| *l == name) {
-        Some((c, l)) => ArgsError::Unsupported { flag: format!("-{c}/--{l}") },
-        None if upstream => ArgsError::Unsupported { flag: format!("--{name}") },
+        Some((c, l)) => ArgsError::Unsupported {
+            flag: format!("-{c}/--{l}"),
+        },
+        None if upstream => ArgsError::Unsupported {
+            flag: format!("--{name}"),
+        },
         None => ArgsError::Unknown(format!("--{name}")),
     }
 }
 
 fn classify_unknown_short(c: char) -> ArgsError {
     match UNSUPPORTED_SHORT.iter().find(|(s, _)| *s == c) {
-        Some((s, l)) => ArgsError::Unsupported { flag: format!("-{s}/--{l}") },
+        Some((s, l)) => ArgsError::Unsupported {
+            flag: format!("-{s}/--{l}"),
+        },
         None => ArgsError::Unknown(format!("-{c}")),
     }
 }
@@ -995,13 +1112,14 @@ fn parse_c_int(s: &str) -> Result<i64, String> {
         Some(b'+') => (false, &t[1..]),
         _ => (false, t),
     };
-    let (radix, digits) = if let Some(h) = body.strip_prefix("0x").or_else(|| body.strip_prefix("0X")) {
-        (16, h)
-    } else if body.len() > 1 && body.starts_with('0') {
-        (8, &body[1..])
-    } else {
-        (10, body)
-    };
+    let (radix, digits) =
+        if let Some(h) = body.strip_prefix("0x").or_else(|| body.strip_prefix("0X")) {
+            (16, h)
+        } else if body.len() > 1 && body.starts_with('0') {
+            (8, &body[1..])
+        } else {
+            (10, body)
+        };
     if digits.is_empty() {
         return Err(format!("{s:?} is not a number"));
     }
@@ -1026,7 +1144,9 @@ fn usage(prog: &str, test: Test, mode: Mode) -> String {
         u.push('\n');
     };
     line("Usage:");
-    line(&format!("  {prog}            start a server and wait for connection"));
+    line(&format!(
+        "  {prog}            start a server and wait for connection"
+    ));
     line(&format!("  {prog} <host>     connect to server at <host>"));
     line("");
     line("Options:");
@@ -1060,15 +1180,23 @@ fn usage(prog: &str, test: Test, mode: Mode) -> String {
         line(" Post list of send WQEs of <list size> size (instead of single post)");
     }
     line("  -m, --mtu=<mtu>  MTU size : 256 - 4096 (default port mtu)");
-    let iters = if bw && test == Test::Write { 5000 } else { 1000 };
-    line(&format!("  -n, --iters=<iters>  Number of exchanges (at least 5, default {iters})"));
+    let iters = if bw && test == Test::Write {
+        5000
+    } else {
+        1000
+    };
+    line(&format!(
+        "  -n, --iters=<iters>  Number of exchanges (at least 5, default {iters})"
+    ));
     if bw {
         line("  -N, --noPeak Cancel peak-bw calculation (default with peak up to iters=20000)");
     }
     if test.is_read_like() {
         line("  -o, --outs=<num>  num of outstanding read/atom(default max of device)");
     }
-    line(&format!("  -p, --port=<port>  Listen on/connect to port <port> (default {DEFAULT_TCP_PORT})"));
+    line(&format!(
+        "  -p, --port=<port>  Listen on/connect to port <port> (default {DEFAULT_TCP_PORT})"
+    ));
     if bw {
         line("  -q, --qp=<num of qp's>  Num of qp's(default 1)");
         line("  -Q, --cq-mod  Generate Cqe only after <--cq-mod> completion");
@@ -1078,7 +1206,9 @@ fn usage(prog: &str, test: Test, mode: Mode) -> String {
     }
     if test != Test::Atomic {
         let s = if bw { 65536 } else { 2 };
-        line(&format!("  -s, --size=<size>  Size of message to exchange (default {s})"));
+        line(&format!(
+            "  -s, --size=<size>  Size of message to exchange (default {s})"
+        ));
     }
     line("  -S, --sl=<sl>  SL (default 0)");
     if bw {
@@ -1093,7 +1223,9 @@ fn usage(prog: &str, test: Test, mode: Mode) -> String {
     line("      --use_old_post_send Use old post send flow (ibv_post_send).");
     if bw {
         line("      --report-both  Report RX & TX results separately on Bidirectional BW tests");
-        line("      --report_gbits  Report Max/Average BW of test in Gbit/sec (instead of MiB/sec)");
+        line(
+            "      --report_gbits  Report Max/Average BW of test in Gbit/sec (instead of MiB/sec)",
+        );
         line("      --run_infinitely  Run test forever, print results every <duration> seconds");
     }
     line("      --timeout=<sec>  softib: seconds to wait for the peer at each exchange step (default 15)");
@@ -1126,7 +1258,10 @@ mod tests {
     #[test]
     fn defaults_per_test() {
         let a = run(Test::Send, Mode::Bw, &["host"]);
-        assert_eq!((a.size, a.iters, a.tx_depth, a.rx_depth), (65536, 1000, 128, 512));
+        assert_eq!(
+            (a.size, a.iters, a.tx_depth, a.rx_depth),
+            (65536, 1000, 128, 512)
+        );
         assert_eq!(a.port, 18515);
         assert_eq!(a.cq_mod, 1, "cq moderation is off above 8192 B");
         assert_eq!(a.qp_timeout, 14);
@@ -1141,7 +1276,10 @@ mod tests {
         assert_eq!((a.size, a.iters, a.tx_depth, a.cq_mod), (2, 1000, 1, 1));
 
         let a = run(Test::Atomic, Mode::Bw, &["h"]);
-        assert_eq!((a.size, a.atomic_type, a.inline_size), (8, AtomicType::FetchAndAdd, Some(0)));
+        assert_eq!(
+            (a.size, a.atomic_type, a.inline_size),
+            (8, AtomicType::FetchAndAdd, Some(0))
+        );
         assert_eq!(a.rx_depth, 1);
 
         let a = run(Test::Read, Mode::Lat, &["h"]);
@@ -1152,17 +1290,32 @@ mod tests {
     fn golden_rxe_command_lines() {
         // ib_send_bw -d rxe0 -x 1 -n 100 -F 10.77.0.2: the golden banner shows TX depth 100,
         // CQ Moderation 1 on the client and RX depth 100 on the server.
-        let c = run(Test::Send, Mode::Bw, &["-d", "rxe0", "-x", "1", "-n", "100", "-F", "10.77.0.2"]);
+        let c = run(
+            Test::Send,
+            Mode::Bw,
+            &["-d", "rxe0", "-x", "1", "-n", "100", "-F", "10.77.0.2"],
+        );
         assert_eq!((c.tx_depth, c.cq_mod, c.gid_index), (100, 1, Some(1)));
-        let s = run(Test::Send, Mode::Bw, &["-d", "rxe1", "-x", "1", "-n", "100", "-F"]);
+        let s = run(
+            Test::Send,
+            Mode::Bw,
+            &["-d", "rxe1", "-x", "1", "-n", "100", "-F"],
+        );
         assert_eq!(s.rx_depth, 100);
         assert!(s.no_peak, "a send server has no post times");
-        assert_eq!(s.notices, vec![" WARNING: BW peak won't be measured in this run."]);
+        assert_eq!(
+            s.notices,
+            vec![" WARNING: BW peak won't be measured in this run."]
+        );
     }
 
     #[test]
     fn getopt_forms() {
-        let a = run(Test::Write, Mode::Bw, &["-n100", "--size=4K", "-aF", "--tx-depth", "0x10"]);
+        let a = run(
+            Test::Write,
+            Mode::Bw,
+            &["-n100", "--size=4K", "-aF", "--tx-depth", "0x10"],
+        );
         assert_eq!(a.iters, 100);
         assert_eq!(a.test_method, TestMethod::All);
         assert_eq!(a.size, MAX_SIZE, "-a sweeps up to 2^23");
@@ -1179,43 +1332,109 @@ mod tests {
             err(Test::Write, Mode::Bw, &["-c", "UD"]),
             ArgsError::Invalid("UD connection only possible in SEND verb".into())
         );
-        assert!(matches!(err(Test::Read, Mode::Bw, &["-c", "UC"]), ArgsError::Invalid(_)));
-        assert!(matches!(err(Test::Atomic, Mode::Bw, &["-s", "16"]), ArgsError::Invalid(m) if m.contains("Atomic")));
-        assert!(matches!(err(Test::Atomic, Mode::Bw, &["-a"]), ArgsError::Invalid(_)));
-        assert!(matches!(err(Test::Send, Mode::Bw, &["-n", "4"]), ArgsError::BadValue { .. }));
-        assert!(matches!(err(Test::Send, Mode::Lat, &["-b"]), ArgsError::Invalid(_)));
-        assert!(matches!(err(Test::Send, Mode::Lat, &["-q", "2"]), ArgsError::Invalid(_)));
-        assert!(matches!(err(Test::Write, Mode::Bw, &["-e"]), ArgsError::Invalid(_)));
-        assert!(matches!(err(Test::Read, Mode::Bw, &["-I", "10"]), ArgsError::Invalid(_)));
-        assert!(matches!(err(Test::Send, Mode::Bw, &["-o", "4"]), ArgsError::Invalid(_)));
-        assert!(matches!(err(Test::Send, Mode::Bw, &["-A", "CMP_AND_SWAP"]), ArgsError::Invalid(_)));
-        assert!(matches!(err(Test::Send, Mode::Bw, &["-m", "1000"]), ArgsError::BadValue { .. }));
-        assert!(matches!(err(Test::Send, Mode::Bw, &["-n", "abc"]), ArgsError::BadValue { .. }));
-        assert_eq!(err(Test::Send, Mode::Bw, &["-n", "10", "-n", "20"]), ArgsError::Duplicate("-n/--iters".into()));
-        assert!(matches!(err(Test::Send, Mode::Bw, &["-l", "3", "-n", "10"]), ArgsError::Invalid(_)));
-        assert!(matches!(err(Test::Send, Mode::Bw, &["-f", "3"]), ArgsError::Invalid(m) if m.contains("MARGIN")));
-        assert!(matches!(err(Test::Send, Mode::Bw, &["a", "b"]), ArgsError::ExtraPositional(_)));
-        assert!(matches!(err(Test::Send, Mode::Bw, &["-n"]), ArgsError::MissingValue(_)));
+        assert!(matches!(
+            err(Test::Read, Mode::Bw, &["-c", "UC"]),
+            ArgsError::Invalid(_)
+        ));
+        assert!(
+            matches!(err(Test::Atomic, Mode::Bw, &["-s", "16"]), ArgsError::Invalid(m) if m.contains("Atomic"))
+        );
+        assert!(matches!(
+            err(Test::Atomic, Mode::Bw, &["-a"]),
+            ArgsError::Invalid(_)
+        ));
+        assert!(matches!(
+            err(Test::Send, Mode::Bw, &["-n", "4"]),
+            ArgsError::BadValue { .. }
+        ));
+        assert!(matches!(
+            err(Test::Send, Mode::Lat, &["-b"]),
+            ArgsError::Invalid(_)
+        ));
+        assert!(matches!(
+            err(Test::Send, Mode::Lat, &["-q", "2"]),
+            ArgsError::Invalid(_)
+        ));
+        assert!(matches!(
+            err(Test::Write, Mode::Bw, &["-e"]),
+            ArgsError::Invalid(_)
+        ));
+        assert!(matches!(
+            err(Test::Read, Mode::Bw, &["-I", "10"]),
+            ArgsError::Invalid(_)
+        ));
+        assert!(matches!(
+            err(Test::Send, Mode::Bw, &["-o", "4"]),
+            ArgsError::Invalid(_)
+        ));
+        assert!(matches!(
+            err(Test::Send, Mode::Bw, &["-A", "CMP_AND_SWAP"]),
+            ArgsError::Invalid(_)
+        ));
+        assert!(matches!(
+            err(Test::Send, Mode::Bw, &["-m", "1000"]),
+            ArgsError::BadValue { .. }
+        ));
+        assert!(matches!(
+            err(Test::Send, Mode::Bw, &["-n", "abc"]),
+            ArgsError::BadValue { .. }
+        ));
+        assert_eq!(
+            err(Test::Send, Mode::Bw, &["-n", "10", "-n", "20"]),
+            ArgsError::Duplicate("-n/--iters".into())
+        );
+        assert!(matches!(
+            err(Test::Send, Mode::Bw, &["-l", "3", "-n", "10"]),
+            ArgsError::Invalid(_)
+        ));
+        assert!(
+            matches!(err(Test::Send, Mode::Bw, &["-f", "3"]), ArgsError::Invalid(m) if m.contains("MARGIN"))
+        );
+        assert!(matches!(
+            err(Test::Send, Mode::Bw, &["a", "b"]),
+            ArgsError::ExtraPositional(_)
+        ));
+        assert!(matches!(
+            err(Test::Send, Mode::Bw, &["-n"]),
+            ArgsError::MissingValue(_)
+        ));
     }
 
     #[test]
     fn unimplemented_upstream_flags_are_named() {
         assert_eq!(
             err(Test::Send, Mode::Bw, &["-R"]),
-            ArgsError::Unsupported { flag: "-R/--rdma_cm".into() }
+            ArgsError::Unsupported {
+                flag: "-R/--rdma_cm".into()
+            }
         );
         assert_eq!(
             err(Test::Send, Mode::Bw, &["--use-srq"]),
-            ArgsError::Unsupported { flag: "--use-srq".into() }
+            ArgsError::Unsupported {
+                flag: "--use-srq".into()
+            }
         );
         assert_eq!(
             err(Test::Send, Mode::Bw, &["--rdma_cm"]),
-            ArgsError::Unsupported { flag: "-R/--rdma_cm".into() }
+            ArgsError::Unsupported {
+                flag: "-R/--rdma_cm".into()
+            }
         );
-        assert_eq!(err(Test::Send, Mode::Bw, &["-c", "XRC"]), ArgsError::Unsupported { flag: "-c XRC".into() });
-        assert_eq!(err(Test::Send, Mode::Bw, &["--bogus"]), ArgsError::Unknown("--bogus".into()));
+        assert_eq!(
+            err(Test::Send, Mode::Bw, &["-c", "XRC"]),
+            ArgsError::Unsupported {
+                flag: "-c XRC".into()
+            }
+        );
+        assert_eq!(
+            err(Test::Send, Mode::Bw, &["--bogus"]),
+            ArgsError::Unknown("--bogus".into())
+        );
         let msg = err(Test::Send, Mode::Bw, &["-aR"]).to_string();
-        assert!(msg.contains("-R/--rdma_cm") && msg.contains("remove it"), "{msg}");
+        assert!(
+            msg.contains("-R/--rdma_cm") && msg.contains("remove it"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -1224,21 +1443,36 @@ mod tests {
         assert_eq!(a.rx_depth, 16000);
         let mut a = run(Test::Send, Mode::Bw, &["-c", "UD", "h"]);
         let msgs = a.apply_mtu(2048).unwrap();
-        assert_eq!(msgs, vec![" Max msg size in UD is MTU 2048", " Changing to this MTU"]);
+        assert_eq!(
+            msgs,
+            vec![" Max msg size in UD is MTU 2048", " Changing to this MTU"]
+        );
         assert_eq!(a.size, 2048);
         let mut a = run(Test::Send, Mode::Bw, &["-c", "UD", "-s", "4096", "h"]);
         assert!(a.apply_mtu(1024).is_err());
         let a = run(Test::Send, Mode::Bw, &["-c", "UD", "-a", "h"]);
-        assert_eq!(a.sizes(1024), vec![2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]);
+        assert_eq!(
+            a.sizes(1024),
+            vec![2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+        );
         let a = run(Test::Write, Mode::Bw, &["-a", "h"]);
         let s = a.sizes(4096);
         assert_eq!((s.len(), s[0], s[22]), (23, 2, 1 << 23));
 
         let a = run(Test::Write, Mode::Bw, &["-D", "8", "h"]);
-        assert_eq!((a.test_type, a.iters, a.margin, a.no_peak), (TestType::Duration, 0, 2, true));
+        assert_eq!(
+            (a.test_type, a.iters, a.margin, a.no_peak),
+            (TestType::Duration, 0, 2, true)
+        );
         let a = run(Test::Write, Mode::Bw, &["--run_infinitely", "h"]);
-        assert_eq!((a.test_method, a.test_type), (TestMethod::Infinitely, TestType::Duration));
-        assert!(matches!(err(Test::Write, Mode::Lat, &["--run_infinitely"]), ArgsError::Invalid(_)));
+        assert_eq!(
+            (a.test_method, a.test_type),
+            (TestMethod::Infinitely, TestType::Duration)
+        );
+        assert!(matches!(
+            err(Test::Write, Mode::Lat, &["--run_infinitely"]),
+            ArgsError::Invalid(_)
+        ));
         let a = run(Test::Write, Mode::Bw, &["-n", "30000", "h"]);
         assert!(a.no_peak);
     }

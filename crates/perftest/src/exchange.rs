@@ -170,7 +170,10 @@ pub struct PeerVersion {
 impl PeerVersion {
     /// Parses a version string the way upstream does (`atof`).
     pub fn new(text: &str) -> Self {
-        PeerVersion { text: text.to_string(), value: atof(text) }
+        PeerVersion {
+            text: text.to_string(),
+            value: atof(text),
+        }
     }
 
     /// `check_sys_data` runs for peers >= 5.32 (a double comparison upstream).
@@ -228,7 +231,10 @@ impl Negotiation {
     /// The negotiation for a local and a remote version.
     pub fn between(local: &PeerVersion, remote: &PeerVersion) -> Self {
         let v = local.value.min(remote.value);
-        if v < 6.28 {
+        // 6.28 is a perftest release number, not an approximation of tau.
+        #[allow(clippy::approx_constant)]
+        let first_negotiating = 6.28;
+        if v < first_negotiating {
             Negotiation::None
         } else if v <= 6.29 {
             Negotiation::Legacy
@@ -293,7 +299,10 @@ pub struct SysData {
 
 impl Default for SysData {
     fn default() -> Self {
-        SysData { cycle_buffer: 4096, cache_line_size: 64 }
+        SysData {
+            cycle_buffer: 4096,
+            cache_line_size: 64,
+        }
     }
 }
 
@@ -589,10 +598,20 @@ impl NegotiateParams {
         let mut p = NegotiateParams::zero();
         let mut received = Vec::new();
         for token in text.split(';').filter(|t| !t.is_empty()) {
-            let Some((key, hex)) = token.split_once('=') else { continue };
-            let Some(name) = KV_NAMES.iter().find(|n| **n == key) else { continue };
-            let width = if *name == "size" || *name == "iters" { 8 } else { 4 };
-            let Some(bytes) = parse_hex_bytes(hex, width) else { continue };
+            let Some((key, hex)) = token.split_once('=') else {
+                continue;
+            };
+            let Some(name) = KV_NAMES.iter().find(|n| **n == key) else {
+                continue;
+            };
+            let width = if *name == "size" || *name == "iters" {
+                8
+            } else {
+                4
+            };
+            let Some(bytes) = parse_hex_bytes(hex, width) else {
+                continue;
+            };
             let mut be = [0u8; 8];
             be[8 - width..].copy_from_slice(&bytes);
             let v64 = u64::from_be_bytes(be);
@@ -660,59 +679,177 @@ impl NegotiateParams {
             &["SEND", "WRITE", "WRITE_IMM", "READ", "ATOMIC"]
         };
         let checks: Vec<(&'static str, i64, i64, Option<&[&str]>)> = vec![
-            ("test_method", self.test_method.into(), remote.test_method.into(), Some(&["RUN_REGULAR", "RUN_ALL", "RUN_INFINITELY"])),
-            ("connection_type", self.connection_type.into(), remote.connection_type.into(), Some(&["RC", "UC", "UD", "RawEth", "XRC", "DC", "SRD"])),
+            (
+                "test_method",
+                self.test_method.into(),
+                remote.test_method.into(),
+                Some(&["RUN_REGULAR", "RUN_ALL", "RUN_INFINITELY"]),
+            ),
+            (
+                "connection_type",
+                self.connection_type.into(),
+                remote.connection_type.into(),
+                Some(&["RC", "UC", "UD", "RawEth", "XRC", "DC", "SRD"]),
+            ),
             ("verb", self.verb.into(), remote.verb.into(), Some(verbs)),
-            ("tst", self.tst.into(), remote.tst.into(), Some(&["LAT", "BW", "LAT_BY_BW", "FS_RATE"])),
-            ("atomicType", self.atomic_type.into(), remote.atomic_type.into(), Some(&["CMP_AND_SWAP", "FETCH_AND_ADD"])),
-            ("test_type", self.test_type.into(), remote.test_type.into(), Some(&["ITERATIONS", "DURATION"])),
-            ("report_fmt", self.report_fmt.into(), remote.report_fmt.into(), Some(&["GBS", "MBS"])),
+            (
+                "tst",
+                self.tst.into(),
+                remote.tst.into(),
+                Some(&["LAT", "BW", "LAT_BY_BW", "FS_RATE"]),
+            ),
+            (
+                "atomicType",
+                self.atomic_type.into(),
+                remote.atomic_type.into(),
+                Some(&["CMP_AND_SWAP", "FETCH_AND_ADD"]),
+            ),
+            (
+                "test_type",
+                self.test_type.into(),
+                remote.test_type.into(),
+                Some(&["ITERATIONS", "DURATION"]),
+            ),
+            (
+                "report_fmt",
+                self.report_fmt.into(),
+                remote.report_fmt.into(),
+                Some(&["GBS", "MBS"]),
+            ),
             ("size", self.size as i64, remote.size as i64, None),
             ("iters", self.iters as i64, remote.iters as i64, None),
-            ("aes_xts", self.aes_xts.into(), remote.aes_xts.into(), Some(OFF_ON)),
-            ("duplex", self.duplex.into(), remote.duplex.into(), Some(OFF_ON)),
-            ("num_of_qps", self.num_of_qps.into(), remote.num_of_qps.into(), None),
-            ("duration", self.duration.into(), remote.duration.into(), None),
-            ("use_rdma_cm", self.use_rdma_cm.into(), remote.use_rdma_cm.into(), Some(OFF_ON)),
-            ("use_write_with_imm", self.use_write_with_imm.into(), remote.use_write_with_imm.into(), Some(OFF_ON)),
-            ("no_enhanced_reorder", self.no_enhanced_reorder.into(), remote.no_enhanced_reorder.into(), Some(OFF_ON)),
-            ("sig_offload", self.sig_offload.into(), remote.sig_offload.into(), Some(OFF_ON)),
-            ("data_validation", self.data_validation.into(), remote.data_validation.into(), Some(OFF_ON)),
-            ("tx_depth", self.tx_depth.into(), remote.tx_depth.into(), None),
+            (
+                "aes_xts",
+                self.aes_xts.into(),
+                remote.aes_xts.into(),
+                Some(OFF_ON),
+            ),
+            (
+                "duplex",
+                self.duplex.into(),
+                remote.duplex.into(),
+                Some(OFF_ON),
+            ),
+            (
+                "num_of_qps",
+                self.num_of_qps.into(),
+                remote.num_of_qps.into(),
+                None,
+            ),
+            (
+                "duration",
+                self.duration.into(),
+                remote.duration.into(),
+                None,
+            ),
+            (
+                "use_rdma_cm",
+                self.use_rdma_cm.into(),
+                remote.use_rdma_cm.into(),
+                Some(OFF_ON),
+            ),
+            (
+                "use_write_with_imm",
+                self.use_write_with_imm.into(),
+                remote.use_write_with_imm.into(),
+                Some(OFF_ON),
+            ),
+            (
+                "no_enhanced_reorder",
+                self.no_enhanced_reorder.into(),
+                remote.no_enhanced_reorder.into(),
+                Some(OFF_ON),
+            ),
+            (
+                "sig_offload",
+                self.sig_offload.into(),
+                remote.sig_offload.into(),
+                Some(OFF_ON),
+            ),
+            (
+                "data_validation",
+                self.data_validation.into(),
+                remote.data_validation.into(),
+                Some(OFF_ON),
+            ),
+            (
+                "tx_depth",
+                self.tx_depth.into(),
+                remote.tx_depth.into(),
+                None,
+            ),
         ];
         for (field, l, r, names) in checks {
             if !received.contains(&field) || l == r {
                 continue;
             }
-            let show = |v: i64| match names.and_then(|n| usize::try_from(v).ok().and_then(|i| n.get(i))) {
-                Some(s) => (*s).to_string(),
-                None => v.to_string(),
-            };
-            return Err(ExchangeError::Mismatch { field, local: show(l), remote: show(r) });
+            let show =
+                |v: i64| match names.and_then(|n| usize::try_from(v).ok().and_then(|i| n.get(i))) {
+                    Some(s) => (*s).to_string(),
+                    None => v.to_string(),
+                };
+            return Err(ExchangeError::Mismatch {
+                field,
+                local: show(l),
+                remote: show(r),
+            });
         }
         Ok(())
     }
 }
 
 const KV_NAMES: &[&str] = &[
-    "test_method", "connection_type", "verb", "tst", "atomicType", "test_type", "report_fmt",
-    "size", "iters", "aes_xts", "duplex", "num_of_qps", "duration", "use_rdma_cm",
-    "use_write_with_imm", "no_enhanced_reorder", "sig_offload", "data_validation", "tx_depth",
+    "test_method",
+    "connection_type",
+    "verb",
+    "tst",
+    "atomicType",
+    "test_type",
+    "report_fmt",
+    "size",
+    "iters",
+    "aes_xts",
+    "duplex",
+    "num_of_qps",
+    "duration",
+    "use_rdma_cm",
+    "use_write_with_imm",
+    "no_enhanced_reorder",
+    "sig_offload",
+    "data_validation",
+    "tx_depth",
     "max_qp_rd_atom",
 ];
 
 /// Names the legacy block carries (everything but `tx_depth` and `duplex`).
 const LEGACY_NAMES: &[&str] = &[
-    "test_method", "connection_type", "verb", "tst", "atomicType", "test_type", "report_fmt",
-    "size", "iters", "aes_xts", "num_of_qps", "duration", "use_rdma_cm", "use_write_with_imm",
-    "no_enhanced_reorder", "sig_offload", "data_validation", "max_qp_rd_atom",
+    "test_method",
+    "connection_type",
+    "verb",
+    "tst",
+    "atomicType",
+    "test_type",
+    "report_fmt",
+    "size",
+    "iters",
+    "aes_xts",
+    "num_of_qps",
+    "duration",
+    "use_rdma_cm",
+    "use_write_with_imm",
+    "no_enhanced_reorder",
+    "sig_offload",
+    "data_validation",
+    "max_qp_rd_atom",
 ];
 
 fn parse_hex_bytes(hex: &str, n: usize) -> Option<Vec<u8>> {
     if hex.len() < n * 2 || !hex.is_ascii() {
         return None;
     }
-    (0..n).map(|i| u8::from_str_radix(&hex[i * 2..i * 2 + 2], 16).ok()).collect()
+    (0..n)
+        .map(|i| u8::from_str_radix(&hex[i * 2..i * 2 + 2], 16).ok())
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -751,13 +888,14 @@ impl Dest {
                 detail: format!("{field} {v:#x} does not fit upstream's field (max {max:#x})"),
             })
         };
-        for e in [
+        if let Some(e) = [
             too_big("out_reads", self.out_reads, 0xffff),
             too_big("QPN", self.qpn, 0xff_ffff),
             too_big("PSN", self.psn, 0xff_ffff),
         ]
         .into_iter()
         .flatten()
+        .next()
         {
             return Err(e);
         }
@@ -783,7 +921,10 @@ impl Dest {
     /// Decodes a key message. `with_gid` is the receiver's own choice: upstream assumes
     /// the peer uses a GID exactly when it does itself.
     pub fn decode(buf: &[u8], with_gid: bool) -> Result<Self> {
-        let bad = |detail: String| ExchangeError::Malformed { what: "key message", detail };
+        let bad = |detail: String| ExchangeError::Malformed {
+            what: "key message",
+            detail,
+        };
         let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
         let text = std::str::from_utf8(&buf[..end])
             .map_err(|_| bad(format!("not text: {:02x?}", &buf[..end])))?;
@@ -878,19 +1019,28 @@ impl BwReport {
 
     /// Decodes the five messages produced by [`BwReport::encode`].
     pub fn decode(parts: &[Vec<u8>]) -> Result<Self> {
-        let bad = |detail: String| ExchangeError::Malformed { what: "BW report", detail };
+        let bad = |detail: String| ExchangeError::Malformed {
+            what: "BW report",
+            detail,
+        };
         if parts.len() != 5 {
             return Err(bad(format!("expected 5 parts, got {}", parts.len())));
         }
         let u64_of = |b: &[u8]| -> Result<u64> {
             match b.len() {
-                8 => Ok(u64::from_be_bytes(b.try_into().map_err(|_| bad("size".into()))?)),
-                4 => Ok(u64::from(u32::from_be_bytes(b.try_into().map_err(|_| bad("size".into()))?))),
+                8 => Ok(u64::from_be_bytes(
+                    b.try_into().map_err(|_| bad("size".into()))?,
+                )),
+                4 => Ok(u64::from(u32::from_be_bytes(
+                    b.try_into().map_err(|_| bad("size".into()))?,
+                ))),
                 n => Err(bad(format!("field of {n} bytes"))),
             }
         };
         let f = |b: &[u8]| -> Result<f64> {
-            let a: [u8; 8] = b.try_into().map_err(|_| bad(format!("double of {} bytes", b.len())))?;
+            let a: [u8; 8] = b
+                .try_into()
+                .map_err(|_| bad(format!("double of {} bytes", b.len())))?;
             Ok(f64::from_bits(u64::from_be_bytes(a)))
         };
         Ok(BwReport {
@@ -917,11 +1067,16 @@ impl ExchangeListener {
     /// Binds like upstream (`SO_REUSEADDR` is std's default on Unix). Use
     /// `0.0.0.0:<-p port>` for the real tool.
     pub fn bind(addr: SocketAddr) -> Result<Self> {
-        let listener = TcpListener::bind(addr)
-            .map_err(|source| ExchangeError::Bind { addr: addr.to_string(), source })?;
+        let listener = TcpListener::bind(addr).map_err(|source| ExchangeError::Bind {
+            addr: addr.to_string(),
+            source,
+        })?;
         let addr = listener
             .local_addr()
-            .map_err(|source| ExchangeError::Bind { addr: addr.to_string(), source })?;
+            .map_err(|source| ExchangeError::Bind {
+                addr: addr.to_string(),
+                source,
+            })?;
         Ok(ExchangeListener { listener, addr })
     }
 
@@ -932,8 +1087,16 @@ impl ExchangeListener {
 
     /// Accepts one client. `accept_timeout` `None` waits forever as upstream does; every
     /// later read times out after `io_timeout`. The listening socket is closed afterwards.
-    pub fn accept(self, accept_timeout: Option<Duration>, io_timeout: Duration) -> Result<Exchange> {
-        let io = |source| ExchangeError::Io { what: "accept", peer: self.addr, source };
+    pub fn accept(
+        self,
+        accept_timeout: Option<Duration>,
+        io_timeout: Duration,
+    ) -> Result<Exchange> {
+        let io = |source| ExchangeError::Io {
+            what: "accept",
+            peer: self.addr,
+            source,
+        };
         let (stream, peer) = match accept_timeout {
             None => self.listener.accept().map_err(io)?,
             Some(limit) => {
@@ -970,14 +1133,28 @@ pub struct Exchange {
 }
 
 impl Exchange {
-    fn from_stream(stream: TcpStream, peer: SocketAddr, role: Role, timeout: Duration) -> Result<Self> {
-        let io = |source| ExchangeError::Io { what: "socket setup", peer, source };
+    fn from_stream(
+        stream: TcpStream,
+        peer: SocketAddr,
+        role: Role,
+        timeout: Duration,
+    ) -> Result<Self> {
+        let io = |source| ExchangeError::Io {
+            what: "socket setup",
+            peer,
+            source,
+        };
         stream.set_nonblocking(false).map_err(io)?;
         stream.set_read_timeout(Some(timeout)).map_err(io)?;
         stream.set_write_timeout(Some(timeout)).map_err(io)?;
         // Small fixed messages, each awaited by the peer: send them at once.
         stream.set_nodelay(true).map_err(io)?;
-        Ok(Exchange { stream, peer, role, timeout })
+        Ok(Exchange {
+            stream,
+            peer,
+            role,
+            timeout,
+        })
     }
 
     /// Connects to `host:port`, retrying until `timeout` passes (the server may not be
@@ -990,7 +1167,9 @@ impl Exchange {
             match target.to_socket_addrs() {
                 Ok(addrs) => {
                     for addr in addrs {
-                        let left = timeout.saturating_sub(start.elapsed()).max(Duration::from_millis(1));
+                        let left = timeout
+                            .saturating_sub(start.elapsed())
+                            .max(Duration::from_millis(1));
                         match TcpStream::connect_timeout(&addr, left) {
                             Ok(s) => return Self::from_stream(s, addr, Role::Client, timeout),
                             Err(e) => last = e.to_string(),
@@ -1000,7 +1179,11 @@ impl Exchange {
                 Err(e) => last = format!("cannot resolve {host:?}: {e}"),
             }
             if start.elapsed() >= timeout {
-                return Err(ExchangeError::Connect { addr: target, secs: timeout.as_secs(), last });
+                return Err(ExchangeError::Connect {
+                    addr: target,
+                    secs: timeout.as_secs(),
+                    last,
+                });
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -1039,8 +1222,16 @@ impl Exchange {
             },
             io::ErrorKind::UnexpectedEof
             | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::BrokenPipe => ExchangeError::Closed { what, peer_role, peer: self.peer },
-            _ => ExchangeError::Io { what, peer: self.peer, source: e },
+            | io::ErrorKind::BrokenPipe => ExchangeError::Closed {
+                what,
+                peer_role,
+                peer: self.peer,
+            },
+            _ => ExchangeError::Io {
+                what,
+                peer: self.peer,
+                source: e,
+            },
         }
     }
 
@@ -1073,11 +1264,21 @@ impl Exchange {
         if !remote.has_sys_data() {
             return Ok(local);
         }
-        let cb = self.xchg("page size (system data)", &encode_i32(local.cycle_buffer), 4)?;
-        let cl = self.xchg("cache line size (system data)", &encode_i32(local.cache_line_size), 4)?;
+        let cb = self.xchg(
+            "page size (system data)",
+            &encode_i32(local.cycle_buffer),
+            4,
+        )?;
+        let cl = self.xchg(
+            "cache line size (system data)",
+            &encode_i32(local.cache_line_size),
+            4,
+        )?;
         Ok(SysData {
             cycle_buffer: local.cycle_buffer.max(decode_i32("page size", &cb)?),
-            cache_line_size: local.cache_line_size.max(decode_i32("cache line size", &cl)?),
+            cache_line_size: local
+                .cache_line_size
+                .max(decode_i32("cache line size", &cl)?),
         })
     }
 
@@ -1094,17 +1295,29 @@ impl Exchange {
     /// `negotiate_params`: exchanges the parameter block in the format both sides pick
     /// and compares it. Returns the peer's `max_qp_rd_atom` when it sent one (the caller
     /// clips `-o` to it: " out_reads is greater than remote max_qp_rd_atom...").
-    pub fn negotiate(&mut self, format: Negotiation, local: &NegotiateParams) -> Result<Option<i32>> {
+    pub fn negotiate(
+        &mut self,
+        format: Negotiation,
+        local: &NegotiateParams,
+    ) -> Result<Option<i32>> {
         match format {
             Negotiation::None => Ok(None),
             Negotiation::Legacy => {
-                let theirs = self.xchg("parameter negotiation block", &local.encode_legacy(), LEGACY_NEGOTIATE_LEN)?;
+                let theirs = self.xchg(
+                    "parameter negotiation block",
+                    &local.encode_legacy(),
+                    LEGACY_NEGOTIATE_LEN,
+                )?;
                 let remote = NegotiateParams::decode_legacy(&theirs)?;
                 local.compare(&remote, format, LEGACY_NAMES)?;
                 Ok(Some(remote.max_qp_rd_atom))
             }
             Negotiation::KeyValue => {
-                let v = self.xchg("negotiation version", &encode_i32(KV_NEGOTIATION_VERSION), 4)?;
+                let v = self.xchg(
+                    "negotiation version",
+                    &encode_i32(KV_NEGOTIATION_VERSION),
+                    4,
+                )?;
                 let remote_version = decode_i32("negotiation version", &v)?;
                 if remote_version != KV_NEGOTIATION_VERSION {
                     // Upstream skips the negotiation on a version mismatch.
@@ -1128,7 +1341,9 @@ impl Exchange {
                 let remote_text = String::from_utf8_lossy(&theirs);
                 let (remote, received) = NegotiateParams::decode_kv(&remote_text);
                 local.compare(&remote, format, &received)?;
-                Ok(received.contains(&"max_qp_rd_atom").then_some(remote.max_qp_rd_atom))
+                Ok(received
+                    .contains(&"max_qp_rd_atom")
+                    .then_some(remote.max_qp_rd_atom))
             }
         }
     }
@@ -1142,7 +1357,11 @@ impl Exchange {
     }
 
     /// `xchg_bw_reports`: five symmetric exchanges; returns the peer's report.
-    pub fn exchange_bw_reports(&mut self, remote: &PeerVersion, mine: &BwReport) -> Result<BwReport> {
+    pub fn exchange_bw_reports(
+        &mut self,
+        remote: &PeerVersion,
+        mine: &BwReport,
+    ) -> Result<BwReport> {
         let iters_len = remote.bw_iters_len();
         let parts = mine.encode(iters_len);
         let names: [&'static str; 5] = [
@@ -1188,7 +1407,10 @@ mod tests {
     fn key_message_without_gid_is_59_bytes() {
         let m = dest(false).encode().unwrap();
         assert_eq!(m.len(), KEY_MSG_SIZE);
-        assert_eq!(&m[..58], b"0001:0010:000048:9f7e92:1234abcd:00007f00deadbeef:00000000");
+        assert_eq!(
+            &m[..58],
+            b"0001:0010:000048:9f7e92:1234abcd:00007f00deadbeef:00000000"
+        );
         assert_eq!(m[58], 0);
         assert_eq!(Dest::decode(&m, false).unwrap(), dest(false));
     }
@@ -1211,7 +1433,12 @@ mod tests {
         let e = Dest::decode(&m, true).unwrap_err().to_string();
         assert!(e.contains("GID"), "{e}");
         assert!(Dest::decode(b"zz:0:0:0:0:0:0\0", false).is_err());
-        assert!(Dest { qpn: 0x100_0000, ..dest(false) }.encode().is_err());
+        assert!(Dest {
+            qpn: 0x100_0000,
+            ..dest(false)
+        }
+        .encode()
+        .is_err());
         assert!(Dest::decode(&[0xff; 59], false).is_err());
     }
 
@@ -1229,12 +1456,21 @@ mod tests {
         let new = PeerVersion::new("6.29");
         assert_eq!((new.mtu_msg_len(), new.bw_iters_len()), (2, 8));
         assert!(PeerVersion::new("4.5").upstream_rejects());
-        assert!(!PeerVersion::new("5.1").has_mtu_exchange(), "float compare quirk");
+        assert!(
+            !PeerVersion::new("5.1").has_mtu_exchange(),
+            "float compare quirk"
+        );
         assert_eq!(atof("6.30-1"), 6.3);
         assert_eq!(atof("x"), 0.0);
         let l = PeerVersion::new(SOFTIB_PERFTEST_VERSION);
-        assert_eq!(Negotiation::between(&l, &PeerVersion::new("6.31")), Negotiation::Legacy);
-        assert_eq!(Negotiation::between(&l, &PeerVersion::new("6.10")), Negotiation::None);
+        assert_eq!(
+            Negotiation::between(&l, &PeerVersion::new("6.31")),
+            Negotiation::Legacy
+        );
+        assert_eq!(
+            Negotiation::between(&l, &PeerVersion::new("6.10")),
+            Negotiation::None
+        );
         assert_eq!(
             Negotiation::between(&PeerVersion::new("6.30"), &PeerVersion::new("6.31")),
             Negotiation::KeyValue
@@ -1277,14 +1513,26 @@ mod tests {
         assert_eq!(&b[56..60], &[0, 0, 0, 5], "default duration");
         assert_eq!(&b[224..228], &[16, 0, 0, 0], "max_qp_rd_atom, host endian");
         let back = NegotiateParams::decode_legacy(&b).unwrap();
-        assert_eq!(back, NegotiateParams { tx_depth: 0, duplex: 0, ..params() });
+        assert_eq!(
+            back,
+            NegotiateParams {
+                tx_depth: 0,
+                duplex: 0,
+                ..params()
+            }
+        );
     }
 
     #[test]
     fn kv_string() {
-        let p = NegotiateParams { verb: verb_code(Test::Write, Negotiation::KeyValue), ..params() };
+        let p = NegotiateParams {
+            verb: verb_code(Test::Write, Negotiation::KeyValue),
+            ..params()
+        };
         let s = p.encode_kv();
-        assert!(s.starts_with("test_method=00000000;connection_type=00000000;verb=00000002;tst=00000001;"));
+        assert!(s.starts_with(
+            "test_method=00000000;connection_type=00000000;verb=00000002;tst=00000001;"
+        ));
         assert!(s.contains(";size=0000000000010000;iters=0000000000000064;"));
         assert!(s.ends_with(";tx_depth=00000064;max_qp_rd_atom=00000010;"));
         let (back, received) = NegotiateParams::decode_kv(&format!("{s}unknown=00;"));
@@ -1297,19 +1545,46 @@ mod tests {
     #[test]
     fn negotiation_mismatch_is_named() {
         let a = params();
-        let b = NegotiateParams { iters: 200, ..params() };
-        let e = a.compare(&b, Negotiation::Legacy, LEGACY_NAMES).unwrap_err().to_string();
-        assert!(e.starts_with(" iters mismatch: local=100, remote=200"), "{e}");
-        let c = NegotiateParams { connection_type: 1, ..params() };
-        let e = a.compare(&c, Negotiation::Legacy, LEGACY_NAMES).unwrap_err().to_string();
+        let b = NegotiateParams {
+            iters: 200,
+            ..params()
+        };
+        let e = a
+            .compare(&b, Negotiation::Legacy, LEGACY_NAMES)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(" iters mismatch: local=100, remote=200"),
+            "{e}"
+        );
+        let c = NegotiateParams {
+            connection_type: 1,
+            ..params()
+        };
+        let e = a
+            .compare(&c, Negotiation::Legacy, LEGACY_NAMES)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("local=RC, remote=UC"), "{e}");
-        let d = NegotiateParams { tx_depth: 7, ..params() };
-        assert!(a.compare(&d, Negotiation::Legacy, LEGACY_NAMES).is_ok(), "legacy has no tx_depth");
+        let d = NegotiateParams {
+            tx_depth: 7,
+            ..params()
+        };
+        assert!(
+            a.compare(&d, Negotiation::Legacy, LEGACY_NAMES).is_ok(),
+            "legacy has no tx_depth"
+        );
     }
 
     #[test]
     fn bw_report_bytes() {
-        let r = BwReport { size: 65536, iters: 100, bw_peak: 1.5, bw_avg: 2.0, msg_rate: 0.25 };
+        let r = BwReport {
+            size: 65536,
+            iters: 100,
+            bw_peak: 1.5,
+            bw_avg: 2.0,
+            msg_rate: 0.25,
+        };
         let parts = r.encode(8);
         assert_eq!(parts[0], 65536u64.to_be_bytes());
         assert_eq!(parts[1], 100u64.to_be_bytes());
@@ -1323,14 +1598,23 @@ mod tests {
     #[test]
     fn client_server_over_loopback() {
         let listener =
-            ExchangeListener::bind(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))).unwrap();
+            ExchangeListener::bind(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)))
+                .unwrap();
         let port = listener.local_addr().port();
         let t = Duration::from_secs(5);
         let server = std::thread::spawn(move || {
             let mut x = listener.accept(Some(t), t).unwrap();
             assert_eq!(x.role(), Role::Server);
             let v = x.exchange_versions("6.29").unwrap();
-            let sys = x.exchange_sys_data(&v, SysData { cycle_buffer: 4096, cache_line_size: 128 }).unwrap();
+            let sys = x
+                .exchange_sys_data(
+                    &v,
+                    SysData {
+                        cycle_buffer: 4096,
+                        cache_line_size: 128,
+                    },
+                )
+                .unwrap();
             let mtu = x.exchange_mtu(&v, 3).unwrap();
             let fmt = Negotiation::between(&PeerVersion::new("6.29"), &v);
             let rd = x.negotiate(fmt, &params()).unwrap();
@@ -1341,18 +1625,49 @@ mod tests {
         });
         let mut c = Exchange::connect("127.0.0.1", port, t).unwrap();
         let v = c.exchange_versions("6.29").unwrap();
-        let sys = c.exchange_sys_data(&v, SysData { cycle_buffer: 65536, cache_line_size: 64 }).unwrap();
+        let sys = c
+            .exchange_sys_data(
+                &v,
+                SysData {
+                    cycle_buffer: 65536,
+                    cache_line_size: 64,
+                },
+            )
+            .unwrap();
         let mtu = c.exchange_mtu(&v, 5).unwrap();
-        let rd = c.negotiate(Negotiation::Legacy, &NegotiateParams { max_qp_rd_atom: 8, ..params() }).unwrap();
-        let d = Dest { psn: 0x52d4c, ..dest(true) };
+        let rd = c
+            .negotiate(
+                Negotiation::Legacy,
+                &NegotiateParams {
+                    max_qp_rd_atom: 8,
+                    ..params()
+                },
+            )
+            .unwrap();
+        let d = Dest {
+            psn: 0x52d4c,
+            ..dest(true)
+        };
         let rem = c.hand_shake(&d).unwrap();
-        let mine = BwReport { size: 65536, iters: 100, bw_peak: 26.86, bw_avg: 25.56, msg_rate: 0.000409 };
+        let mine = BwReport {
+            size: 65536,
+            iters: 100,
+            bw_peak: 26.86,
+            bw_avg: 25.56,
+            msg_rate: 0.000409,
+        };
         let rep = c.exchange_bw_reports(&v, &mine).unwrap();
         c.close(&d).unwrap();
         let (sv, ssys, smtu, srd, srem, srep) = server.join().unwrap();
         assert_eq!(v.text, "6.29");
         assert_eq!(sv.text, "6.29");
-        assert_eq!(sys, SysData { cycle_buffer: 65536, cache_line_size: 128 });
+        assert_eq!(
+            sys,
+            SysData {
+                cycle_buffer: 65536,
+                cache_line_size: 128
+            }
+        );
         assert_eq!(ssys, sys);
         assert_eq!((mtu, smtu), (3, 3));
         assert_eq!((rd, srd), (Some(16), Some(8)));
@@ -1365,7 +1680,8 @@ mod tests {
     #[test]
     fn read_timeout_names_message_and_peer() {
         let listener =
-            ExchangeListener::bind(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))).unwrap();
+            ExchangeListener::bind(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)))
+                .unwrap();
         let port = listener.local_addr().port();
         let t = Duration::from_millis(200);
         let server = std::thread::spawn(move || {
@@ -1375,7 +1691,10 @@ mod tests {
         // A client that connects and says nothing.
         let c = Exchange::connect("127.0.0.1", port, Duration::from_secs(5)).unwrap();
         let e = server.join().unwrap().to_string();
-        assert!(e.contains("version string") && e.contains("from the client"), "{e}");
+        assert!(
+            e.contains("version string") && e.contains("from the client"),
+            "{e}"
+        );
         drop(c);
     }
 
@@ -1386,14 +1705,17 @@ mod tests {
             let l = TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
         };
-        let e = Exchange::connect("127.0.0.1", port, Duration::from_millis(300)).err().unwrap();
+        let e = Exchange::connect("127.0.0.1", port, Duration::from_millis(300))
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("could not connect"), "{e}");
     }
 
     #[test]
     fn closed_peer_is_reported() {
         let listener =
-            ExchangeListener::bind(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))).unwrap();
+            ExchangeListener::bind(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)))
+                .unwrap();
         let port = listener.local_addr().port();
         let server = std::thread::spawn(move || {
             let x = listener.accept(None, Duration::from_secs(5)).unwrap();

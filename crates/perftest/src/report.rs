@@ -138,7 +138,9 @@ impl BannerInfo {
             mtu_bytes,
             link,
             // On RoCE upstream forces GID index 0 when none was given (check_link).
-            gid_index: args.gid_index.or((link == LinkLayer::Ethernet).then_some(0)),
+            gid_index: args
+                .gid_index
+                .or((link == LinkLayer::Ethernet).then_some(0)),
             inline_size,
             out_reads,
             pcie_relax_order: match style {
@@ -176,8 +178,14 @@ impl BannerInfo {
         let on_off = |b: bool| if b { "ON" } else { "OFF" };
         let mut s = String::from(RESULT_LINE);
         s.push_str(&format!("                    {}\n", self.title()));
-        s.push_str(&format!(" Dual-port       : OFF\t\tDevice         : {}\n", self.device));
-        s.push_str(&format!(" Number of qps   : {}\t\tTransport type : {}\n", self.num_qps, self.transport));
+        s.push_str(&format!(
+            " Dual-port       : OFF\t\tDevice         : {}\n",
+            self.device
+        ));
+        s.push_str(&format!(
+            " Number of qps   : {}\t\tTransport type : {}\n",
+            self.num_qps, self.transport
+        ));
         s.push_str(&format!(
             " Connection type : {}\t\tUsing SRQ      : OFF\n",
             self.connection.name()
@@ -185,8 +193,12 @@ impl BannerInfo {
         match self.style {
             BannerStyle::V6 => {
                 match self.pcie_relax_order {
-                    Some(v) => s.push_str(&format!(" PCIe relax order: {v}\t\tLock-free      : Unsupported\n")),
-                    None => s.push_str(" PCIe relax order: Unsupported\t\tLock-free\t: Unsupported\n"),
+                    Some(v) => s.push_str(&format!(
+                        " PCIe relax order: {v}\t\tLock-free      : Unsupported\n"
+                    )),
+                    None => {
+                        s.push_str(" PCIe relax order: Unsupported\t\tLock-free\t: Unsupported\n")
+                    }
                 }
                 s.push_str(&format!(
                     " ibv_wr* API     : {}\t\tUsing Enhanced Reorder      : OFF\n",
@@ -194,8 +206,14 @@ impl BannerInfo {
                 ));
             }
             BannerStyle::V4_5 => {
-                s.push_str(&format!(" PCIe relax order: {}\n", self.pcie_relax_order.unwrap_or("Unsupported")));
-                s.push_str(&format!(" ibv_wr* API     : {}\n", on_off(!self.use_old_post_send)));
+                s.push_str(&format!(
+                    " PCIe relax order: {}\n",
+                    self.pcie_relax_order.unwrap_or("Unsupported")
+                ));
+                s.push_str(&format!(
+                    " ibv_wr* API     : {}\n",
+                    on_off(!self.use_old_post_send)
+                ));
             }
         }
         if self.is_client || self.duplex {
@@ -236,8 +254,14 @@ impl BannerInfo {
         m.insert("Transport_type".into(), self.transport.into());
         m.insert("Connection_type".into(), self.connection.name().into());
         m.insert("Using_SRQ".into(), "OFF".into());
-        m.insert("PCIe_relax_order".into(), self.pcie_relax_order.unwrap_or("Unsupported").into());
-        m.insert("ibv_wr_API".into(), (if self.use_old_post_send { "OFF" } else { "ON" }).into());
+        m.insert(
+            "PCIe_relax_order".into(),
+            self.pcie_relax_order.unwrap_or("Unsupported").into(),
+        );
+        m.insert(
+            "ibv_wr_API".into(),
+            (if self.use_old_post_send { "OFF" } else { "ON" }).into(),
+        );
         if self.is_client || self.duplex {
             m.insert("TX_depth".into(), self.tx_depth.into());
         }
@@ -421,7 +445,11 @@ impl BwResult {
         }
         let posted = |i: u64| self.tposted[i as usize];
         let completed = |i: u64| self.tcompleted[i as usize];
-        let mut opt_delta = completed(0).saturating_sub(posted(0));
+        // Upstream seeds this with tcompleted[0] - tposted[0], which is unwritten (and
+        // wraps to a huge value) when cq_mod > 1; the loop below always visits the i = 0
+        // windows, so starting from the maximum gives the same answer without relying on
+        // an unsignaled slot.
+        let mut opt_delta = u64::MAX;
         if !self.no_peak {
             let cq_mod = u64::from(self.cq_mod.max(1));
             let step = u64::from(self.post_list.max(1));
@@ -452,10 +480,24 @@ impl BwResult {
         let bw_avg = (self.bytes as f64 * n as f64 * TICKS as f64) / (total * factor as f64);
         let msg_rate = (n as f64 * TICKS as f64) / (total * 1_000_000.0);
         // Upstream does the peak in integer cycles_t; zero when peak is off.
-        let peak_up = if self.no_peak { 0 } else { self.bytes.saturating_mul(TICKS) };
+        let peak_up = if self.no_peak {
+            0
+        } else {
+            self.bytes.saturating_mul(TICKS)
+        };
         let peak_down = opt_delta.saturating_mul(factor);
-        let bw_peak = if peak_up == 0 { 0.0 } else { peak_up as f64 / peak_down as f64 };
-        Ok(BwReport { size: self.bytes, iters: n, bw_peak, bw_avg, msg_rate })
+        let bw_peak = if peak_up == 0 {
+            0.0
+        } else {
+            peak_up as f64 / peak_down as f64
+        };
+        Ok(BwReport {
+            size: self.bytes,
+            iters: n,
+            bw_peak,
+            bw_avg,
+            msg_rate,
+        })
     }
 }
 
@@ -529,7 +571,10 @@ impl LatResult {
         LatResult {
             bytes,
             iters: tposted.len() as u64,
-            samples_ns: tposted.windows(2).map(|w| w[1].saturating_sub(w[0])).collect(),
+            samples_ns: tposted
+                .windows(2)
+                .map(|w| w[1].saturating_sub(w[0]))
+                .collect(),
             test,
         }
     }
@@ -549,7 +594,11 @@ impl LatResult {
         d.sort_unstable();
         // Upstream drops the two largest samples (LAT_MEASURE_TAIL) from the statistics.
         let n = d.len() - 2;
-        let median = if (n - 1) % 2 == 1 { (d[n / 2] + d[n / 2 - 1]) / 2 } else { d[n / 2] };
+        let median = if (n - 1) % 2 == 1 {
+            (d[n / 2] + d[n / 2 - 1]) / 2
+        } else {
+            d[n / 2]
+        };
         let avg = d[..n].iter().map(|v| *v as f64 / q).sum::<f64>() / n as f64;
         // Upstream truncates each deviation and its square to int; reproduced on purpose.
         let var_sum: f64 = d[..n]
@@ -584,7 +633,7 @@ pub struct LatStats {
     pub iters: u64,
     /// Smallest sample.
     pub t_min: f64,
-    /// Upstream's "max": the largest sample after dropping the top two... minus one.
+    /// Upstream's "max": `sorted[n]` with n = samples - 2, i.e. the second-largest sample.
     pub t_max: f64,
     /// Median.
     pub t_typical: f64,
@@ -651,7 +700,8 @@ mod tests {
     const GID2: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 255, 255, 10, 77, 0, 2];
 
     /// The client half of /work/shared/golden/rxe/smoke_ib_send_bw.txt.
-    const GOLDEN_CLIENT: &str = "---------------------------------------------------------------------------------------
+    const GOLDEN_CLIENT: &str =
+        "---------------------------------------------------------------------------------------
                     Send BW Test
  Dual-port       : OFF\t\tDevice         : rxe0
  Number of qps   : 1\t\tTransport type : IB
@@ -679,11 +729,49 @@ mod tests {
 
     #[test]
     fn golden_rxe_send_bw_client() {
-        let a = args(Test::Send, Mode::Bw, &["-d", "rxe0", "-x", "1", "-n", "100", "-F", "--use_old_post_send", "10.77.0.2"]);
-        let info = BannerInfo::new(BannerStyle::V4_5, &a, "rxe0", 1024, LinkLayer::Ethernet, 0, 1);
-        let local = Dest { qpn: 0x11, psn: 0x539a19, gid: Some(GID1), ..Dest::default() };
-        let remote = Dest { qpn: 0x11, psn: 0x52d4c, gid: Some(GID2), ..Dest::default() };
-        let rep = BwReport { size: 65536, iters: 100, bw_peak: 26.86, bw_avg: 25.56, msg_rate: 0.000409 };
+        let a = args(
+            Test::Send,
+            Mode::Bw,
+            &[
+                "-d",
+                "rxe0",
+                "-x",
+                "1",
+                "-n",
+                "100",
+                "-F",
+                "--use_old_post_send",
+                "10.77.0.2",
+            ],
+        );
+        let info = BannerInfo::new(
+            BannerStyle::V4_5,
+            &a,
+            "rxe0",
+            1024,
+            LinkLayer::Ethernet,
+            0,
+            1,
+        );
+        let local = Dest {
+            qpn: 0x11,
+            psn: 0x539a19,
+            gid: Some(GID1),
+            ..Dest::default()
+        };
+        let remote = Dest {
+            qpn: 0x11,
+            psn: 0x52d4c,
+            gid: Some(GID2),
+            ..Dest::default()
+        };
+        let rep = BwReport {
+            size: 65536,
+            iters: 100,
+            bw_peak: 26.86,
+            bw_avg: 25.56,
+            msg_rate: 0.000409,
+        };
         let mut out = info.render();
         out.push_str(&address_lines(Side::Local, Test::Send, &local));
         out.push_str(&address_lines(Side::Remote, Test::Send, &remote));
@@ -695,13 +783,51 @@ mod tests {
 
     #[test]
     fn golden_rxe_send_bw_server_banner() {
-        let a = args(Test::Send, Mode::Bw, &["-d", "rxe1", "-x", "1", "-n", "100", "-F", "--use_old_post_send"]);
-        let info = BannerInfo::new(BannerStyle::V4_5, &a, "rxe1", 1024, LinkLayer::Ethernet, 0, 1);
+        let a = args(
+            Test::Send,
+            Mode::Bw,
+            &[
+                "-d",
+                "rxe1",
+                "-x",
+                "1",
+                "-n",
+                "100",
+                "-F",
+                "--use_old_post_send",
+            ],
+        );
+        let info = BannerInfo::new(
+            BannerStyle::V4_5,
+            &a,
+            "rxe1",
+            1024,
+            LinkLayer::Ethernet,
+            0,
+            1,
+        );
         let banner = info.render();
-        assert!(banner.contains(" ibv_wr* API     : OFF\n RX depth        : 100\n CQ Moderation   : 1\n"), "{banner}");
+        assert!(
+            banner
+                .contains(" ibv_wr* API     : OFF\n RX depth        : 100\n CQ Moderation   : 1\n"),
+            "{banner}"
+        );
         assert!(!banner.contains("TX depth"));
-        let row = bw_row(&BwReport { size: 65536, iters: 100, bw_peak: 0.0, bw_avg: 26.55, msg_rate: 0.000425 }, None, BwUnit::MiB);
-        assert_eq!(row, " 65536      100              0.00               26.55  \t\t   0.000425\n");
+        let row = bw_row(
+            &BwReport {
+                size: 65536,
+                iters: 100,
+                bw_peak: 0.0,
+                bw_avg: 26.55,
+                msg_rate: 0.000425,
+            },
+            None,
+            BwUnit::MiB,
+        );
+        assert_eq!(
+            row,
+            " 65536      100              0.00               26.55  \t\t   0.000425\n"
+        );
         assert_eq!(
             WAITING_FOR_CLIENT,
             "\n************************************\n* Waiting for client to connect... *\n************************************\n"
@@ -738,8 +864,20 @@ mod tests {
 
     #[test]
     fn address_line_variants() {
-        let d = Dest { lid: 1, out_reads: 16, qpn: 0x48, psn: 0x9f7e92, rkey: 0x1234, vaddr: 0x7f00_1000, srqn: 0, gid: None };
-        assert_eq!(address_lines(Side::Local, Test::Send, &d), " local address: LID 0x01 QPN 0x0048 PSN 0x9f7e92\n");
+        let d = Dest {
+            lid: 1,
+            out_reads: 16,
+            qpn: 0x48,
+            psn: 0x9f7e92,
+            rkey: 0x1234,
+            vaddr: 0x7f00_1000,
+            srqn: 0,
+            gid: None,
+        };
+        assert_eq!(
+            address_lines(Side::Local, Test::Send, &d),
+            " local address: LID 0x01 QPN 0x0048 PSN 0x9f7e92\n"
+        );
         assert_eq!(
             address_lines(Side::Remote, Test::Read, &d),
             " remote address: LID 0x01 QPN 0x0048 PSN 0x9f7e92 OUT 0x10 RKey 0x001234 VAddr 0x0000007f001000\n"
@@ -757,7 +895,17 @@ mod tests {
         // 10 WQEs of 1 MiB, one every 1 ms, each completing 1 ms after its post.
         let tposted: Vec<u64> = (0..10).map(|i| i * 1_000_000).collect();
         let tcompleted: Vec<u64> = tposted.iter().map(|t| t + 1_000_000).collect();
-        let r = BwResult { bytes: 1 << 20, iters: 10, num_qps: 1, tposted, tcompleted, cq_mod: 1, post_list: 1, no_peak: false, duration_mode: false };
+        let r = BwResult {
+            bytes: 1 << 20,
+            iters: 10,
+            num_qps: 1,
+            tposted,
+            tcompleted,
+            cq_mod: 1,
+            post_list: 1,
+            no_peak: false,
+            duration_mode: false,
+        };
         let rep = r.compute(BwUnit::MiB).unwrap();
         // 10 MiB in 10 ms = 1000 MiB/s; fastest window: 10 WQEs in 10 ms -> 1 ms each.
         assert!((rep.bw_avg - 1000.0).abs() < 1e-9, "{rep:?}");
@@ -766,14 +914,34 @@ mod tests {
         assert_eq!(rep.iters, 10);
         let g = r.compute(BwUnit::Gbit).unwrap();
         assert!((g.bw_avg - 8.388608).abs() < 1e-9);
-        assert_eq!(bw_row(&g, None, BwUnit::Gbit), " 1048576    10         8.39               8.39   \t\t   0.001000\n");
-        let small = BwReport { size: 2, iters: 5, bw_peak: 0.01, bw_avg: 0.02, msg_rate: 0.5 };
-        assert_eq!(bw_row(&small, None, BwUnit::Gbit), " 2          5           0.010000            0.020000            0.500000\n");
+        assert_eq!(
+            bw_row(&g, None, BwUnit::Gbit),
+            " 1048576    10               8.39               8.39   \t\t   0.001000\n"
+        );
+        let small = BwReport {
+            size: 2,
+            iters: 5,
+            bw_peak: 0.01,
+            bw_avg: 0.02,
+            msg_rate: 0.5,
+        };
+        assert_eq!(
+            bw_row(&small, None, BwUnit::Gbit),
+            " 2          5           0.010000            0.020000            0.500000\n"
+        );
         let sum = bw_row(&rep, Some(&rep), BwUnit::MiB);
         assert!(sum.contains("2000.00"), "{sum}");
-        let np = BwResult { no_peak: true, tposted: vec![0], tcompleted: vec![10_000_000], ..r.clone() };
+        let np = BwResult {
+            no_peak: true,
+            tposted: vec![0],
+            tcompleted: vec![10_000_000],
+            ..r.clone()
+        };
         assert_eq!(np.compute(BwUnit::MiB).unwrap().bw_peak, 0.0);
-        let short = BwResult { tposted: vec![0; 3], ..r.clone() };
+        let short = BwResult {
+            tposted: vec![0; 3],
+            ..r.clone()
+        };
         assert!(short.compute(BwUnit::MiB).is_err());
         let zero = BwResult { iters: 0, ..r };
         assert!(zero.compute(BwUnit::MiB).is_err());
@@ -786,10 +954,21 @@ mod tests {
         let mut tcompleted = vec![0u64; 8];
         tcompleted[3] = 1000;
         tcompleted[7] = 1200;
-        let r = BwResult { bytes: 1000, iters: 8, num_qps: 1, tposted, tcompleted, cq_mod: 4, post_list: 1, no_peak: false, duration_mode: false };
+        let r = BwResult {
+            bytes: 1000,
+            iters: 8,
+            num_qps: 1,
+            tposted,
+            tcompleted,
+            cq_mod: 4,
+            post_list: 1,
+            no_peak: false,
+            duration_mode: false,
+        };
         let rep = r.compute(BwUnit::MiB).unwrap();
-        // Best window: post 4 (400) .. completion 7 (1200) = 800/4 = 200 ns per WQE.
-        let expected_peak = (1000u64 * 1_000_000_000) as f64 / (200 * 0x10_0000) as f64;
+        // Windows end only at signaled slots 3 and 7; the best is post 0 .. completion 7:
+        // 1200/8 = 150 ns per WQE (post 4 .. completion 7 gives 800/4 = 200).
+        let expected_peak = (1000u64 * 1_000_000_000) as f64 / (150 * 0x10_0000) as f64;
         assert_eq!(rep.bw_peak, expected_peak);
     }
 
@@ -797,7 +976,12 @@ mod tests {
     fn lat_math_and_row() {
         // 10 iterations -> 9 RTT samples of 10..90 us (ns input).
         let samples: Vec<u64> = (1..=9).map(|i| i * 10_000).collect();
-        let send = LatResult { bytes: 2, iters: 10, samples_ns: samples.clone(), test: Test::Send };
+        let send = LatResult {
+            bytes: 2,
+            iters: 10,
+            samples_ns: samples.clone(),
+            test: Test::Send,
+        };
         let s = send.compute().unwrap();
         // One-way = RTT/2; stats over the 7 smallest (10..70 us -> 5..35 us).
         assert_eq!(s.t_min, 5.0);
@@ -811,12 +995,34 @@ mod tests {
             s.row(),
             " 2       10          5.00           40.00        20.00    \t       20.00       \t10.00  \t\t40.00   \t\t40.00  \n"
         );
-        let read = LatResult { test: Test::Read, ..send.clone() };
-        assert_eq!(read.compute().unwrap().t_min, 10.0, "read reports the full RTT");
+        let read = LatResult {
+            test: Test::Read,
+            ..send.clone()
+        };
+        assert_eq!(
+            read.compute().unwrap().t_min,
+            10.0,
+            "read reports the full RTT"
+        );
         let even: Vec<u64> = (1..=8).map(|i| i * 1000).collect();
-        let e = LatResult { bytes: 2, iters: 9, samples_ns: even, test: Test::Atomic }.compute().unwrap();
-        assert_eq!(e.t_typical, 3.5, "median of 6 is the mean of the middle two");
-        assert!(LatResult { samples_ns: vec![1, 2], ..send }.compute().is_err());
+        let e = LatResult {
+            bytes: 2,
+            iters: 9,
+            samples_ns: even,
+            test: Test::Atomic,
+        }
+        .compute()
+        .unwrap();
+        assert_eq!(
+            e.t_typical, 3.5,
+            "median of 6 is the mean of the middle two"
+        );
+        assert!(LatResult {
+            samples_ns: vec![1, 2],
+            ..send
+        }
+        .compute()
+        .is_err());
         let from = LatResult::from_post_times(Test::Send, 2, &[0, 10, 30, 60]);
         assert_eq!((from.iters, from.samples_ns.clone()), (4, vec![10, 20, 30]));
         assert!(lat_table_header().ends_with("99.9% percentile[usec] \n"));
@@ -826,7 +1032,13 @@ mod tests {
     fn json_reports() {
         let a = args(Test::Write, Mode::Bw, &["h"]);
         let info = BannerInfo::new(BannerStyle::V6, &a, "sib0", 4096, LinkLayer::Ib, 0, 1);
-        let rep = BwReport { size: 65536, iters: 5000, bw_peak: 1.0, bw_avg: 2.0, msg_rate: 3.0 };
+        let rep = BwReport {
+            size: 65536,
+            iters: 5000,
+            bw_peak: 1.0,
+            bw_avg: 2.0,
+            msg_rate: 3.0,
+        };
         let j = bw_json(&info, &rep, None);
         assert_eq!(j["test_info"]["test"], "RDMA_Write_BW_Test");
         assert_eq!(j["test_info"]["TX_depth"], 128);
@@ -834,6 +1046,8 @@ mod tests {
         assert_eq!(j["results"]["MsgSize"], 65536);
         let keys: Vec<&String> = j["test_info"].as_object().unwrap().keys().collect();
         assert_eq!(keys.first().map(|k| k.as_str()), Some("test"));
-        assert!(did_not_get_message(3, 1000).contains("Total Received=3, Total Iters Required=1000"));
+        assert!(
+            did_not_get_message(3, 1000).contains("Total Received=3, Total Iters Required=1000")
+        );
     }
 }

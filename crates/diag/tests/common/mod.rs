@@ -2,14 +2,18 @@
 #![allow(dead_code)] // Each test binary uses a different part.
 
 use softib_fabric::subnet::{PortRef, Subnet, SubnetNode};
-use softib_wire::mad::attr::{NodeInfo, NodeType, PortInfo, PortPhysicalState, PortState, SwitchInfo};
+use softib_wire::mad::attr::{
+    NodeInfo, NodeType, PortInfo, PortPhysicalState, PortState, SwitchInfo,
+};
 use softib_wire::{Guid, Lid, Mtu};
 
 /// A golden file, minus the capture script's `$ command` / `[exit N]` framing (rxe only).
 pub fn golden(path: &str) -> String {
-    let text =
-        std::fs::read_to_string(format!("{}/tests/golden/{path}", env!("CARGO_MANIFEST_DIR")))
-            .unwrap();
+    let text = std::fs::read_to_string(format!(
+        "{}/tests/golden/{path}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
     let mut lines: Vec<&str> = text.split_inclusive('\n').collect();
     if lines.first().is_some_and(|l| l.starts_with("$ ")) {
         lines.remove(0);
@@ -45,7 +49,11 @@ pub fn ca_port(lid: u16, sm_lid: u16, is_sm: bool, post_sm: bool) -> PortInfo {
         link_width_supported: 0x1f,
         link_width_active: 0x02,
         link_speed_supported: 0x7,
-        port_state: if post_sm { PortState::Active } else { PortState::Init },
+        port_state: if post_sm {
+            PortState::Active
+        } else {
+            PortState::Init
+        },
         port_physical_state: PortPhysicalState::LinkUp,
         link_down_default_state: 2,
         m_key_protect_bits: 0,
@@ -170,7 +178,9 @@ pub fn topo_a(port: u8, post_sm: bool) -> Subnet {
     let mut subnet = Subnet::default();
     let mut p213 = ca_port(lid(1), lid(1), post_sm, post_sm);
     p213.local_port_num = port;
-    subnet.nodes.push(ca(0xe41d_2d03_00b4_7d00, 2, port, "test213 mlx4_0", p213));
+    subnet
+        .nodes
+        .push(ca(0xe41d_2d03_00b4_7d00, 2, port, "test213 mlx4_0", p213));
     let mut p214 = ca_port(lid(2), lid(1), false, post_sm);
     p214.local_port_num = port;
     let mut n214 = ca(0xe41d_2d03_00b4_7e90, 2, port, "test214 mlx4_0", p214);
@@ -247,19 +257,30 @@ pub fn topo_b(from: usize) -> Subnet {
     };
     subnet.nodes.push(ca_node(from));
     index_of_ca[from] = 0;
-    subnet.nodes.push(switch(SW1, 5, "MF0;sw1:SX6036/U1", &[1, 2, 35, 36]));
-    subnet.nodes.push(switch(SW2, 6, "MF0;sw2:SX6036/U1", &[1, 2, 35, 36]));
+    subnet
+        .nodes
+        .push(switch(SW1, 5, "MF0;sw1:SX6036/U1", &[1, 2, 35, 36]));
+    subnet
+        .nodes
+        .push(switch(SW2, 6, "MF0;sw2:SX6036/U1", &[1, 2, 35, 36]));
     for &i in &order[1..] {
         index_of_ca[i] = subnet.nodes.len();
         subnet.nodes.push(ca_node(i));
     }
     let (sw1, sw2) = (1, 2);
     for (i, &at) in index_of_ca.iter().enumerate() {
-        let (sw, port) = if i < 2 { (sw1, i as u8 + 1) } else { (sw2, i as u8 - 1) };
+        let (sw, port) = if i < 2 {
+            (sw1, i as u8 + 1)
+        } else {
+            (sw2, i as u8 - 1)
+        };
         subnet.add_link(PortRef { node: at, port: 1 }, PortRef { node: sw, port });
     }
     for p in [35, 36] {
-        subnet.add_link(PortRef { node: sw1, port: p }, PortRef { node: sw2, port: p });
+        subnet.add_link(
+            PortRef { node: sw1, port: p },
+            PortRef { node: sw2, port: p },
+        );
     }
     subnet
 }

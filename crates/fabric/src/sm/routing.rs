@@ -267,6 +267,7 @@ fn updn_with(g: &Graph, roots: &[usize]) -> Option<Box<Choice>> {
     }
     let adj = g.adj.clone();
     Some(Box::new(move |s, t| {
+        let k = |s: usize| key.get(&s).copied().unwrap_or((INF, Guid(u64::MAX)));
         let Some((down, any)) = tables.get(&t) else {
             return Vec::new();
         };

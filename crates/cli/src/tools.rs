@@ -1,0 +1,660 @@
+//! The InfiniBand tools people know — `ibstat`, `ibv_devinfo`, `ibnodes`, `ibnetdiscover`,
+//! `opensm`, ... — over a softib host's daemon. Each is a thin shell: arguments in, the
+//! `softib` API and the sans-IO machines of `softib-fabric` in the middle, `softib-diag`'s
+//! formatting out.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _, Result};
+use softib::{Context, DeviceInfo, Lid, MadQp};
+use softib_diag::device::{DeviceView, GidEntry, GidType, IbstatArgs, LinkLayer, PortView};
+use softib_fabric::discover::{Discovery, DiscoveryConfig};
+use softib_fabric::subnet::Subnet;
+use softib_wire::mad::attr::{NodeType, PortPhysicalState, PortState};
+use softib_wire::mad::{smp, MAD_LEN};
+
+use crate::exit;
+
+/// The name of a PortState value, as ibstat prints it.
+pub fn state_name(state: u8) -> &'static str {
+    match state {
+        1 => "Down",
+        2 => "Initializing",
+        3 => "Armed",
+        4 => "Active",
+        _ => "???",
+    }
+}
+
+/// Converts the daemon's view of a device into what the formatters print.
+pub fn device_view(d: &DeviceInfo) -> DeviceView {
+    let a = &d.attr;
+    let mut attrs = softib_diag::device::DeviceAttrs {
+        fw_ver: d.fw_ver.clone(),
+        vendor_id: d.vendor_id,
+        vendor_part_id: d.vendor_part_id,
+        hw_ver: d.hw_ver,
+        phys_port_cnt: d.ports.len() as u8,
+        ..Default::default()
+    };
+    attrs.max_mr_size = a.max_mr_size;
+    attrs.page_size_cap = 0xffff_f000;
+    attrs.max_qp = i32::try_from(a.max_qp).unwrap_or(i32::MAX);
+    attrs.max_qp_wr = i32::try_from(a.max_qp_wr).unwrap_or(i32::MAX);
+    attrs.max_sge = i32::try_from(a.max_sge).unwrap_or(i32::MAX);
+    attrs.max_cq = i32::try_from(a.max_cq).unwrap_or(i32::MAX);
+    attrs.max_cqe = i32::try_from(a.max_cqe).unwrap_or(i32::MAX);
+    attrs.max_mr = i32::try_from(a.max_mr).unwrap_or(i32::MAX);
+    attrs.max_pd = i32::try_from(a.max_pd).unwrap_or(i32::MAX);
+    attrs.max_qp_rd_atom = i32::try_from(a.max_qp_rd_atom).unwrap_or(i32::MAX);
+    attrs.max_qp_init_rd_atom = i32::try_from(a.max_qp_init_rd_atom).unwrap_or(i32::MAX);
+    attrs.max_srq = i32::try_from(a.max_srq).unwrap_or(i32::MAX);
+    attrs.max_srq_wr = i32::try_from(a.max_srq_wr).unwrap_or(i32::MAX);
+    attrs.max_pkeys = 64;
+    attrs.max_ah = i32::MAX;
+    DeviceView {
+        name: d.name.clone(),
+        node_type: NodeType::Ca,
+        ca_type: d.ca_type.clone(),
+        fw_ver: d.fw_ver.clone(),
+        hw_rev: format!("{:x}", d.hw_ver),
+        node_guid: d.node_guid,
+        sys_image_guid: d.sys_image_guid,
+        attrs,
+        ports: d
+            .ports
+            .iter()
+            .map(|p| PortView {
+                number: p.number,
+                state: PortState::from(p.state),
+                phys_state: PortPhysicalState::from(p.phys_state),
+                active_width: if p.width == 0 { 0x02 } else { p.width },
+                active_speed: if p.speed == 0 { 1 } else { p.speed },
+                lid: p.lid,
+                lmc: p.lmc,
+                sm_lid: p.sm_lid,
+                capability_mask: p.capability_mask,
+                port_guid: p.port_guid,
+                link_layer: if p.link_layer_ib {
+                    LinkLayer::InfiniBand
+                } else {
+                    LinkLayer::Ethernet
+                },
+                max_mtu: p.max_mtu,
+                active_mtu: p.active_mtu,
+                max_msg_sz: 0x8000_0000,
+                max_vl_num: 4,
+                pkey_tbl_len: 64,
+                gid_tbl_len: 128,
+                subnet_timeout: 18,
+                gids: p
+                    .gids
+                    .iter()
+                    .enumerate()
+                    .map(|(i, g)| GidEntry {
+                        index: i as u16,
+                        gid: *g,
+                        gid_type: if p.link_layer_ib {
+                            GidType::IbRoceV1
+                        } else {
+                            GidType::RoceV2
+                        },
+                    })
+                    .collect(),
+                ..PortView::default()
+            })
+            .collect(),
+    }
+}
+
+fn devices() -> Result<Vec<DeviceView>> {
+    let mut ctx = Context::open()?;
+    Ok(ctx.devices()?.iter().map(device_view).collect())
+}
+
+/// Pulls the value of a flag that takes one (`-d mlx4_0`, `-dmlx4_0`, `--ib-dev=x`).
+struct Flags {
+    args: Vec<String>,
+}
+
+impl Flags {
+    fn new(args: &[String]) -> Flags {
+        Flags {
+            args: args.to_vec(),
+        }
+    }
+
+    fn take_switch(&mut self, names: &[&str]) -> bool {
+        let before = self.args.len();
+        self.args.retain(|a| !names.contains(&a.as_str()));
+        before != self.args.len()
+    }
+
+    fn take_value(&mut self, names: &[&str]) -> Result<Option<String>> {
+        let mut i = 0;
+        while i < self.args.len() {
+            let a = self.args[i].clone();
+            for n in names {
+                if a == *n {
+                    if i + 1 >= self.args.len() {
+                        bail!("option {n} needs a value");
+                    }
+                    let v = self.args.remove(i + 1);
+                    self.args.remove(i);
+                    return Ok(Some(v));
+                }
+                if n.starts_with("--") {
+                    if let Some(v) = a.strip_prefix(&format!("{n}=")) {
+                        let v = v.to_string();
+                        self.args.remove(i);
+                        return Ok(Some(v));
+                    }
+                } else if a.len() > n.len() && a.starts_with(n) {
+                    let v = a[n.len()..].to_string();
+                    self.args.remove(i);
+                    return Ok(Some(v));
+                }
+            }
+            i += 1;
+        }
+        Ok(None)
+    }
+
+    /// What is left must be positional; an unknown flag is refused by name.
+    fn positional(self, tool: &str) -> Result<Vec<String>> {
+        if let Some(f) = self.args.iter().find(|a| a.starts_with('-') && a.len() > 1) {
+            bail!("{tool}: option {f} is not supported by softib's {tool}");
+        }
+        Ok(self.args)
+    }
+}
+
+fn print(text: &str) -> Result<u8> {
+    std::io::stdout().write_all(text.as_bytes())?;
+    Ok(exit::OK)
+}
+
+fn diag_result(r: Result<String, softib_diag::device::DiagError>, tool: &str) -> Result<u8> {
+    match r {
+        Ok(t) => print(&t),
+        Err(e) => {
+            eprintln!("{tool}: {e}");
+            Ok(exit::FAILED)
+        }
+    }
+}
+
+/// `ibstat [-l] [-s] [-p] [--json] [ca_name] [portnum]`.
+pub fn ibstat(args: &[String]) -> Result<u8> {
+    let mut f = Flags::new(args);
+    let list = f.take_switch(&["-l", "--list_of_cas"]);
+    let short = f.take_switch(&["-s", "--short"]);
+    let port_guids = f.take_switch(&["-p", "--port_list"]);
+    let json = f.take_switch(&["--json"]);
+    let pos = f.positional("ibstat")?;
+    let port = match pos.get(1) {
+        Some(p) => Some(
+            p.parse()
+                .map_err(|_| anyhow!("ibstat: bad port number {p}"))?,
+        ),
+        None => None,
+    };
+    let a = IbstatArgs {
+        list,
+        short,
+        port_guids,
+        device: pos.first().cloned(),
+        port,
+    };
+    let devs = devices()?;
+    if json {
+        let v = softib_diag::device::ibstat_json(&devs, &a).map_err(|e| anyhow!("{e}"))?;
+        return print(&format!("{}\n", serde_json::to_string_pretty(&v)?));
+    }
+    diag_result(softib_diag::device::ibstat(&devs, &a), "ibstat")
+}
+
+/// `ibstatus [devname[:port]]...`.
+pub fn ibstatus(args: &[String]) -> Result<u8> {
+    let pos = Flags::new(args).positional("ibstatus")?;
+    let targets = pos
+        .iter()
+        .map(|t| match t.split_once(':') {
+            Some((d, p)) => Ok((d.to_string(), Some(p.parse()?))),
+            None => Ok((t.clone(), None)),
+        })
+        .collect::<Result<Vec<_>, std::num::ParseIntError>>()
+        .map_err(|e| anyhow!("ibstatus: bad port: {e}"))?;
+    diag_result(
+        softib_diag::device::ibstatus(&devices()?, &targets),
+        "ibstatus",
+    )
+}
+
+/// `ibv_devices`.
+pub fn ibv_devices(args: &[String]) -> Result<u8> {
+    Flags::new(args).positional("ibv_devices")?;
+    print(&softib_diag::device::ibv_devices(&devices()?))
+}
+
+/// `ibv_devinfo [-d dev] [-i port] [-v] [-l]`.
+pub fn ibv_devinfo(args: &[String]) -> Result<u8> {
+    let mut f = Flags::new(args);
+    let verbose = f.take_switch(&["-v", "--verbose"]);
+    let list = f.take_switch(&["-l", "--list"]);
+    let dev = f.take_value(&["-d", "--ib-dev"])?;
+    let port = match f.take_value(&["-i", "--ib-port"])? {
+        Some(p) => Some(
+            p.parse()
+                .map_err(|_| anyhow!("ibv_devinfo: bad port {p}"))?,
+        ),
+        None => None,
+    };
+    f.positional("ibv_devinfo")?;
+    let devs = devices()?;
+    if list {
+        return print(&softib_diag::device::ibv_devinfo_list(&devs));
+    }
+    diag_result(
+        softib_diag::device::ibv_devinfo(&devs, verbose, dev.as_deref(), port),
+        "ibv_devinfo",
+    )
+}
+
+// ---- Management datagrams through the daemon --------------------------------------------
+
+/// A sans-IO machine that speaks SMPs (the SM, a discovery crawl).
+pub trait SmpMachine {
+    /// The next SMP to send.
+    fn poll_transmit(&mut self) -> Option<smp::Repr>;
+    /// A response arrived.
+    fn handle_response(&mut self, now: Duration, response: &smp::Repr);
+    /// Time passed.
+    fn handle_timeout(&mut self, now: Duration);
+    /// The next deadline.
+    fn poll_timeout(&self) -> Option<Duration>;
+}
+
+impl SmpMachine for Discovery {
+    fn poll_transmit(&mut self) -> Option<smp::Repr> {
+        Discovery::poll_transmit(self)
+    }
+    fn handle_response(&mut self, now: Duration, response: &smp::Repr) {
+        Discovery::handle_response(self, now, response);
+    }
+    fn handle_timeout(&mut self, now: Duration) {
+        Discovery::handle_timeout(self, now)
+    }
+    fn poll_timeout(&self) -> Option<Duration> {
+        Discovery::poll_timeout(self)
+    }
+}
+
+/// Sends what the machine has, waits for responses or its next deadline (at most `max_wait`),
+/// and feeds them in. Returns the GMPs that arrived meanwhile (for the SM's SA).
+pub fn smp_round(
+    ctx: &mut Context,
+    port: u8,
+    m: &mut dyn SmpMachine,
+    origin: Instant,
+    max_wait: Duration,
+) -> Result<Vec<softib::Mad>> {
+    let now = origin.elapsed();
+    m.handle_timeout(now);
+    while let Some(s) = m.poll_transmit() {
+        let mut b = [0u8; MAD_LEN];
+        s.emit(&mut smp::Packet::new_unchecked(&mut b[..]));
+        ctx.send_smp(0, port, None, &b)?;
+    }
+    let wait = m
+        .poll_timeout()
+        .map_or(max_wait, |t| t.saturating_sub(origin.elapsed()))
+        .min(max_wait);
+    let mut gmps = Vec::new();
+    for mad in ctx.recv_mads(256, wait)? {
+        match mad.qp {
+            MadQp::Smi => {
+                if let Ok(r) = smp::Repr::parse(&smp::Packet::new_unchecked(&mad.mad[..])) {
+                    m.handle_response(origin.elapsed(), &r);
+                }
+            }
+            MadQp::Gsi => gmps.push(mad),
+        }
+    }
+    Ok(gmps)
+}
+
+/// The local port tools use: `-P N`, else the first port whose link is up.
+fn pick_port(ctx: &mut Context, want: Option<u8>) -> Result<u8> {
+    let devs = ctx.devices()?;
+    let d = devs
+        .first()
+        .ok_or_else(|| anyhow!("this host has no devices"))?;
+    if let Some(p) = want {
+        if d.ports.iter().any(|q| q.number == p) {
+            return Ok(p);
+        }
+        bail!("{} has no port {p}", d.name);
+    }
+    Ok(d.ports
+        .iter()
+        .find(|p| p.phys_state == 5)
+        .or(d.ports.first())
+        .map_or(1, |p| p.number))
+}
+
+/// Discovers the subnet behind `port` by a directed-route sweep.
+pub fn discover(ctx: &mut Context, port: u8, timeout: Duration) -> Result<Subnet> {
+    ctx.open_mad(0, port, false)?;
+    let mut d = Discovery::new(
+        DiscoveryConfig {
+            local_port: port,
+            ..DiscoveryConfig::default()
+        },
+        u64::from(std::process::id()) << 32,
+    );
+    let origin = Instant::now();
+    while !d.is_done() {
+        if origin.elapsed() > timeout {
+            bail!(
+                "the directed-route sweep from port {port} did not finish in {timeout:?} \
+                 ({} nodes found so far)",
+                d.result().nodes.len()
+            );
+        }
+        smp_round(ctx, port, &mut d, origin, Duration::from_millis(50))?;
+    }
+    for f in d.failures() {
+        eprintln!(
+            "ibwarn: no answer to {} (modifier {}) via directed route {:?}",
+            softib_wire::mad::attr_name(softib_wire::mad::MgmtClass::SubnDirectedRoute, f.attr_id)
+                .unwrap_or("an attribute"),
+            f.attr_mod,
+            f.path
+        );
+    }
+    Ok(d.into_result())
+}
+
+fn port_flag(f: &mut Flags) -> Result<Option<u8>> {
+    f.take_switch(&["-C"]);
+    Ok(match f.take_value(&["-P", "--Port"])? {
+        Some(p) => Some(p.parse().map_err(|_| anyhow!("bad port {p}"))?),
+        None => None,
+    })
+}
+
+/// `ibnodes`, `ibhosts`, `ibswitches`, `ibnetdiscover`, `iblinkinfo`.
+pub fn fabric_tool(tool: &str, args: &[String]) -> Result<u8> {
+    let mut f = Flags::new(args);
+    let port = port_flag(&mut f)?;
+    let json = f.take_switch(&["--json"]);
+    let mut nd = softib_diag::fabric::IbnetdiscoverArgs::default();
+    let mut li = softib_diag::fabric::IblinkinfoArgs::default();
+    if tool == "ibnetdiscover" {
+        if f.take_switch(&["-l", "--list"]) {
+            nd.list = Some(softib_diag::fabric::NodeFilter::All);
+        }
+        if f.take_switch(&["-H", "--Hca_list"]) {
+            nd.list = Some(softib_diag::fabric::NodeFilter::Cas);
+        }
+        if f.take_switch(&["-S", "--Switch_list"]) {
+            nd.list = Some(softib_diag::fabric::NodeFilter::Switches);
+        }
+        nd.group = f.take_switch(&["-g", "--grouping"]);
+        nd.ports = f.take_switch(&["-p", "--ports"]);
+    }
+    if tool == "iblinkinfo" {
+        li.line = f.take_switch(&["-l", "--line"]);
+        li.down_only = f.take_switch(&["-d", "--down"]);
+    }
+    let pos = f.positional(tool)?;
+    let mut ctx = Context::open()?;
+    let port = pick_port(&mut ctx, port)?;
+    let subnet = discover(&mut ctx, port, Duration::from_secs(20))?;
+    let text = match tool {
+        "ibnodes" if json => format!(
+            "{}\n",
+            serde_json::to_string_pretty(&softib_diag::fabric::ibnodes_json(&subnet))?
+        ),
+        "ibnodes" => softib_diag::fabric::ibnodes(&subnet),
+        "ibhosts" => softib_diag::fabric::ibhosts(&subnet),
+        "ibswitches" => softib_diag::fabric::ibswitches(&subnet),
+        "iblinkinfo" => softib_diag::fabric::iblinkinfo(&subnet, &li),
+        _ => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            let text =
+                softib_diag::fabric::ibnetdiscover(&subnet, &nd, &softib_diag::ctime_utc(now));
+            if let Some(file) = pos.first() {
+                std::fs::write(file, &text).with_context(|| format!("writing {file}"))?;
+                return Ok(exit::OK);
+            }
+            text
+        }
+    };
+    print(&text)
+}
+
+// ---- opensm ----------------------------------------------------------------------------
+
+struct SmMachine<'a>(&'a mut softib_fabric::sm::SubnetManager);
+
+impl SmpMachine for SmMachine<'_> {
+    fn poll_transmit(&mut self) -> Option<smp::Repr> {
+        self.0.poll_transmit()
+    }
+    fn handle_response(&mut self, now: Duration, response: &smp::Repr) {
+        self.0.handle_response(now, response)
+    }
+    fn handle_timeout(&mut self, now: Duration) {
+        self.0.handle_timeout(now)
+    }
+    fn poll_timeout(&self) -> Option<Duration> {
+        self.0.poll_timeout()
+    }
+}
+
+/// `opensm [-g GUID] [-p PRIO] [-s SEC] [-f LOG] [-e] [-B] [-R minhop|updn] [-o]`.
+pub fn opensm(args: &[String]) -> Result<u8> {
+    let mut f = Flags::new(args);
+    let guid = f.take_value(&["-g", "--guid"])?;
+    let priority: u8 = match f.take_value(&["-p", "--priority"])? {
+        Some(p) => p
+            .parse()
+            .ok()
+            .filter(|&p: &u8| p <= 15)
+            .ok_or_else(|| anyhow!("opensm: -p takes a priority 0..15, not {p}"))?,
+        None => 0,
+    };
+    let sweep: u64 = match f.take_value(&["-s", "--sweep"])? {
+        Some(s) => s
+            .parse()
+            .map_err(|_| anyhow!("opensm: -s takes seconds, not {s}"))?,
+        None => 10,
+    };
+    let log_file = f.take_value(&["-f", "--log_file"])?;
+    let erase = f.take_switch(&["-e", "--erase_log_file"]);
+    let background = f.take_switch(&["-B", "--daemon"]);
+    let once = f.take_switch(&["-o", "--once"]);
+    f.take_switch(&["-V", "--verbose"]);
+    let routing = match f.take_value(&["-R", "--routing_engine"])?.as_deref() {
+        None | Some("minhop") => softib_fabric::sm::Routing::MinHop,
+        Some("updn") => softib_fabric::sm::Routing::UpDown,
+        Some(other) => bail!("opensm: routing engine {other} is not supported (minhop, updn)"),
+    };
+    f.positional("opensm")?;
+
+    if background {
+        // -B: detach. The child runs the same command line without -B.
+        let mut child_args = vec!["opensm".to_string()];
+        child_args.extend(
+            args.iter()
+                .filter(|a| *a != "-B" && *a != "--daemon")
+                .cloned(),
+        );
+        let log = std::env::temp_dir().join(format!("softib-opensm-{}.out", std::process::id()));
+        let child = crate::fabric::spawn_detached(&child_args, &log, &[])?;
+        println!("opensm: running in the background, pid {}", child.id());
+        return Ok(exit::OK);
+    }
+
+    let mut ctx = Context::open()?;
+    let devs = ctx.devices()?;
+    let dev = devs
+        .first()
+        .ok_or_else(|| anyhow!("opensm: this host has no devices"))?;
+    let port = match &guid {
+        Some(g) => {
+            let want = parse_guid(g)?;
+            dev.ports
+                .iter()
+                .find(|p| p.port_guid.0 == want)
+                .map(|p| p.number)
+                .ok_or_else(|| {
+                    anyhow!(
+                        "opensm: no local port has GUID {g} (ports: {})",
+                        dev.ports
+                            .iter()
+                            .map(|p| format!("0x{:016x}", p.port_guid.0))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                })?
+        }
+        None => pick_port(&mut ctx, None)?,
+    };
+    let port_guid = dev
+        .ports
+        .iter()
+        .find(|p| p.number == port)
+        .map_or(0, |p| p.port_guid.0);
+    let log_path = log_file.unwrap_or_else(|| "/var/log/opensm.log".into());
+    let mut log = open_log(&log_path, erase)?;
+    println!("-------------------------------------------------");
+    println!("OpenSM 3.3.23 (softib)");
+    println!("Command Line Arguments:");
+    println!(" Guid <0x{port_guid:016x}>");
+    if priority != 0 {
+        println!(" Priority = {priority}");
+    }
+    if erase {
+        println!(" Creating new log file");
+    }
+    println!(" sweep interval = {sweep}");
+    println!(" Log File: {log_path}");
+    println!("-------------------------------------------------");
+    println!("OpenSM 3.3.23 (softib)\n");
+    let _ = std::io::stdout().flush();
+
+    ctx.open_mad(0, port, true)?;
+    let config = softib_fabric::sm::SmConfig {
+        port_guid: softib::Guid(port_guid),
+        priority,
+        sweep_interval: (sweep > 0).then(|| Duration::from_secs(sweep)),
+        routing,
+        ..softib_fabric::sm::SmConfig::default()
+    };
+    let mut sm = softib_fabric::sm::SubnetManager::new(config, port);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    log_line(&mut log, 0x80, "OpenSM 3.3.23 (softib)");
+    log_line(
+        &mut log,
+        0x02,
+        &format!("osm_opensm_bind: Setting IS_SM on port 0x{port_guid:016x}"),
+    );
+    let origin = Instant::now();
+    let mut announced = None;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let info = sm.sm_info();
+        let data = softib_wire::mad::attr::SmpAttribute::to_data(&info);
+        let mut bytes = [0u8; 64];
+        bytes.copy_from_slice(&data[..64]);
+        if announced != Some(bytes) {
+            ctx.set_sm(0, port, Some(bytes))?;
+            announced = Some(bytes);
+        }
+        let gmps = smp_round(
+            &mut ctx,
+            port,
+            &mut SmMachine(&mut sm),
+            origin,
+            Duration::from_millis(50),
+        )?;
+        for g in gmps {
+            if let Some(resp) = sm.handle_sa(g.slid, &g.mad) {
+                if let Ok(b) = <[u8; MAD_LEN]>::try_from(resp.as_slice()) {
+                    ctx.send_gmp(0, port, g.slid, g.src_qpn, &b)?;
+                }
+            }
+        }
+        while let Some(l) = sm.poll_log() {
+            log_line(&mut log, l.level.0, &l.text);
+        }
+        while let Some(c) = sm.poll_console() {
+            println!("{c}\n");
+            let _ = std::io::stdout().flush();
+        }
+        if once && sm.is_subnet_up() {
+            break;
+        }
+    }
+    let _ = ctx.set_sm(0, port, None);
+    log_line(&mut log, 0x80, "Exiting SM");
+    println!("Exiting SM");
+    Ok(exit::OK)
+}
+
+fn parse_guid(s: &str) -> Result<u64> {
+    let t = s.trim_start_matches("0x").trim_start_matches("0X");
+    u64::from_str_radix(t, 16)
+        .map_err(|_| anyhow!("bad GUID {s} (expected hex, e.g. 0xe41d2d0300b47d01)"))
+}
+
+fn open_log(path: &str, erase: bool) -> Result<std::fs::File> {
+    let mut o = std::fs::OpenOptions::new();
+    o.create(true);
+    if erase {
+        o.write(true).truncate(true);
+    } else {
+        o.append(true);
+    }
+    o.open(path)
+        .with_context(|| format!("opening the log file {path} (choose another with -f)"))
+}
+
+fn log_line(log: &mut std::fs::File, level: u8, text: &str) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let stamp = softib_diag::ctime_utc(now.as_secs() as i64);
+    // ctime: "Sun Nov 29 23:40:23 2026" → opensm's "Nov 29 23:40:23".
+    let short = stamp.get(4..19).unwrap_or(&stamp);
+    let _ = writeln!(
+        log,
+        "{short} {:06} [{:08X}] 0x{level:02x} -> {text}",
+        now.subsec_micros(),
+        std::process::id()
+    );
+}
+
+/// The LID a port's SM is at, for tools that need the SA.
+pub fn sm_lid(ctx: &mut Context, port: u8) -> Result<Lid> {
+    let devs = ctx.devices()?;
+    let p = devs
+        .first()
+        .and_then(|d| d.ports.iter().find(|p| p.number == port))
+        .ok_or_else(|| anyhow!("no port {port}"))?;
+    if p.sm_lid.0 == 0 {
+        bail!(
+            "port {port} has no SM (SM lid 0, state {}): start one with `opensm -g 0x{:016x}`",
+            state_name(p.state),
+            p.port_guid.0
+        );
+    }
+    Ok(p.sm_lid)
+}
