@@ -48,7 +48,23 @@ fn run_tool(name: &str, args: &[String]) -> Option<anyhow::Result<u8>> {
             tools::fabric_tool(name, args)
         }
         "opensm" => tools::opensm(args),
-        _ => return None,
+        _ => {
+            use softib_perftest::{Mode, Test};
+            let (test, mode) = match name {
+                "ib_send_bw" => (Test::Send, Mode::Bw),
+                "ib_send_lat" => (Test::Send, Mode::Lat),
+                "ib_write_bw" => (Test::Write, Mode::Bw),
+                "ib_write_lat" => (Test::Write, Mode::Lat),
+                "ib_read_bw" => (Test::Read, Mode::Bw),
+                "ib_read_lat" => (Test::Read, Mode::Lat),
+                "ib_atomic_bw" => (Test::Atomic, Mode::Bw),
+                "ib_atomic_lat" => (Test::Atomic, Mode::Lat),
+                _ => return None,
+            };
+            let mut argv = vec![name.to_string()];
+            argv.extend(args.iter().cloned());
+            Ok(softib_perftest::run::main(test, mode, &argv))
+        }
     })
 }
 

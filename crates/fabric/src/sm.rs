@@ -211,6 +211,10 @@ pub struct SubnetManager {
     next_sweep: Option<Duration>,
     sweep_requested: bool,
     subnet_up: bool,
+    /// A Set failed or a route was given up during this sweep.
+    sweep_errors: bool,
+    /// Heavy sweeps in a row started because of errors.
+    error_resweeps: u8,
     unknown_tids: u64,
     log: VecDeque<LogLine>,
     console: VecDeque<String>,
@@ -219,6 +223,9 @@ pub struct SubnetManager {
 /// How often a standby SM polls the master when no sweep interval is set (opensm's
 /// `sminfo_polling_timeout`).
 const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Immediate heavy sweeps after a sweep with errors, before settling for what works.
+const MAX_ERROR_RESWEEPS: u8 = 3;
 
 /// opensm's default `packet_life_time` (SwitchInfo.LifeTimeValue, PathRecord PacketLifeTime).
 pub(crate) const PACKET_LIFE_TIME: u8 = 0x12;
@@ -251,6 +258,8 @@ impl SubnetManager {
             next_sweep: None,
             sweep_requested: false,
             subnet_up: false,
+            sweep_errors: false,
+            error_resweeps: 0,
             unknown_tids: 0,
             log: VecDeque::new(),
             console: VecDeque::new(),
@@ -528,6 +537,7 @@ impl SubnetManager {
             Done::Answered(job, resp) => {
                 let ok = resp.header.status & !status::DIRECTION == status::SUCCESS;
                 if !ok {
+                    self.sweep_errors = true;
                     let path = resp.dr.map(|d| d.path().to_vec()).unwrap_or_default();
                     self.log(
                         LogLevel::ERROR,
@@ -544,6 +554,7 @@ impl SubnetManager {
                 self.answered(job, &resp, ok);
             }
             Done::Lost(job, req) => {
+                self.sweep_errors = true;
                 let path = req.dr.map(|d| d.path().to_vec()).unwrap_or_default();
                 self.log(
                     LogLevel::ERROR,
@@ -703,6 +714,7 @@ impl SubnetManager {
             );
         }
         self.unknown_tids += d.unknown_tids();
+        self.sweep_errors = !d.failures().is_empty();
         self.requester = Requester::new(
             d.next_tid(),
             self.config.transaction_timeout,
@@ -1050,6 +1062,18 @@ impl SubnetManager {
     }
 
     fn subnet_is_up(&mut self) {
+        // opensm sweeps again at once after errors; a fault that persists is given up on
+        // after a few tries rather than sweeping forever.
+        if self.sweep_errors && self.error_resweeps < MAX_ERROR_RESWEEPS {
+            self.error_resweeps += 1;
+            self.log(
+                LogLevel::ERROR,
+                "ERR: osm_state_mgr: errors during initialization: heavy sweep again",
+            );
+            self.start_heavy_sweep();
+            return;
+        }
+        self.error_resweeps = 0;
         self.subnet_up = true;
         self.log(LogLevel::INFO, "SUBNET UP");
         if self.sweep_requested {

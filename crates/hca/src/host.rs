@@ -751,6 +751,11 @@ impl HostRt {
             vendor_part_id: u32::from(id.device_id),
             attr: hca.device().clone(),
             ports,
+            drops: hca
+                .drops()
+                .nonzero()
+                .map(|(r, n)| (r.name().to_string(), n))
+                .collect(),
         }
     }
 

@@ -272,6 +272,9 @@ pub struct DeviceInfo {
     pub attr: softib_engine::DeviceAttr,
     /// Ports 1..=N.
     pub ports: Vec<PortInfo>,
+    /// Packets and messages the HCA dropped, by reason (only nonzero counts): what explains
+    /// a benchmark that stopped making progress.
+    pub drops: Vec<(String, u64)>,
 }
 
 /// A port as the tools show it.

@@ -9,11 +9,12 @@
 //!   compatible with upstream perftest (6.x, and the older layouts older peers use).
 //! - [`report`]: the banner, the address lines, the BW and latency tables, `--out_json`.
 //!
-//! The run loop that posts work requests lives with the verbs API; it fills
-//! [`report::BwResult`] / [`report::LatResult`] with timestamps and hands them here.
+//! - [`run`]: the run loop over the `softib` verbs API, which fills [`report::BwResult`] /
+//!   [`report::LatResult`] with timestamps.
 
 pub mod args;
 pub mod exchange;
 pub mod report;
+pub mod run;
 
 pub use args::{AtomicType, Connection, Mode, Parsed, PerftestArgs, Test};

@@ -24,7 +24,7 @@ pub use softib_engine::{
 };
 pub use softib_hca::ib::MadQp;
 pub use softib_hca::proto::{DeviceInfo, ErrorKind, Mad, PortInfo};
-pub use softib_wire::{Gid, Guid, Lid, Mtu, Psn, QKey, Qpn};
+pub use softib_wire::{Gid, Guid, Lid, Mtu, Psn, QKey, Qpn, RKey};
 
 use softib_hca::proto::{self, Request, Response};
 use softib_net::shm::SharedRegion;

@@ -88,8 +88,8 @@ impl Graph {
         while let Some(x) = q.pop_front() {
             let d = dist.get(&x).copied().unwrap_or(INF);
             for &(_, y) in self.neighbours(x) {
-                if !dist.contains_key(&y) {
-                    dist.insert(y, d + 1);
+                if let std::collections::btree_map::Entry::Vacant(e) = dist.entry(y) {
+                    e.insert(d + 1);
                     q.push_back(y);
                 }
             }

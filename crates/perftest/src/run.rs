@@ -1,0 +1,949 @@
+//! The run loop: perftest's tests over the `softib` verbs API.
+//!
+//! The order of steps — out-of-band connect, versions, system data, MTU, parameter
+//! negotiation, resources, key exchange per QP, QPs to RTS, address lines, barrier, the runs,
+//! the report exchange — is upstream's, so that either side can be upstream perftest.
+//!
+//! Where upstream waits (120 s, then "Did not get Message for 120 Seconds"), softib checks
+//! first and says why: the port is not Active (no SM), the peer's port is not, a completion
+//! failed (with the status named), or no progress for `--timeout` seconds, with what the HCA
+//! dropped and why.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use softib::{
+    AccessFlags, AddressVector, AttrMask, Context, CqHandle, DeviceInfo, Gid, GlobalRoute,
+    MemoryRegion, Mtu, PdHandle, PortInfo, Psn, QpAttr, QpCap, QpInitAttr, QpState, QpType, Qpn,
+    RKey, RecvWr, RemoteAddr, SendFlags, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
+    WrOpcode,
+};
+
+use crate::args::{AtomicType, Connection, Mode, Parsed, PerftestArgs, Test};
+use crate::exchange::{
+    self, Dest, Exchange, ExchangeListener, NegotiateParams, Negotiation, PeerVersion, SysData,
+    SOFTIB_PERFTEST_VERSION,
+};
+use crate::report::{
+    self, address_lines, BannerInfo, BannerStyle, BwResult, BwUnit, LatResult, LinkLayer, Side,
+};
+
+/// perftest's default Q_Key for UD (`DEF_QKEY`).
+const DEF_QKEY: u32 = 0x1111_1111;
+/// Bytes of the GRH area that starts every UD receive buffer.
+const GRH_AREA: u64 = 40;
+
+/// A failure with the explanation the user reads.
+#[derive(Debug)]
+pub struct RunError(pub String);
+
+impl<E: std::fmt::Display> From<E> for RunError {
+    fn from(e: E) -> RunError {
+        RunError(e.to_string())
+    }
+}
+
+type Result<T> = std::result::Result<T, RunError>;
+
+fn fail<T>(msg: impl Into<String>) -> Result<T> {
+    Err(RunError(msg.into()))
+}
+
+/// Runs `ib_<test>_<mode>` with `argv` (argv[0] is the program name). Returns the exit code.
+pub fn main(test: Test, mode: Mode, argv: &[String]) -> u8 {
+    let args = match PerftestArgs::parse_from(test, mode, argv) {
+        Ok(Parsed::Run(a)) => a,
+        Ok(Parsed::Help(text)) | Ok(Parsed::Version(text)) => {
+            print!("{text}");
+            return 0;
+        }
+        Err(e) => {
+            eprintln!(" {e}");
+            return 1;
+        }
+    };
+    match run(*args) {
+        Ok(()) => 0,
+        Err(RunError(msg)) => {
+            let _ = std::io::stdout().flush();
+            eprintln!("{msg}");
+            1
+        }
+    }
+}
+
+/// The local half of the benchmark: device, memory, queues.
+struct Local {
+    ctx: Context,
+    dev: DeviceInfo,
+    port: PortInfo,
+    pd: PdHandle,
+    cq: CqHandle,
+    qps: Vec<Qpn>,
+    buf: softib::Buffer,
+    mr: MemoryRegion,
+    /// Offset of the area the peer writes into / reads from (and receives land in).
+    recv_off: u64,
+    /// UD: an address handle per remote QP.
+    ahs: Vec<softib::AhHandle>,
+    timeout: Duration,
+    server: bool,
+    /// Completions polled while waiting for the other kind.
+    held: Vec<WorkCompletion>,
+}
+
+fn mtu_from_bytes(b: u64) -> Mtu {
+    match b {
+        256 => Mtu::Mtu256,
+        512 => Mtu::Mtu512,
+        1024 => Mtu::Mtu1024,
+        2048 => Mtu::Mtu2048,
+        _ => Mtu::Mtu4096,
+    }
+}
+
+fn mtu_bytes(m: Mtu) -> u64 {
+    match m {
+        Mtu::Mtu256 => 256,
+        Mtu::Mtu512 => 512,
+        Mtu::Mtu1024 => 1024,
+        Mtu::Mtu2048 => 2048,
+        _ => 4096,
+    }
+}
+
+fn state_name(s: u8) -> &'static str {
+    match s {
+        1 => "Down",
+        2 => "Initializing",
+        3 => "Armed",
+        4 => "Active",
+        _ => "unknown",
+    }
+}
+
+/// Why a port that is not Active cannot run a benchmark, in words.
+fn port_not_active(dev: &DeviceInfo, p: &PortInfo) -> String {
+    let why = match (p.phys_state, p.state) {
+        (5, 2) | (5, 3) => format!(
+            "its link is up but no subnet manager has configured it (LID {}, SM lid {}).\n \
+             Start one on this subnet, e.g. `opensm -g 0x{:016x}` on a host of it; \
+             the port becomes Active after the SM's sweep",
+            p.lid.0, p.sm_lid.0, p.port_guid.0
+        ),
+        (5, _) => "its link is up but its logical state does not carry data".into(),
+        (3, _) => "it is Disabled".into(),
+        _ => "its link is down: no cable, or the peer port is not up".into(),
+    };
+    format!(
+        " Port {} of {} is {}, not Active: {why}.",
+        p.number,
+        dev.name,
+        state_name(p.state)
+    )
+}
+
+fn run(mut args: PerftestArgs) -> Result<()> {
+    for n in &args.notices {
+        println!("{n}");
+    }
+    let mut ctx = Context::open()?;
+    let devs = ctx.devices()?;
+    let dev = match &args.ib_dev {
+        Some(name) => devs
+            .iter()
+            .find(|d| &d.name == name)
+            .cloned()
+            .ok_or_else(|| {
+                RunError(format!(
+                    " IB device {name} not found (this host has: {})",
+                    devs.iter()
+                        .map(|d| d.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?,
+        None => devs
+            .first()
+            .cloned()
+            .ok_or_else(|| RunError(" No IB devices found".into()))?,
+    };
+    let port = dev
+        .ports
+        .iter()
+        .find(|p| p.number == args.ib_port)
+        .cloned()
+        .ok_or_else(|| {
+            RunError(format!(
+                " {} has no port {} (it has {})",
+                dev.name,
+                args.ib_port,
+                dev.ports.len()
+            ))
+        })?;
+    if port.state != 4 {
+        return fail(port_not_active(&dev, &port));
+    }
+    let local_mtu = args
+        .mtu
+        .map(u64::from)
+        .unwrap_or_else(|| mtu_bytes(port.active_mtu))
+        .min(mtu_bytes(port.active_mtu));
+    let server = args.is_server();
+
+    // Out-of-band connection.
+    let mut ex = if server {
+        println!("{}", report::WAITING_FOR_CLIENT.trim_start_matches('\n'));
+        let _ = std::io::stdout().flush();
+        let l = ExchangeListener::bind(std::net::SocketAddr::from(([0, 0, 0, 0], args.port)))?;
+        l.accept(None, args.timeout)?
+    } else {
+        let host = args.server.clone().unwrap_or_default();
+        Exchange::connect(&host, args.port, args.timeout)?
+    };
+    let mine = PeerVersion::new(SOFTIB_PERFTEST_VERSION);
+    let remote = ex.exchange_versions(SOFTIB_PERFTEST_VERSION)?;
+    ex.exchange_sys_data(&remote, SysData::default())?;
+    let mtu_enum = exchange::mtu_enum(local_mtu as u32).unwrap_or(4);
+    let mtu_enum = ex.exchange_mtu(&remote, mtu_enum)?;
+    let mtu = exchange::mtu_bytes(mtu_enum).map_or(local_mtu, u64::from);
+    for n in args.apply_mtu(mtu)? {
+        println!("{n}");
+    }
+    let format = Negotiation::between(&mine, &remote);
+    let max_rd = i32::try_from(dev.attr.max_qp_rd_atom).unwrap_or(16);
+    let params = NegotiateParams::from_args(&args, format, max_rd);
+    if let Some(remote_rd) = ex.negotiate(format, &params)? {
+        if let Some(o) = args.out_reads {
+            if i64::from(o) > i64::from(remote_rd) {
+                println!(
+                    " out_reads is greater than remote max_qp_rd_atom, setting to {remote_rd}"
+                );
+                args.out_reads = Some(remote_rd.max(1) as u32);
+            }
+        }
+    }
+    let out_reads = args
+        .out_reads
+        .unwrap_or(u32::from(dev.attr.max_qp_rd_atom.min(16)));
+    let inline = args.inline_size.unwrap_or(0);
+
+    let sizes = args.sizes(mtu);
+    let max_size = sizes.iter().copied().max().unwrap_or(args.size).max(8);
+    let mut l = Local::new(ctx, dev, port, &args, max_size, inline)?;
+
+    // Key exchange, once per QP.
+    let mut psn_seed = std::process::id().wrapping_mul(2_654_435_761);
+    let dests: Vec<Dest> = l
+        .qps
+        .iter()
+        .map(|q| {
+            psn_seed = psn_seed.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            Dest {
+                lid: l.port.lid.0,
+                out_reads,
+                qpn: q.value(),
+                psn: psn_seed & 0x00ff_ffff,
+                rkey: l.mr.rkey,
+                vaddr: l.buf.addr() + l.recv_off,
+                srqn: 0,
+                gid: args
+                    .gid_index
+                    .and_then(|i| l.port.gids.get(usize::from(i)))
+                    .map(|g| g.0),
+            }
+        })
+        .collect();
+    let banner = BannerInfo::new(
+        BannerStyle::V6,
+        &args,
+        &l.dev.name,
+        mtu,
+        LinkLayer::Ib,
+        inline,
+        out_reads,
+    );
+    print!("{}", banner.render());
+    let mut remotes = Vec::new();
+    for d in &dests {
+        remotes.push(ex.hand_shake(d)?);
+    }
+    l.connect(&args, mtu, &dests, &remotes, out_reads)?;
+    for d in &dests {
+        print!("{}", address_lines(Side::Local, args.test, d));
+    }
+    let mut remotes2 = Vec::new();
+    for d in &dests {
+        remotes2.push(ex.hand_shake(d)?);
+    }
+    for r in &remotes2 {
+        print!("{}", address_lines(Side::Remote, args.test, r));
+    }
+    ex.hand_shake(&dests[0])?;
+    let unit = if args.report_gbits {
+        BwUnit::Gbit
+    } else {
+        BwUnit::MiB
+    };
+    match args.mode {
+        Mode::Bw => print!("{}", report::bw_table_header(BannerStyle::V6, unit)),
+        Mode::Lat => print!("{}", report::lat_table_header()),
+    }
+    let _ = std::io::stdout().flush();
+    let mut json = Vec::new();
+    for &size in &sizes {
+        args.size = size;
+        match args.mode {
+            Mode::Bw => {
+                let row = l.bw(&args, size, &remotes, &mut ex, &dests[0], unit, &remote)?;
+                if let Some(r) = row {
+                    json.push(report::bw_json(&banner, &r, None));
+                }
+            }
+            Mode::Lat => {
+                if let Some(stats) = l.lat(&args, size, &remotes, &mut ex, &dests[0])? {
+                    print!("{}", stats.row());
+                    json.push(stats.json(&banner));
+                }
+            }
+        }
+        let _ = std::io::stdout().flush();
+    }
+    print!("{}", report::RESULT_LINE);
+    if args.out_json && !json.is_empty() {
+        let v = serde_json::json!({ "test_info": banner.json_test_info(), "results": json });
+        let text = serde_json::to_string_pretty(&v)?;
+        std::fs::write(&args.out_json_file, text)
+            .map_err(|e| RunError(format!(" cannot write {}: {e}", args.out_json_file)))?;
+    }
+    ex.close(&dests[0])?;
+    Ok(())
+}
+
+impl Local {
+    fn new(
+        mut ctx: Context,
+        dev: DeviceInfo,
+        port: PortInfo,
+        args: &PerftestArgs,
+        max_size: u64,
+        inline: u32,
+    ) -> Result<Local> {
+        // Two areas: what this side sends from / reads into, and what the peer writes into or
+        // reads from (UD receives land here too, after their 40-byte GRH area).
+        let area = (max_size + GRH_AREA).div_ceil(64) * 64;
+        let len = usize::try_from(area * 2)?;
+        let buf = ctx.alloc_buffer(len)?;
+        let pd = ctx.alloc_pd(0)?;
+        let access = AccessFlags::LOCAL_WRITE
+            .with(AccessFlags::REMOTE_WRITE)
+            .with(AccessFlags::REMOTE_READ)
+            .with(AccessFlags::REMOTE_ATOMIC);
+        let mr = ctx.reg_mr(0, pd, &buf, 0, len, access)?;
+        let depth = (args.tx_depth + args.rx_depth) * args.num_qps.max(1);
+        let cq = ctx.create_cq(0, depth.max(16))?;
+        let qp_type = match args.connection {
+            Connection::Rc => QpType::Rc,
+            Connection::Uc => QpType::Uc,
+            Connection::Ud => QpType::Ud,
+        };
+        let mut qps = Vec::new();
+        for _ in 0..args.num_qps.max(1) {
+            let qpn = ctx.create_qp(
+                0,
+                QpInitAttr {
+                    qp_type,
+                    pd,
+                    send_cq: cq,
+                    recv_cq: cq,
+                    srq: None,
+                    cap: QpCap {
+                        max_send_wr: args.tx_depth.max(1),
+                        max_recv_wr: args.rx_depth.max(1),
+                        max_send_sge: 1,
+                        max_recv_sge: 1,
+                        max_inline_data: inline,
+                    },
+                    sq_sig_all: false,
+                },
+            )?;
+            let mut a = QpAttr {
+                qp_state: QpState::Init,
+                pkey_index: 0,
+                port_num: args.ib_port,
+                ..QpAttr::default()
+            };
+            let mut mask = AttrMask::STATE
+                .with(AttrMask::PKEY_INDEX)
+                .with(AttrMask::PORT);
+            if qp_type == QpType::Ud {
+                a.qkey = DEF_QKEY;
+                mask = mask.with(AttrMask::QKEY);
+            } else {
+                a.qp_access_flags = AccessFlags::REMOTE_WRITE
+                    .with(AccessFlags::REMOTE_READ)
+                    .with(AccessFlags::REMOTE_ATOMIC);
+                mask = mask.with(AttrMask::ACCESS_FLAGS);
+            }
+            ctx.modify_qp(0, qpn, &a, mask)?;
+            qps.push(qpn);
+        }
+        Ok(Local {
+            ctx,
+            dev,
+            port,
+            pd,
+            cq,
+            qps,
+            buf,
+            mr,
+            recv_off: area,
+            ahs: Vec::new(),
+            timeout: args.timeout,
+            server: args.is_server(),
+            held: Vec::new(),
+        })
+    }
+
+    fn av(&self, args: &PerftestArgs, r: &Dest) -> AddressVector {
+        AddressVector {
+            dlid: softib::Lid(r.lid),
+            sl: args.sl,
+            src_path_bits: 0,
+            static_rate: 0,
+            grh: r.gid.map(|g| GlobalRoute {
+                dgid: Gid(g),
+                flow_label: 0,
+                sgid_index: args.gid_index.unwrap_or(0),
+                hop_limit: 64,
+                traffic_class: 0,
+            }),
+            port_num: args.ib_port,
+        }
+    }
+
+    /// INIT → RTR → RTS (`ctx_connect`).
+    fn connect(
+        &mut self,
+        args: &PerftestArgs,
+        mtu: u64,
+        mine: &[Dest],
+        remotes: &[Dest],
+        out_reads: u32,
+    ) -> Result<()> {
+        for (i, &qpn) in self.qps.clone().iter().enumerate() {
+            let (Some(m), Some(r)) = (mine.get(i), remotes.get(i)) else {
+                return fail(" the peer sent fewer QP keys than this side has QPs (-q must match)");
+            };
+            if args.connection == Connection::Ud {
+                let rtr = QpAttr {
+                    qp_state: QpState::Rtr,
+                    ..QpAttr::default()
+                };
+                self.ctx.modify_qp(0, qpn, &rtr, AttrMask::STATE)?;
+                let rts = QpAttr {
+                    qp_state: QpState::Rts,
+                    sq_psn: Psn::new(m.psn),
+                    ..QpAttr::default()
+                };
+                self.ctx
+                    .modify_qp(0, qpn, &rts, AttrMask::STATE.with(AttrMask::SQ_PSN))?;
+                let ah = self.ctx.create_ah(0, self.pd, self.av(args, r))?;
+                self.ahs.push(ah);
+                continue;
+            }
+            let rc = args.connection == Connection::Rc;
+            let rd = u8::try_from(out_reads.clamp(1, 255)).unwrap_or(16);
+            let rtr = QpAttr {
+                qp_state: QpState::Rtr,
+                path_mtu: mtu_from_bytes(mtu),
+                dest_qp_num: Qpn::new(r.qpn),
+                rq_psn: Psn::new(r.psn),
+                ah_attr: self.av(args, r),
+                max_dest_rd_atomic: rd,
+                min_rnr_timer: 12,
+                ..QpAttr::default()
+            };
+            let mut mask = AttrMask::STATE
+                .with(AttrMask::AV)
+                .with(AttrMask::PATH_MTU)
+                .with(AttrMask::DEST_QPN)
+                .with(AttrMask::RQ_PSN);
+            if rc {
+                mask = mask
+                    .with(AttrMask::MAX_DEST_RD_ATOMIC)
+                    .with(AttrMask::MIN_RNR_TIMER);
+            }
+            self.ctx.modify_qp(0, qpn, &rtr, mask)?;
+            let rts = QpAttr {
+                qp_state: QpState::Rts,
+                sq_psn: Psn::new(m.psn),
+                timeout: args.qp_timeout,
+                retry_cnt: 7,
+                rnr_retry: 7,
+                max_rd_atomic: rd,
+                ..QpAttr::default()
+            };
+            let mut mask = AttrMask::STATE.with(AttrMask::SQ_PSN);
+            if rc {
+                mask = mask
+                    .with(AttrMask::TIMEOUT)
+                    .with(AttrMask::RETRY_CNT)
+                    .with(AttrMask::RNR_RETRY)
+                    .with(AttrMask::MAX_QP_RD_ATOMIC);
+            }
+            self.ctx.modify_qp(0, qpn, &rts, mask)?;
+        }
+        Ok(())
+    }
+
+    fn send_sge(&self, size: u64) -> Sge {
+        Sge {
+            addr: self.buf.addr(),
+            length: size as u32,
+            lkey: self.mr.lkey,
+        }
+    }
+
+    fn recv_wr(&self, id: u64, size: u64, ud: bool) -> RecvWr {
+        RecvWr {
+            wr_id: id,
+            sg_list: vec![Sge {
+                addr: self.buf.addr() + self.recv_off,
+                length: (size + if ud { GRH_AREA } else { 0 }) as u32,
+                lkey: self.mr.lkey,
+            }],
+        }
+    }
+
+    fn work_request(
+        &self,
+        args: &PerftestArgs,
+        size: u64,
+        q: usize,
+        r: &Dest,
+        id: u64,
+        signaled: bool,
+    ) -> SendWr {
+        let remote = RemoteAddr {
+            addr: r.vaddr,
+            rkey: RKey(r.rkey),
+        };
+        let opcode = match args.test {
+            Test::Send => WrOpcode::Send,
+            Test::Write => WrOpcode::RdmaWrite(remote),
+            Test::Read => WrOpcode::RdmaRead(remote),
+            Test::Atomic => match args.atomic_type {
+                AtomicType::FetchAndAdd => WrOpcode::AtomicFetchAndAdd { remote, add: 1 },
+                AtomicType::CmpAndSwap => WrOpcode::AtomicCmpAndSwp {
+                    remote,
+                    compare: 0,
+                    swap: 0,
+                },
+            },
+        };
+        let size = if args.test == Test::Atomic { 8 } else { size };
+        let mut flags = SendFlags::default();
+        if signaled {
+            flags = flags.with(SendFlags::SIGNALED);
+        }
+        SendWr {
+            wr_id: id,
+            opcode,
+            sg_list: vec![self.send_sge(size)],
+            flags,
+            inline_data: None,
+            ud: self.ahs.get(q).map(|&ah| UdDest {
+                ah,
+                remote_qpn: Qpn::new(r.qpn),
+                remote_qkey: DEF_QKEY,
+            }),
+        }
+    }
+
+    /// Polls completions, failing on an error completion with upstream's message and what
+    /// the status means.
+    fn poll(&mut self, wait: Duration, side: &str) -> Result<Vec<WorkCompletion>> {
+        let wcs = self.ctx.poll_cq(0, self.cq, 256, wait)?;
+        if let Some(bad) = wcs.iter().find(|w| w.status != WcStatus::Success) {
+            return fail(format!(
+                " Completion with error at {side}:\n Failed status {}: wr_id {} syndrom 0x{:x}\n \
+                 ({}: {})",
+                wc_code(bad.status),
+                bad.wr_id,
+                bad.vendor_err,
+                bad.status,
+                explain_status(bad.status)
+            ));
+        }
+        Ok(wcs)
+    }
+
+    /// What to say when nothing happened for `--timeout`.
+    fn stalled(&mut self, what: &str, done: u64, need: u64) -> RunError {
+        let mut msg = format!(
+            " No progress for {} s while {what}: {done} of {need} done.",
+            self.timeout.as_secs()
+        );
+        match self.ctx.devices() {
+            Ok(devs) => {
+                if let Some(d) = devs.iter().find(|d| d.name == self.dev.name) {
+                    if let Some(p) = d.ports.iter().find(|p| p.number == self.port.number) {
+                        if p.state != 4 {
+                            msg.push('\n');
+                            msg.push_str(&port_not_active(d, p));
+                        }
+                    }
+                    if d.drops.is_empty() {
+                        msg.push_str("\n This HCA dropped nothing: the peer did not send (is it running, is its port Active?).");
+                    } else {
+                        msg.push_str("\n This HCA dropped packets:");
+                        for (r, n) in &d.drops {
+                            msg.push_str(&format!(" {r}={n}"));
+                        }
+                        if d.drops
+                            .iter()
+                            .any(|(r, _)| r == "ud_no_receive" || r == "uc_no_receive")
+                        {
+                            msg.push_str(
+                                "\n Messages arrived when no receive was posted (UD/UC drop them, \
+                                 nothing retransmits): raise -r, or use RC.",
+                            );
+                        }
+                        if d.drops.iter().any(|(r, _)| r == "qkey_mismatch") {
+                            msg.push_str("\n Q_Key mismatch: both sides must use the same Q_Key.");
+                        }
+                    }
+                }
+            }
+            Err(e) => msg.push_str(&format!("\n (could not ask the HCA why: {e})")),
+        }
+        RunError(msg)
+    }
+
+    /// One BW measurement at `size`; prints the row(s). Returns the report for JSON.
+    #[allow(clippy::too_many_arguments)]
+    fn bw(
+        &mut self,
+        args: &PerftestArgs,
+        size: u64,
+        remotes: &[Dest],
+        ex: &mut Exchange,
+        mine: &Dest,
+        unit: BwUnit,
+        remote_version: &PeerVersion,
+    ) -> Result<Option<exchange::BwReport>> {
+        let server = args.is_server();
+        let ud = args.connection == Connection::Ud;
+        let nq = self.qps.len();
+        let total = args.iters * nq as u64;
+        if args.test == Test::Send && server {
+            // Receives first, then the barrier that lets the client start.
+            for (q, &qpn) in self.qps.clone().iter().enumerate() {
+                let n = u64::from(args.rx_depth).min(args.iters);
+                let wrs = (0..n)
+                    .map(|i| self.recv_wr((q as u64) << 48 | i, size, ud))
+                    .collect();
+                self.ctx.post_recv(0, qpn, wrs)?;
+            }
+            ex.hand_shake(mine)?;
+            let start = Instant::now();
+            let mut got = vec![0u64; nq];
+            let mut posted = vec![u64::from(args.rx_depth).min(args.iters); nq];
+            let mut done = 0u64;
+            let mut last = Instant::now();
+            while done < total {
+                let wcs = self.poll(Duration::from_millis(50), "server")?;
+                if wcs.is_empty() {
+                    if last.elapsed() > self.timeout {
+                        return Err(self.stalled("receiving messages", done, total));
+                    }
+                    continue;
+                }
+                last = Instant::now();
+                let mut repost = vec![0u64; nq];
+                for w in &wcs {
+                    if w.opcode != WcOpcode::Recv {
+                        continue;
+                    }
+                    let q = (w.wr_id >> 48) as usize;
+                    if q < nq {
+                        got[q] += 1;
+                        done += 1;
+                        if posted[q] < args.iters {
+                            repost[q] += 1;
+                        }
+                    }
+                }
+                for (q, n) in repost.iter().enumerate() {
+                    if *n > 0 {
+                        let wrs = (0..*n)
+                            .map(|i| self.recv_wr((q as u64) << 48 | i, size, ud))
+                            .collect();
+                        self.ctx.post_recv(0, self.qps[q], wrs)?;
+                        posted[q] += n;
+                    }
+                }
+            }
+            let t = start.elapsed().as_nanos() as u64;
+            let mut r = BwResult::from_args(args, vec![0], vec![t]);
+            r.bytes = size;
+            r.no_peak = true;
+            let rep = r.compute(unit)?;
+            print!("{}", report::bw_row(&rep, None, unit));
+            ex.hand_shake(mine)?;
+            return Ok(Some(rep));
+        }
+        if args.test == Test::Send {
+            ex.hand_shake(mine)?;
+        } else {
+            ex.hand_shake(mine)?;
+            if server {
+                // Write/read/atomic: the server's HCA does the work; it waits for the client's
+                // report and prints it.
+                ex.hand_shake(mine)?;
+                let theirs =
+                    ex.exchange_bw_reports(remote_version, &exchange::BwReport::default())?;
+                print!("{}", report::bw_row(&theirs, None, unit));
+                return Ok(Some(theirs));
+            }
+        }
+        // Client (or send server handled above): post iters per QP, tx_depth outstanding,
+        // signal every cq_mod-th and the last.
+        let origin = Instant::now();
+        let mut tposted = vec![0u64; total as usize];
+        let mut tcompleted = vec![0u64; total as usize];
+        let cq_mod = u64::from(args.cq_mod.max(1));
+        let mut scnt = vec![0u64; nq];
+        let mut ccnt = vec![0u64; nq];
+        let mut last = Instant::now();
+        let depth = u64::from(args.tx_depth.max(1));
+        while ccnt.iter().sum::<u64>() < total {
+            for q in 0..nq {
+                let room = depth.saturating_sub(scnt[q] - ccnt[q]);
+                let n = room.min(args.iters - scnt[q]);
+                if n == 0 {
+                    continue;
+                }
+                // Post in whole CQ-moderation groups so each group ends signaled.
+                let n = if n >= cq_mod || scnt[q] + n == args.iters {
+                    n - n % cq_mod.min(n)
+                } else {
+                    0
+                };
+                let n = if n == 0 && scnt[q] + room.min(args.iters - scnt[q]) == args.iters {
+                    args.iters - scnt[q]
+                } else {
+                    n
+                };
+                if n == 0 {
+                    continue;
+                }
+                let now = origin.elapsed().as_nanos() as u64;
+                let wrs: Vec<SendWr> = (0..n)
+                    .map(|i| {
+                        let k = scnt[q] + i;
+                        tposted[(q as u64 * args.iters + k) as usize] = now;
+                        let signaled = (k + 1) % cq_mod == 0 || k + 1 == args.iters;
+                        self.work_request(
+                            args,
+                            size,
+                            q,
+                            &remotes[q],
+                            (q as u64) << 48 | k,
+                            signaled,
+                        )
+                    })
+                    .collect();
+                self.ctx.post_send(0, self.qps[q], wrs)?;
+                scnt[q] += n;
+            }
+            let wcs = self.poll(Duration::from_millis(20), "client")?;
+            if wcs.is_empty() {
+                if last.elapsed() > self.timeout {
+                    return Err(self.stalled(
+                        "waiting for send completions",
+                        ccnt.iter().sum(),
+                        total,
+                    ));
+                }
+                continue;
+            }
+            last = Instant::now();
+            let now = origin.elapsed().as_nanos() as u64;
+            for w in wcs {
+                let q = (w.wr_id >> 48) as usize;
+                let k = w.wr_id & 0xffff_ffff_ffff;
+                if q >= nq {
+                    continue;
+                }
+                // A signaled completion retires its whole moderation group.
+                let retired = k + 1 - ccnt[q];
+                for j in ccnt[q]..=k {
+                    tcompleted[(q as u64 * args.iters + j) as usize] = now;
+                }
+                ccnt[q] += retired;
+            }
+        }
+        let mut r = BwResult::from_args(args, tposted, tcompleted);
+        r.bytes = if args.test == Test::Atomic { 8 } else { size };
+        let rep = r.compute(unit)?;
+        if args.test == Test::Send {
+            print!("{}", report::bw_row(&rep, None, unit));
+            ex.hand_shake(mine)?;
+        } else {
+            print!("{}", report::bw_row(&rep, None, unit));
+            ex.hand_shake(mine)?;
+            ex.exchange_bw_reports(remote_version, &rep)?;
+        }
+        Ok(Some(rep))
+    }
+
+    /// One latency measurement at `size`. Returns the statistics to print on this side.
+    fn lat(
+        &mut self,
+        args: &PerftestArgs,
+        size: u64,
+        remotes: &[Dest],
+        ex: &mut Exchange,
+        mine: &Dest,
+    ) -> Result<Option<report::LatStats>> {
+        let server = args.is_server();
+        let ud = args.connection == Connection::Ud;
+        let iters = args.iters;
+        let r = remotes[0];
+        let qpn = self.qps[0];
+        let origin = Instant::now();
+        let mut tposted = Vec::with_capacity(iters as usize);
+        match args.test {
+            Test::Read | Test::Atomic => {
+                ex.hand_shake(mine)?;
+                if server {
+                    ex.hand_shake(mine)?;
+                    return Ok(None);
+                }
+                for i in 0..iters {
+                    tposted.push(origin.elapsed().as_nanos() as u64);
+                    let wr = self.work_request(args, size, 0, &r, i, true);
+                    self.ctx.post_send(0, qpn, vec![wr])?;
+                    self.wait_one(false, i, iters, "waiting for a read or atomic response")?;
+                }
+                ex.hand_shake(mine)?;
+            }
+            Test::Send => {
+                self.ctx
+                    .post_recv(0, qpn, vec![self.recv_wr(0, size, ud)])?;
+                ex.hand_shake(mine)?;
+                for i in 0..iters {
+                    if server {
+                        self.wait_one(true, i, iters, "waiting for the client's message")?;
+                        self.ctx
+                            .post_recv(0, qpn, vec![self.recv_wr(i + 1, size, ud)])?;
+                        tposted.push(origin.elapsed().as_nanos() as u64);
+                        let wr = self.work_request(args, size, 0, &r, i, true);
+                        self.ctx.post_send(0, qpn, vec![wr])?;
+                        self.wait_one(false, i, iters, "waiting for a send completion")?;
+                    } else {
+                        tposted.push(origin.elapsed().as_nanos() as u64);
+                        let wr = self.work_request(args, size, 0, &r, i, true);
+                        self.ctx.post_send(0, qpn, vec![wr])?;
+                        self.wait_one(false, i, iters, "waiting for a send completion")?;
+                        self.wait_one(true, i, iters, "waiting for the server's reply")?;
+                        self.ctx
+                            .post_recv(0, qpn, vec![self.recv_wr(i + 1, size, ud)])?;
+                    }
+                }
+                ex.hand_shake(mine)?;
+            }
+            Test::Write => {
+                // Ping-pong on the last byte of each side's receive area (perftest's scheme).
+                let last_at = (self.recv_off + size - 1) as usize;
+                let send_last = (size - 1) as usize;
+                self.buf.write(last_at, &[0]);
+                ex.hand_shake(mine)?;
+                for i in 0..iters {
+                    let mark = ((i + 1) % 255 + 1) as u8;
+                    if server {
+                        self.wait_byte(last_at, mark, i, iters)?;
+                    }
+                    tposted.push(origin.elapsed().as_nanos() as u64);
+                    self.buf.write(send_last, &[mark]);
+                    let wr = self.work_request(args, size, 0, &r, i, true);
+                    self.ctx.post_send(0, qpn, vec![wr])?;
+                    if !server {
+                        self.wait_byte(last_at, mark, i, iters)?;
+                    }
+                    self.wait_one(false, i, iters, "waiting for a write completion")?;
+                }
+                ex.hand_shake(mine)?;
+            }
+        }
+        let res = LatResult::from_post_times(args.test, size, &tposted);
+        let mut stats = res.compute()?;
+        stats.iters = iters;
+        Ok(Some(stats))
+    }
+
+    /// Waits for one completion of the given side (`recv`: a receive; otherwise a send,
+    /// write, read or atomic), keeping completions of the other side for later.
+    fn wait_one(&mut self, recv: bool, i: u64, n: u64, what: &str) -> Result<()> {
+        let t0 = Instant::now();
+        loop {
+            if let Some(at) = self.held.iter().position(|w| is_receive(w.opcode) == recv) {
+                self.held.remove(at);
+                return Ok(());
+            }
+            let side = if self.server { "server" } else { "client" };
+            let wcs = self.poll(Duration::from_millis(100), side)?;
+            self.held.extend(wcs);
+            if self.held.iter().any(|w| is_receive(w.opcode) == recv) {
+                continue;
+            }
+            if t0.elapsed() > self.timeout {
+                return Err(self.stalled(what, i, n));
+            }
+        }
+    }
+
+    fn wait_byte(&mut self, at: usize, mark: u8, i: u64, n: u64) -> Result<()> {
+        let t0 = Instant::now();
+        let mut b = [0u8; 1];
+        loop {
+            if self.buf.read(at, &mut b) && b[0] == mark {
+                return Ok(());
+            }
+            if t0.elapsed() > self.timeout {
+                return Err(self.stalled("waiting for the peer's RDMA WRITE", i, n));
+            }
+            std::hint::spin_loop();
+            if t0.elapsed() > Duration::from_millis(1) {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// The numeric `ibv_wc_status` value upstream prints.
+fn wc_code(s: WcStatus) -> u32 {
+    s as u32
+}
+
+/// What an error status means in practice.
+fn explain_status(s: WcStatus) -> &'static str {
+    match s {
+        WcStatus::RetryExcErr => {
+            "the peer stopped acknowledging: its process or port is gone, or packets are lost"
+        }
+        WcStatus::RnrRetryExcErr => "the peer never posted a receive in time",
+        WcStatus::RemAccessErr => "the peer refused the access (rkey, address or permissions)",
+        WcStatus::RemInvReqErr => "the peer found the request invalid (length or opcode)",
+        WcStatus::WrFlushErr => "the QP is in the error state; earlier work failed",
+        WcStatus::LocProtErr => "a local buffer failed its L_Key check",
+        _ => "see ibv_wc_status_str",
+    }
+}
+
+/// Whether a completion is of a receive.
+fn is_receive(op: WcOpcode) -> bool {
+    matches!(op, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
+}
