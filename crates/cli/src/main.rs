@@ -3,6 +3,7 @@
 //! This crate only parses arguments, calls the libraries and formats output; it holds no
 //! protocol logic of its own (that lives in `softib-wire` and the crates above it).
 
+mod demo;
 mod exit;
 mod fabric;
 mod pcap;
@@ -23,6 +24,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The seed scenario end to end: two hosts, two subnets, opensm, ibnodes, perftest.
+    Demo(demo::DemoArgs),
     /// Work with packet captures of InfiniBand and RoCEv2 traffic.
     Pcap {
         #[command(subcommand)]
@@ -90,6 +93,7 @@ fn main() -> ExitCode {
         Command::Pcap { command } => pcap::run(command),
         Command::Sim(args) => sim::run(&args),
         Command::Fabric { command } => fabric::run(command),
+        Command::Demo(args) => demo::run(&args),
     };
     exit::finish(result)
 }

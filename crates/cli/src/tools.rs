@@ -7,7 +7,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use softib::{Context, DeviceInfo, Lid, MadQp};
+use softib::{Context, DeviceInfo, MadQp};
 use softib_diag::device::{DeviceView, GidEntry, GidType, IbstatArgs, LinkLayer, PortView};
 use softib_fabric::discover::{Discovery, DiscoveryConfig};
 use softib_fabric::subnet::Subnet;
@@ -47,8 +47,8 @@ pub fn device_view(d: &DeviceInfo) -> DeviceView {
     attrs.max_cqe = i32::try_from(a.max_cqe).unwrap_or(i32::MAX);
     attrs.max_mr = i32::try_from(a.max_mr).unwrap_or(i32::MAX);
     attrs.max_pd = i32::try_from(a.max_pd).unwrap_or(i32::MAX);
-    attrs.max_qp_rd_atom = i32::try_from(a.max_qp_rd_atom).unwrap_or(i32::MAX);
-    attrs.max_qp_init_rd_atom = i32::try_from(a.max_qp_init_rd_atom).unwrap_or(i32::MAX);
+    attrs.max_qp_rd_atom = i32::from(a.max_qp_rd_atom);
+    attrs.max_qp_init_rd_atom = i32::from(a.max_qp_init_rd_atom);
     attrs.max_srq = i32::try_from(a.max_srq).unwrap_or(i32::MAX);
     attrs.max_srq_wr = i32::try_from(a.max_srq_wr).unwrap_or(i32::MAX);
     attrs.max_pkeys = 64;
@@ -640,21 +640,4 @@ fn log_line(log: &mut std::fs::File, level: u8, text: &str) {
         now.subsec_micros(),
         std::process::id()
     );
-}
-
-/// The LID a port's SM is at, for tools that need the SA.
-pub fn sm_lid(ctx: &mut Context, port: u8) -> Result<Lid> {
-    let devs = ctx.devices()?;
-    let p = devs
-        .first()
-        .and_then(|d| d.ports.iter().find(|p| p.number == port))
-        .ok_or_else(|| anyhow!("no port {port}"))?;
-    if p.sm_lid.0 == 0 {
-        bail!(
-            "port {port} has no SM (SM lid 0, state {}): start one with `opensm -g 0x{:016x}`",
-            state_name(p.state),
-            p.port_guid.0
-        );
-    }
-    Ok(p.sm_lid)
 }

@@ -153,7 +153,10 @@ pub struct Daemon {
     buf: Vec<u8>,
 }
 
-fn bind_cables(specs: &[CableSpec]) -> io::Result<Vec<(u8, UdpLink, SocketAddr)>> {
+/// A node's cables before they are cables: (port, bound socket, peer address).
+type BoundLinks = Vec<(u8, UdpLink, SocketAddr)>;
+
+fn bind_cables(specs: &[CableSpec]) -> io::Result<BoundLinks> {
     specs
         .iter()
         .map(|c| {
@@ -166,7 +169,7 @@ fn bind_cables(specs: &[CableSpec]) -> io::Result<Vec<(u8, UdpLink, SocketAddr)>
 }
 
 fn make_cables(
-    links: Vec<(u8, UdpLink, SocketAddr)>,
+    links: BoundLinks,
     num_ports: u8,
     now: StdInstant,
 ) -> io::Result<Vec<Option<Cable>>> {
@@ -228,7 +231,7 @@ impl Daemon {
         }
         let addr_of: BTreeMap<(usize, u8), SocketAddr> =
             ends.iter().map(|(k, v)| (*k, v.local_addr())).collect();
-        let mut links_of = |node: usize| -> Vec<(u8, UdpLink, SocketAddr)> {
+        let mut links_of = |node: usize| -> BoundLinks {
             let mut v = Vec::new();
             for l in topology.links() {
                 for (me, peer) in [(l.a, l.b), (l.b, l.a)] {
@@ -278,8 +281,8 @@ impl Daemon {
     }
 
     fn build(
-        hosts: Vec<(HostSpec, Vec<(u8, UdpLink, SocketAddr)>)>,
-        switches: Vec<(SwitchSpec, Vec<(u8, UdpLink, SocketAddr)>)>,
+        hosts: Vec<(HostSpec, BoundLinks)>,
+        switches: Vec<(SwitchSpec, BoundLinks)>,
     ) -> io::Result<Daemon> {
         let now = StdInstant::now();
         let mut hrt = Vec::new();
@@ -628,10 +631,7 @@ impl HostRt {
                 Some(c) => c.reader.fill(&c.stream).unwrap_or(false),
                 None => continue,
             };
-            loop {
-                let Some(c) = self.clients.get_mut(&id) else {
-                    break;
-                };
+            while let Some(c) = self.clients.get_mut(&id) {
                 if c.parked.is_some() {
                     break;
                 }
@@ -761,9 +761,7 @@ impl HostRt {
 
     /// Serves one request; `None` when it waits (parked) and will be answered later.
     fn handle(&mut self, id: u64, req: Request) -> Option<Response> {
-        let Some(c) = self.clients.get_mut(&id) else {
-            return None;
-        };
+        let c = self.clients.get_mut(&id)?;
         if !c.hello {
             return Some(match req {
                 Request::Hello {
@@ -1104,9 +1102,7 @@ impl HostRt {
                         format!("an SM already runs on port {port} of this host"),
                     ));
                 }
-                let Some(c) = self.clients.get_mut(&id) else {
-                    return None;
-                };
+                let c = self.clients.get_mut(&id)?;
                 c.agents.push((port, sm));
                 Response::Ok
             }

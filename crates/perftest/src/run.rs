@@ -211,7 +211,7 @@ fn run(mut args: PerftestArgs) -> Result<()> {
         println!("{n}");
     }
     let format = Negotiation::between(&mine, &remote);
-    let max_rd = i32::try_from(dev.attr.max_qp_rd_atom).unwrap_or(16);
+    let max_rd = i32::from(dev.attr.max_qp_rd_atom);
     let params = NegotiateParams::from_args(&args, format, max_rd);
     if let Some(remote_rd) = ex.negotiate(format, &params)? {
         if let Some(o) = args.out_reads {
