@@ -1,0 +1,361 @@
+//! Real processes: the fabric daemon (`softib fabric up`), opensm, the diagnostics and
+//! perftest, each a `softib` process talking to the daemon over its control socket.
+//!
+//! Every test uses its own fabric directory and its own perftest TCP port, so they can run
+//! in parallel. A failure prints the daemon's log.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use softib_fabric::Topology;
+
+const SOFTIB: &str = env!("CARGO_BIN_EXE_softib");
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(path)
+}
+
+/// A fabric brought up for one test and taken down when it ends.
+struct Fabric {
+    dir: PathBuf,
+}
+
+impl Fabric {
+    fn up(topology: &str, name: &str, extra: &[&str]) -> Fabric {
+        let dir = std::env::temp_dir().join(format!("softib-it-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = Command::new(SOFTIB)
+            .args(["fabric", "up"])
+            .arg(repo(topology))
+            .arg("--dir")
+            .arg(&dir)
+            .args(extra)
+            .output()
+            .unwrap();
+        let f = Fabric { dir };
+        assert!(
+            out.status.success(),
+            "fabric up failed: {}\n{}",
+            text(&out.stderr),
+            f.log()
+        );
+        f
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
+    }
+
+    fn exec(&self, node: &str, cmd: &[&str]) -> Output {
+        Command::new(SOFTIB)
+            .args(["fabric", "exec", node, "--dir"])
+            .arg(&self.dir)
+            .arg("--")
+            .args(cmd)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    fn ok(&self, node: &str, cmd: &[&str]) -> String {
+        let out = self.exec(node, cmd);
+        assert!(
+            out.status.success(),
+            "{cmd:?} on {node} failed ({:?}):\n{}\n{}\ndaemon log:\n{}",
+            out.status,
+            text(&out.stdout),
+            text(&out.stderr),
+            self.log()
+        );
+        text(&out.stdout)
+    }
+
+    fn status(&self) -> String {
+        let out = Command::new(SOFTIB)
+            .args(["fabric", "status", "--dir"])
+            .arg(&self.dir)
+            .output()
+            .unwrap();
+        text(&out.stdout)
+    }
+
+    fn wait_all_active(&self, hosts: usize, timeout: Duration) {
+        let t0 = Instant::now();
+        loop {
+            let s = self.status();
+            let active = s.matches(" Active ").count();
+            if active >= hosts && !s.contains("Initializing") {
+                return;
+            }
+            assert!(
+                t0.elapsed() < timeout,
+                "ports not Active after {timeout:?}:\n{s}\ndaemon log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Fabric {
+    fn drop(&mut self) {
+        let _ = Command::new(SOFTIB)
+            .args(["fabric", "down", "--dir"])
+            .arg(&self.dir)
+            .output();
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The BW rows of a perftest table: (bytes, iterations, peak, average, msg rate).
+fn bw_rows(out: &str) -> Vec<(u64, u64, f64, f64, f64)> {
+    out.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() != 5 {
+                return None;
+            }
+            Some((
+                f[0].parse().ok()?,
+                f[1].parse().ok()?,
+                f[2].parse().ok()?,
+                f[3].parse().ok()?,
+                f[4].parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+/// Runs a perftest server on `server` and its client on `client`; returns both outputs.
+fn perftest(
+    f: &Fabric,
+    tool: &str,
+    args: &[&str],
+    server: &str,
+    client: &str,
+    port: u16,
+) -> (String, String) {
+    let p = port.to_string();
+    let mut sargs = vec![tool];
+    sargs.extend_from_slice(args);
+    sargs.extend(["-p", &p]);
+    let srv = Command::new(SOFTIB)
+        .args(["fabric", "exec", server, "--dir"])
+        .arg(&f.dir)
+        .arg("--")
+        .args(&sargs)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut cargs = sargs.clone();
+    cargs.push("127.0.0.1");
+    let c = f.exec(client, &cargs);
+    let s = srv.wait_with_output().unwrap();
+    assert!(
+        c.status.success() && s.status.success(),
+        "{tool} {args:?}: client {:?}\n{}{}\nserver {:?}\n{}{}\ndaemon log:\n{}",
+        c.status,
+        text(&c.stdout),
+        text(&c.stderr),
+        s.status,
+        text(&s.stdout),
+        text(&s.stderr),
+        f.log()
+    );
+    (text(&s.stdout), text(&c.stdout))
+}
+
+#[test]
+fn the_demo_runs_the_seed_scenario_end_to_end() {
+    let out = Command::new(SOFTIB)
+        .args(["demo", "--perftest-port", "18611"])
+        .output()
+        .unwrap();
+    let o = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "demo failed:\n{o}\n{}",
+        text(&out.stderr)
+    );
+    // Before the SM: Initializing, and the benchmark names the cause.
+    let before_sm = o.split("Start opensm").next().unwrap();
+    assert_eq!(before_sm.matches("State: Initializing").count(), 2, "{o}");
+    // The benchmark's explanation goes to its stderr, which the demo passes through.
+    let e = text(&out.stderr);
+    assert!(
+        e.contains("Port 2 of mlx4_0 is Initializing, not Active"),
+        "{e}"
+    );
+    assert!(e.contains("no subnet manager has configured it"), "{e}");
+    assert!(o.contains("Entering MASTER state"), "{o}");
+    let after_sm = o.split("moved the ports to Active").nth(1).unwrap();
+    assert!(after_sm.matches("State: Active").count() >= 2, "{o}");
+    assert!(
+        o.contains("Ca\t: 0xe41d2d0300b47e90 ports 2 \"test214 mlx4_0\""),
+        "{o}"
+    );
+    assert!(
+        o.contains("Ca\t: 0xe41d2d0300b47d00 ports 2 \"test213 mlx4_0\""),
+        "{o}"
+    );
+    // UD -a: every power of two from 2 to the 2048-byte MTU, on both sides.
+    assert!(o.contains(" Max msg size in UD is MTU 2048"), "{o}");
+    let rows = bw_rows(&o);
+    // The client's table, then the server's: each every power of two from 2 to 2048.
+    let sweep: Vec<u64> = (1..=11).map(|p| 1u64 << p).collect();
+    let ud: Vec<u64> = rows.iter().map(|r| r.0).take(22).collect();
+    assert_eq!(ud, [sweep.clone(), sweep].concat(), "{o}");
+    assert!(
+        o.contains("RDMA_Write BW Test") && o.contains("RDMA_Write Latency Test"),
+        "{o}"
+    );
+    assert!(
+        rows.iter()
+            .any(|r| r.0 == 65536 && r.1 == 5000 && r.3 > 0.0),
+        "{o}"
+    );
+}
+
+#[test]
+fn switched_topology_comes_up_and_ibnetdiscover_matches_the_file() {
+    let f = Fabric::up("topologies/topoB.net", "topob", &["--sm", "node1"]);
+    f.wait_all_active(4, Duration::from_secs(20));
+    let discovered = f.ok("node4", &["ibnetdiscover"]);
+    let found =
+        Topology::parse(&discovered).expect("ibnetdiscover output is a topology softib reads");
+    let file =
+        Topology::parse(&std::fs::read_to_string(repo("topologies/topoB.net")).unwrap()).unwrap();
+    let guids = |t: &Topology| {
+        let mut v: Vec<u64> = t.nodes().iter().map(|n| n.node_guid.0).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(guids(&found), guids(&file), "{discovered}");
+    let links = |t: &Topology| {
+        let mut v: Vec<((u64, u8), (u64, u8))> = t
+            .links()
+            .map(|l| {
+                let a = (t.nodes()[l.a.node].node_guid.0, l.a.port);
+                let b = (t.nodes()[l.b.node].node_guid.0, l.b.port);
+                (a.min(b), a.max(b))
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(links(&found), links(&file), "{discovered}");
+    let nodes = f.ok("node2", &["ibnodes"]);
+    assert_eq!(nodes.lines().count(), 6, "{nodes}");
+    assert_eq!(f.ok("node2", &["ibswitches"]).lines().count(), 2);
+    let ibstat = f.ok("node3", &["ibstat"]);
+    assert!(
+        ibstat.contains("State: Active") && ibstat.contains("SM lid: 1"),
+        "{ibstat}"
+    );
+    // Traffic through both switches: node1 (sw1) to node4 (sw2), RC send.
+    let (_, client) = perftest(
+        &f,
+        "ib_send_bw",
+        &["-n", "200", "-s", "8192"],
+        "node4",
+        "node1",
+        18612,
+    );
+    let rows = bw_rows(&client);
+    assert_eq!(rows.len(), 1, "{client}");
+    assert_eq!((rows[0].0, rows[0].1), (8192, 200));
+    assert!(rows[0].3 > 0.0);
+}
+
+#[test]
+fn every_perftest_tool_runs_in_both_roles() {
+    let f = Fabric::up("topologies/topoA.net", "perf", &["--sm", "test214:1"]);
+    let t0 = Instant::now();
+    while !f.status().contains("port 1 Active lid 2") {
+        assert!(t0.elapsed() < Duration::from_secs(20), "{}", f.status());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut port = 18620;
+    for (tool, args) in [
+        ("ib_write_bw", vec!["-n", "300"]),
+        ("ib_read_bw", vec!["-n", "300", "-q", "2"]),
+        ("ib_atomic_bw", vec!["-n", "300"]),
+        ("ib_send_bw", vec!["-n", "300", "-c", "UC", "-s", "1024"]),
+        ("ib_send_lat", vec!["-n", "200"]),
+        ("ib_write_lat", vec!["-n", "200", "-s", "64"]),
+        ("ib_read_lat", vec!["-n", "200"]),
+        ("ib_atomic_lat", vec!["-n", "200", "-A", "CMP_AND_SWAP"]),
+    ] {
+        port += 1;
+        let (server, client) = perftest(&f, tool, &args, "test214", "test213", port);
+        assert!(
+            client.contains("local address: LID 0x02"),
+            "{tool}: {client}"
+        );
+        assert!(
+            server.contains("remote address: LID 0x02"),
+            "{tool}: {server}"
+        );
+        if tool.ends_with("_bw") {
+            let rows = bw_rows(&client);
+            assert_eq!(rows.len(), 1, "{tool}: {client}");
+            let (bytes, iters, _, avg, rate) = rows[0];
+            let n: u64 = args[1].parse().unwrap();
+            let qps = if args.contains(&"-q") { 2 } else { 1 };
+            assert_eq!(iters, n * qps, "{tool}: {client}");
+            // MsgRate × size = average bandwidth (upstream's own identity).
+            let from_rate = rate * 1e6 * bytes as f64 / f64::from(1 << 20);
+            assert!(
+                (from_rate - avg).abs() <= avg * 0.02 + 0.01,
+                "{tool}: {client}"
+            );
+        } else {
+            let row = client
+                .lines()
+                .find(|l| {
+                    l.split_whitespace().count() == 9
+                        && l.trim_start().starts_with(|c: char| c.is_ascii_digit())
+                })
+                .unwrap_or_else(|| panic!("{tool}: no latency row in\n{client}"));
+            let v: Vec<f64> = row.split_whitespace().map(|x| x.parse().unwrap()).collect();
+            // t_min <= t_typical <= t_max and t_min <= t_avg.
+            assert!(
+                v[2] <= v[4] && v[4] <= v[3] && v[2] <= v[5],
+                "{tool}: {row}"
+            );
+        }
+    }
+}
+
+#[test]
+fn unsupported_flags_and_unknown_devices_are_refused_by_name() {
+    let f = Fabric::up("topologies/topoA.net", "flags", &["--no-sm"]);
+    let out = f.exec("test213", &["ib_write_bw", "-R"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("-R"), "{}", text(&out.stderr));
+    let out = f.exec("test213", &["ib_write_bw", "-d", "mlx5_0"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("mlx5_0 not found"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = f.exec("test213", &["ibstat", "--bogus"]);
+    assert!(
+        text(&out.stderr).contains("--bogus"),
+        "{}",
+        text(&out.stderr)
+    );
+    // Before any SM: the port is Initializing and the tools say so.
+    let s = f.ok("test213", &["ibstat", "mlx4_0", "1"]);
+    assert!(s.contains("State: Initializing"), "{s}");
+}
