@@ -359,3 +359,55 @@ fn unsupported_flags_and_unknown_devices_are_refused_by_name() {
     let s = f.ok("test213", &["ibstat", "mlx4_0", "1"]);
     assert!(s.contains("State: Initializing"), "{s}");
 }
+
+#[test]
+fn bidirectional_duration_and_multi_qp_runs_report_consistent_numbers() {
+    let f = Fabric::up("topologies/topoA.net", "modes", &["--sm", "test213:1"]);
+    let t0 = Instant::now();
+    while !f.status().contains("port 1 Active lid 2") {
+        assert!(t0.elapsed() < Duration::from_secs(20), "{}", f.status());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // -b: each side sends and prints the sum of both directions: the same row on both.
+    let (server, client) = perftest(
+        &f,
+        "ib_write_bw",
+        &["-b", "-n", "300", "-s", "4096"],
+        "test214",
+        "test213",
+        18641,
+    );
+    assert!(client.contains("Bidirectional BW Test"), "{client}");
+    let (s, c) = (bw_rows(&server), bw_rows(&client));
+    assert_eq!(s.len(), 1, "{server}");
+    assert_eq!((c[0].0, c[0].1), (4096, 300));
+    assert!(
+        (s[0].3 - c[0].3).abs() < 0.01,
+        "sums differ:\n{server}\n{client}"
+    );
+    // -D: a duration run counts what fit in the time.
+    let (_, client) = perftest(
+        &f,
+        "ib_send_bw",
+        &["-D", "1", "-s", "1024"],
+        "test214",
+        "test213",
+        18642,
+    );
+    let c = bw_rows(&client);
+    assert_eq!(c.len(), 1, "{client}");
+    assert!(c[0].1 > 10, "{client}");
+    assert_eq!(c[0].2, 0.0, "no peak in duration mode: {client}");
+    // -q 4: iterations are per QP.
+    let (_, client) = perftest(
+        &f,
+        "ib_send_bw",
+        &["-q", "4", "-n", "100", "-c", "UD", "-s", "512"],
+        "test214",
+        "test213",
+        18643,
+    );
+    let c = bw_rows(&client);
+    assert_eq!((c[0].0, c[0].1), (512, 400), "{client}");
+    assert!(c[0].2.is_finite() && c[0].2 >= c[0].3 * 0.5, "{client}");
+}

@@ -485,7 +485,9 @@ impl BwResult {
         } else {
             self.bytes.saturating_mul(TICKS)
         };
-        let peak_down = opt_delta.saturating_mul(factor);
+        // A window measured as 0 ns (two stamps in one clock tick) would print "inf"; one
+        // tick is the finest the clock can tell.
+        let peak_down = opt_delta.max(1).saturating_mul(factor);
         let bw_peak = if peak_up == 0 {
             0.0
         } else {

@@ -622,6 +622,11 @@ impl Local {
     }
 
     /// One BW measurement at `size`; prints the row(s). Returns the report for JSON.
+    ///
+    /// Who does what: the client sends (or writes, reads, atomics); with `-b` both sides do.
+    /// Receives exist only in send tests, on the server (and with `-b` on both). A side with
+    /// nothing to post — the server of a write/read/atomic test — waits at the barrier and
+    /// prints the client's report, as upstream's does.
     #[allow(clippy::too_many_arguments)]
     fn bw(
         &mut self,
@@ -636,165 +641,184 @@ impl Local {
         let server = args.is_server();
         let ud = args.connection == Connection::Ud;
         let nq = self.qps.len();
-        let total = args.iters * nq as u64;
-        if args.test == Test::Send && server {
-            // Receives first, then the barrier that lets the client start.
+        let sender = !server || args.duplex;
+        let receiver = args.test == Test::Send && (server || args.duplex);
+        let duration = (args.test_type == crate::args::TestType::Duration)
+            .then(|| Duration::from_secs(u64::from(args.duration.max(1))));
+        // Iteration mode: exactly `iters` per QP. Duration mode: as many as fit.
+        let iters = if duration.is_some() {
+            u64::MAX
+        } else {
+            args.iters
+        };
+        let total = iters.saturating_mul(nq as u64);
+        let rx_depth = u64::from(args.rx_depth.max(1)).min(iters);
+        if receiver {
             for (q, &qpn) in self.qps.clone().iter().enumerate() {
-                let n = u64::from(args.rx_depth).min(args.iters);
-                let wrs = (0..n)
+                let wrs = (0..rx_depth)
                     .map(|i| self.recv_wr((q as u64) << 48 | i, size, ud))
                     .collect();
                 self.ctx.post_recv(0, qpn, wrs)?;
             }
-            ex.hand_shake(mine)?;
-            let start = Instant::now();
-            let mut got = vec![0u64; nq];
-            let mut posted = vec![u64::from(args.rx_depth).min(args.iters); nq];
-            let mut done = 0u64;
-            let mut last = Instant::now();
-            while done < total {
-                let wcs = self.poll(Duration::from_millis(50), "server")?;
-                if wcs.is_empty() {
-                    if last.elapsed() > self.timeout {
-                        return Err(self.stalled("receiving messages", done, total));
-                    }
-                    continue;
-                }
-                last = Instant::now();
-                let mut repost = vec![0u64; nq];
-                for w in &wcs {
-                    if w.opcode != WcOpcode::Recv {
-                        continue;
-                    }
-                    let q = (w.wr_id >> 48) as usize;
-                    if q < nq {
-                        got[q] += 1;
-                        done += 1;
-                        if posted[q] < args.iters {
-                            repost[q] += 1;
-                        }
-                    }
-                }
-                for (q, n) in repost.iter().enumerate() {
-                    if *n > 0 {
-                        let wrs = (0..*n)
-                            .map(|i| self.recv_wr((q as u64) << 48 | i, size, ud))
-                            .collect();
-                        self.ctx.post_recv(0, self.qps[q], wrs)?;
-                        posted[q] += n;
-                    }
-                }
-            }
-            let t = start.elapsed().as_nanos() as u64;
-            let mut r = BwResult::from_args(args, vec![0], vec![t]);
-            r.bytes = size;
-            r.no_peak = true;
-            let rep = r.compute(unit)?;
-            print!("{}", report::bw_row(&rep, None, unit));
-            ex.hand_shake(mine)?;
-            return Ok(Some(rep));
         }
-        if args.test == Test::Send {
+        ex.hand_shake(mine)?;
+        if !sender && !receiver {
+            // Nothing to do here: wait for the client to finish, then print its numbers.
             ex.hand_shake(mine)?;
-        } else {
-            ex.hand_shake(mine)?;
-            if server {
-                // Write/read/atomic: the server's HCA does the work; it waits for the client's
-                // report and prints it.
-                ex.hand_shake(mine)?;
-                let theirs =
-                    ex.exchange_bw_reports(remote_version, &exchange::BwReport::default())?;
-                print!("{}", report::bw_row(&theirs, None, unit));
-                return Ok(Some(theirs));
-            }
+            let theirs = ex.exchange_bw_reports(remote_version, &exchange::BwReport::default())?;
+            print!("{}", report::bw_row(&theirs, None, unit));
+            return Ok(Some(theirs));
         }
-        // Client (or send server handled above): post iters per QP, tx_depth outstanding,
-        // signal every cq_mod-th and the last.
         let origin = Instant::now();
-        let mut tposted = vec![0u64; total as usize];
-        let mut tcompleted = vec![0u64; total as usize];
-        let cq_mod = u64::from(args.cq_mod.max(1));
+        let stamps = if sender && duration.is_none() {
+            total as usize
+        } else {
+            0
+        };
+        let mut tposted = vec![0u64; stamps];
+        let mut tcompleted = vec![0u64; stamps];
+        let depth = u64::from(args.tx_depth.max(1));
+        // A moderation group larger than the queue would never end signaled.
+        let cq_mod = u64::from(args.cq_mod.max(1)).min(depth);
         let mut scnt = vec![0u64; nq];
         let mut ccnt = vec![0u64; nq];
+        let mut rposted = vec![rx_depth; nq];
+        let mut received = 0u64;
+        // Stamps in global post and completion order across QPs, as upstream keeps them
+        // (`totscnt`, `totccnt`): the peak windows are computed over that order.
+        let (mut totscnt, mut totccnt) = (0usize, 0usize);
         let mut last = Instant::now();
-        let depth = u64::from(args.tx_depth.max(1));
-        while ccnt.iter().sum::<u64>() < total {
-            for q in 0..nq {
-                let room = depth.saturating_sub(scnt[q] - ccnt[q]);
-                let n = room.min(args.iters - scnt[q]);
-                if n == 0 {
-                    continue;
-                }
-                // Post in whole CQ-moderation groups so each group ends signaled.
-                let n = if n >= cq_mod || scnt[q] + n == args.iters {
-                    n - n % cq_mod.min(n)
-                } else {
-                    0
-                };
-                let n = if n == 0 && scnt[q] + room.min(args.iters - scnt[q]) == args.iters {
-                    args.iters - scnt[q]
-                } else {
-                    n
-                };
-                if n == 0 {
-                    continue;
-                }
-                let now = origin.elapsed().as_nanos() as u64;
-                let wrs: Vec<SendWr> = (0..n)
-                    .map(|i| {
-                        let k = scnt[q] + i;
-                        tposted[(q as u64 * args.iters + k) as usize] = now;
-                        let signaled = (k + 1) % cq_mod == 0 || k + 1 == args.iters;
-                        self.work_request(
-                            args,
-                            size,
-                            q,
-                            &remotes[q],
-                            (q as u64) << 48 | k,
-                            signaled,
-                        )
-                    })
-                    .collect();
-                self.ctx.post_send(0, self.qps[q], wrs)?;
-                scnt[q] += n;
+        let mut sending = sender;
+        loop {
+            let sent_done =
+                !sender || (!sending && scnt == ccnt) || ccnt.iter().sum::<u64>() >= total;
+            let recv_done = !receiver || received >= total;
+            if sent_done && recv_done {
+                break;
             }
-            let wcs = self.poll(Duration::from_millis(20), "client")?;
+            if let Some(d) = duration {
+                let over = origin.elapsed() >= d;
+                if over {
+                    sending = false;
+                }
+                // A receiver in duration mode stops once the sender has had its time and
+                // the line has been quiet for a moment.
+                if over && receiver && last.elapsed() > Duration::from_millis(300) && sent_done {
+                    break;
+                }
+            }
+            if sending {
+                for q in 0..nq {
+                    let room = depth.saturating_sub(scnt[q] - ccnt[q]);
+                    let left = iters - scnt[q];
+                    let mut n = room.min(left);
+                    // Post whole CQ-moderation groups so every group ends signaled; the last
+                    // partial group goes out at the end.
+                    if n < left {
+                        n -= n % cq_mod.min(n.max(1));
+                    }
+                    if n == 0 {
+                        continue;
+                    }
+                    let now = origin.elapsed().as_nanos() as u64;
+                    let wrs: Vec<SendWr> = (0..n)
+                        .map(|i| {
+                            let k = scnt[q] + i;
+                            if let Some(t) = tposted.get_mut(totscnt + i as usize) {
+                                *t = now;
+                            }
+                            let signaled = (k + 1) % cq_mod == 0 || k + 1 == iters;
+                            self.work_request(
+                                args,
+                                size,
+                                q,
+                                &remotes[q],
+                                (q as u64) << 48 | k,
+                                signaled,
+                            )
+                        })
+                        .collect();
+                    self.ctx.post_send(0, self.qps[q], wrs)?;
+                    scnt[q] += n;
+                    totscnt += n as usize;
+                }
+            }
+            let side = if server { "server" } else { "client" };
+            let wcs = self.poll(Duration::from_millis(20), side)?;
             if wcs.is_empty() {
                 if last.elapsed() > self.timeout {
-                    return Err(self.stalled(
-                        "waiting for send completions",
-                        ccnt.iter().sum(),
-                        total,
-                    ));
+                    let (what, done, need) = if !recv_done {
+                        ("receiving messages", received, total)
+                    } else {
+                        ("waiting for send completions", ccnt.iter().sum(), total)
+                    };
+                    return Err(self.stalled(what, done, need));
                 }
                 continue;
             }
             last = Instant::now();
             let now = origin.elapsed().as_nanos() as u64;
+            let mut repost = vec![0u64; nq];
             for w in wcs {
                 let q = (w.wr_id >> 48) as usize;
                 let k = w.wr_id & 0xffff_ffff_ffff;
                 if q >= nq {
                     continue;
                 }
-                // A signaled completion retires its whole moderation group.
-                let retired = k + 1 - ccnt[q];
-                for j in ccnt[q]..=k {
-                    tcompleted[(q as u64 * args.iters + j) as usize] = now;
+                if is_receive(w.opcode) {
+                    received += 1;
+                    if rposted[q] < iters {
+                        repost[q] += 1;
+                    }
+                    continue;
                 }
-                ccnt[q] += retired;
+                // A signaled completion retires its whole moderation group.
+                let retired = (k + 1).saturating_sub(ccnt[q]) as usize;
+                for t in tcompleted.iter_mut().skip(totccnt).take(retired) {
+                    *t = now;
+                }
+                totccnt += retired;
+                ccnt[q] = ccnt[q].max(k + 1);
+            }
+            for (q, n) in repost.into_iter().enumerate() {
+                if n > 0 {
+                    let wrs = (0..n)
+                        .map(|i| self.recv_wr((q as u64) << 48 | (rposted[q] + i), size, ud))
+                        .collect();
+                    self.ctx.post_recv(0, self.qps[q], wrs)?;
+                    rposted[q] += n;
+                }
             }
         }
-        let mut r = BwResult::from_args(args, tposted, tcompleted);
+        let elapsed = origin.elapsed().as_nanos() as u64;
+        let mut r = if sender && duration.is_none() {
+            BwResult::from_args(args, tposted, tcompleted)
+        } else {
+            // Receivers and duration runs have no per-message stamps: start and end only.
+            let mut r = BwResult::from_args(args, vec![0], vec![elapsed]);
+            r.no_peak = true;
+            if duration.is_some() {
+                r.iters = if sender { ccnt.iter().sum() } else { received };
+                r.duration_mode = true;
+            }
+            r
+        };
         r.bytes = if args.test == Test::Atomic { 8 } else { size };
         let rep = r.compute(unit)?;
-        if args.test == Test::Send {
-            print!("{}", report::bw_row(&rep, None, unit));
-            ex.hand_shake(mine)?;
+        ex.hand_shake(mine)?;
+        let reports_go_across = args.test != Test::Send || args.duplex;
+        if reports_go_across {
+            let theirs = ex.exchange_bw_reports(remote_version, &rep)?;
+            if args.duplex && args.report_both {
+                print!("{}", report::bw_row(&rep, None, unit));
+                print!("{}", report::bw_row(&theirs, None, unit));
+            } else if args.duplex {
+                print!("{}", report::bw_row(&rep, Some(&theirs), unit));
+            } else {
+                print!("{}", report::bw_row(&rep, None, unit));
+            }
         } else {
             print!("{}", report::bw_row(&rep, None, unit));
-            ex.hand_shake(mine)?;
-            ex.exchange_bw_reports(remote_version, &rep)?;
         }
         Ok(Some(rep))
     }
