@@ -331,6 +331,7 @@ pub const TOOLS: &[&str] = &[
     "perfquery",
     "saquery",
     "sminfo",
+    "ibaddr",
     "opensm",
     "ib_send_bw",
     "ib_send_lat",

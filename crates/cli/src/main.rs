@@ -51,6 +51,11 @@ fn run_tool(name: &str, args: &[String]) -> Option<anyhow::Result<u8>> {
             tools::fabric_tool(name, args)
         }
         "opensm" => tools::opensm(args),
+        "smpquery" => tools::smpquery(args),
+        "perfquery" => tools::perfquery(args),
+        "saquery" => tools::saquery(args),
+        "sminfo" => tools::sminfo(args),
+        "ibaddr" => tools::ibaddr(args),
         _ => {
             use softib_perftest::{Mode, Test};
             let (test, mode) = match name {

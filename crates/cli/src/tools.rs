@@ -587,8 +587,11 @@ pub fn opensm(args: &[String]) -> Result<u8> {
         )?;
         for g in gmps {
             if let Some(resp) = sm.handle_sa(g.slid, &g.mad) {
-                if let Ok(b) = <[u8; MAD_LEN]>::try_from(resp.as_slice()) {
-                    ctx.send_gmp(0, port, g.slid, g.src_qpn, &b)?;
+                // A table larger than one MAD comes as several RMPP segments, in order.
+                for seg in resp.chunks_exact(MAD_LEN) {
+                    if let Ok(b) = <[u8; MAD_LEN]>::try_from(seg) {
+                        ctx.send_gmp(0, port, g.slid, g.src_qpn, &b)?;
+                    }
                 }
             }
         }
@@ -640,4 +643,394 @@ fn log_line(log: &mut std::fs::File, level: u8, text: &str) {
         now.subsec_micros(),
         std::process::id()
     );
+}
+
+// ---- Queries: smpquery, perfquery, saquery, sminfo, ibaddr ------------------------------
+
+/// Where an SMP goes: LID-routed, or directed-route along a path (`-D 0,1,3`).
+#[derive(Debug, Clone)]
+enum SmpDest {
+    Lid(softib::Lid),
+    Dr(Vec<u8>),
+}
+
+/// A MAD agent on one port that asks and waits for the answer.
+struct Agent {
+    ctx: Context,
+    port: u8,
+    tid: u64,
+}
+
+/// How long one MAD waits for its answer, and how often it is sent.
+const MAD_TIMEOUT: Duration = Duration::from_millis(500);
+const MAD_RETRIES: u32 = 3;
+
+impl Agent {
+    fn open(port: Option<u8>) -> Result<Agent> {
+        let mut ctx = Context::open()?;
+        let port = pick_port(&mut ctx, port)?;
+        ctx.open_mad(0, port, false)?;
+        Ok(Agent {
+            ctx,
+            port,
+            tid: u64::from(std::process::id()) << 32,
+        })
+    }
+
+    fn next_tid(&mut self) -> u64 {
+        self.tid += 1;
+        self.tid
+    }
+
+    fn local_port(&mut self) -> Result<softib::PortInfo> {
+        let port = self.port;
+        self.ctx
+            .devices()?
+            .into_iter()
+            .flat_map(|d| d.ports)
+            .find(|p| p.number == port)
+            .ok_or_else(|| anyhow!("no port {port}"))
+    }
+
+    /// SubnGet of `attr` at `dest`; the response or an error naming what did not answer.
+    fn smp_get(
+        &mut self,
+        dest: &SmpDest,
+        attr: softib_wire::mad::AttrId,
+        modifier: u32,
+    ) -> Result<smp::Repr> {
+        for _ in 0..MAD_RETRIES {
+            let tid = self.next_tid();
+            let (req, dlid) = match dest {
+                SmpDest::Lid(l) => (smp::Repr::lid_get(tid, attr, modifier, 0), Some(*l)),
+                SmpDest::Dr(path) => (
+                    smp::Repr::dr_get(tid, attr, modifier, 0, path)
+                        .map_err(|e| anyhow!("bad directed route {path:?}: {e}"))?,
+                    None,
+                ),
+            };
+            let mut b = [0u8; MAD_LEN];
+            req.emit(&mut smp::Packet::new_unchecked(&mut b[..]));
+            self.ctx.send_smp(0, self.port, dlid, &b)?;
+            let t0 = Instant::now();
+            while t0.elapsed() < MAD_TIMEOUT {
+                for m in self
+                    .ctx
+                    .recv_mads(16, MAD_TIMEOUT.saturating_sub(t0.elapsed()))?
+                {
+                    if let Ok(r) = smp::Repr::parse(&smp::Packet::new_unchecked(&m.mad[..])) {
+                        if r.header.tid == tid {
+                            if r.header.status & 0x7fff != 0 {
+                                bail!("the SMA answered with MAD status 0x{:04x}", r.header.status);
+                            }
+                            return Ok(r);
+                        }
+                    }
+                }
+            }
+        }
+        bail!(
+            "no answer to SubnGet({}) from {} after {MAD_RETRIES} tries of {MAD_TIMEOUT:?} \
+             (is the port Active and the LID assigned?)",
+            softib_wire::mad::attr_name(softib_wire::mad::MgmtClass::SubnLid, attr).unwrap_or("?"),
+            match dest {
+                SmpDest::Lid(l) => format!("LID {}", l.0),
+                SmpDest::Dr(p) => format!("DR path {p:?}"),
+            }
+        )
+    }
+
+    /// Sends a GMP to QP1 at `dlid` and collects its response (all RMPP segments).
+    fn gmp(
+        &mut self,
+        dlid: softib::Lid,
+        build: impl Fn(u64) -> [u8; MAD_LEN],
+    ) -> Result<Vec<[u8; MAD_LEN]>> {
+        for _ in 0..MAD_RETRIES {
+            let tid = self.next_tid();
+            let req = build(tid);
+            self.ctx
+                .send_gmp(0, self.port, dlid, softib::Qpn::new(1), &req)?;
+            let t0 = Instant::now();
+            let mut segs: Vec<[u8; MAD_LEN]> = Vec::new();
+            while t0.elapsed() < MAD_TIMEOUT {
+                for m in self
+                    .ctx
+                    .recv_mads(64, MAD_TIMEOUT.saturating_sub(t0.elapsed()))?
+                {
+                    let Ok(b) = <[u8; MAD_LEN]>::try_from(m.mad.as_slice()) else {
+                        continue;
+                    };
+                    let Ok(h) = softib_wire::mad::Repr::parse(
+                        &softib_wire::mad::Packet::new_unchecked(&b[..]),
+                    ) else {
+                        continue;
+                    };
+                    if h.tid != tid {
+                        continue;
+                    }
+                    let sa = softib_wire::mad::sa::Packet::new_unchecked(&b[..]);
+                    let rmpp = h.mgmt_class == softib_wire::mad::MgmtClass::SubnAdm
+                        && sa.rmpp_flags() & softib_wire::mad::sa::rmpp_flags::ACTIVE != 0;
+                    let last =
+                        !rmpp || sa.rmpp_flags() & softib_wire::mad::sa::rmpp_flags::LAST != 0;
+                    segs.push(b);
+                    if last {
+                        return Ok(segs);
+                    }
+                }
+            }
+        }
+        bail!(
+            "no answer from LID {} after {MAD_RETRIES} tries of {MAD_TIMEOUT:?}",
+            dlid.0
+        )
+    }
+}
+
+fn parse_dest(arg: &str, dr: bool) -> Result<SmpDest> {
+    if dr {
+        let path: Result<Vec<u8>, _> = arg.split(',').map(|h| h.trim().parse::<u8>()).collect();
+        let path = path.map_err(|_| anyhow!("bad directed route {arg} (e.g. 0,1,3)"))?;
+        // The first hop of a -D path is 0: the local node.
+        Ok(SmpDest::Dr(path.into_iter().skip(1).collect()))
+    } else {
+        let lid = if let Some(h) = arg.strip_prefix("0x") {
+            u16::from_str_radix(h, 16)
+        } else {
+            arg.parse()
+        }
+        .map_err(|_| anyhow!("bad LID {arg}"))?;
+        Ok(SmpDest::Lid(softib::Lid(lid)))
+    }
+}
+
+/// `smpquery [-D] [-P port] nodeinfo|portinfo|nodedesc|switchinfo|pkeys <lid|path> [port]`.
+pub fn smpquery(args: &[String]) -> Result<u8> {
+    use softib_wire::mad::attr::{
+        NodeDescription, NodeInfo, PKeyTable, PortInfo as Pi, SwitchInfo,
+    };
+    use softib_wire::mad::AttrId;
+    let mut f = Flags::new(args);
+    let port = port_flag(&mut f)?;
+    let dr = f.take_switch(&["-D", "--Direct"]);
+    let pos = f.positional("smpquery")?;
+    let (Some(op), Some(target)) = (pos.first(), pos.get(1)) else {
+        bail!("usage: smpquery [-D] [-P port] nodeinfo|portinfo|nodedesc|switchinfo|pkeys <lid|dr_path> [port]");
+    };
+    let dest = parse_dest(target, dr)?;
+    let portid = match &dest {
+        SmpDest::Lid(l) => softib_diag::smp::portid_lid(*l),
+        SmpDest::Dr(p) => softib_diag::smp::portid_dr(p),
+    };
+    let qport: Option<u8> = pos
+        .get(2)
+        .map(|p| p.parse())
+        .transpose()
+        .map_err(|_| anyhow!("bad port number"))?;
+    let mut a = Agent::open(port)?;
+    let text = match op.as_str() {
+        "nodeinfo" | "NI" => {
+            let r = a.smp_get(&dest, AttrId::NODE_INFO, 0)?;
+            softib_diag::smp::smpquery_nodeinfo(&portid, &NodeInfo::parse(&r.data).map_err(|e| anyhow!("{e}"))?)
+        }
+        "nodedesc" | "ND" => {
+            let r = a.smp_get(&dest, AttrId::NODE_DESCRIPTION, 0)?;
+            softib_diag::smp::smpquery_nodedesc(&NodeDescription::parse(&r.data).map_err(|e| anyhow!("{e}"))?)
+        }
+        "portinfo" | "PI" => {
+            let p = qport.unwrap_or(0);
+            let r = a.smp_get(&dest, AttrId::PORT_INFO, u32::from(p))?;
+            let pi = Pi::parse(&r.data).map_err(|e| anyhow!("{e}"))?;
+            let shown = if p == 0 { pi.local_port_num } else { p };
+            softib_diag::smp::smpquery_portinfo(&portid, shown, &pi)
+        }
+        "switchinfo" | "SI" => {
+            let r = a.smp_get(&dest, AttrId::SWITCH_INFO, 0)?;
+            softib_diag::smp::smpquery_switchinfo(&portid, &SwitchInfo::parse(&r.data).map_err(|e| anyhow!("{e}"))?)
+        }
+        "pkeys" | "PK" => {
+            let ni = NodeInfo::parse(&a.smp_get(&dest, AttrId::NODE_INFO, 0)?.data).map_err(|e| anyhow!("{e}"))?;
+            let r = a.smp_get(&dest, AttrId::P_KEY_TABLE, 0)?;
+            let t = PKeyTable::parse(&r.data).map_err(|e| anyhow!("{e}"))?;
+            softib_diag::smp::smpquery_pkeys(&t.pkeys, ni.partition_cap)
+        }
+        other => bail!("smpquery: operation {other} is not supported (nodeinfo, portinfo, nodedesc, switchinfo, pkeys)"),
+    };
+    print(&text)
+}
+
+/// `perfquery [-x] [-P port] [lid [port]]`: PortCounters from a port's PMA.
+pub fn perfquery(args: &[String]) -> Result<u8> {
+    use softib_wire::mad::perf::{self, PortCounters, PortCountersExtended};
+    use softib_wire::mad::{AttrId, Method};
+    let mut f = Flags::new(args);
+    let port = port_flag(&mut f)?;
+    let ext = f.take_switch(&["-x", "--extended"]);
+    let pos = f.positional("perfquery")?;
+    let mut a = Agent::open(port)?;
+    let me = a.local_port()?;
+    let dlid = match pos.first() {
+        Some(l) => match parse_dest(l, false)? {
+            SmpDest::Lid(l) => l,
+            SmpDest::Dr(_) => me.lid,
+        },
+        None => me.lid,
+    };
+    if dlid.0 == 0 {
+        bail!(
+            "perfquery: port {} has no LID (state {}): the PMA is reached by LID once an SM has configured the port",
+            me.number,
+            state_name(me.state)
+        );
+    }
+    let qport: u8 = match pos.get(1) {
+        Some(p) => p.parse().map_err(|_| anyhow!("bad port number {p}"))?,
+        None => me.number,
+    };
+    let attr = if ext {
+        AttrId::PORT_COUNTERS_EXTENDED
+    } else {
+        AttrId::PORT_COUNTERS
+    };
+    let resp = a.gmp(dlid, |tid| {
+        let mut data = [0u8; 64];
+        data[1] = qport;
+        let req = perf::Repr::request(Method::Get, tid, attr, 0, &data);
+        let mut b = [0u8; MAD_LEN];
+        req.emit(&mut perf::Packet::new_unchecked(&mut b[..]));
+        b
+    })?;
+    let r = resp.first().ok_or_else(|| anyhow!("empty response"))?;
+    let p = perf::Repr::parse(&perf::Packet::new_unchecked(&r[..])).map_err(|e| anyhow!("{e}"))?;
+    let portid = softib_diag::smp::portid_lid(dlid);
+    let cap = perf::capability_mask::EXT_WIDTH_SUPPORTED;
+    let text = if ext {
+        let pc = PortCountersExtended::parse(p.data).map_err(|e| anyhow!("{e}"))?;
+        softib_diag::smp::perfquery_extended(&portid, qport, cap, 0, &pc)
+    } else {
+        let pc = PortCounters::parse(p.data).map_err(|e| anyhow!("{e}"))?;
+        softib_diag::smp::perfquery(&portid, qport, cap, &pc)
+    };
+    print(&text)
+}
+
+/// `saquery [-P port] [NR|PIR|PR|-p]`: records from the SA (NodeRecords by default).
+pub fn saquery(args: &[String]) -> Result<u8> {
+    use softib_wire::mad::sa;
+    use softib_wire::mad::{AttrId, Method};
+    let mut f = Flags::new(args);
+    let port = port_flag(&mut f)?;
+    let path = f.take_switch(&["-p", "--path-record"]);
+    let pos = f.positional("saquery")?;
+    let what = match (path, pos.first().map(String::as_str)) {
+        (true, _) | (_, Some("PR")) => AttrId::PATH_RECORD,
+        (_, Some("PIR")) => AttrId::PORT_INFO_RECORD,
+        (_, None | Some("NR") | Some("-N")) => AttrId::NODE_RECORD,
+        (_, Some(other)) => bail!("saquery: query {other} is not supported (NR, PIR, PR)"),
+    };
+    let mut a = Agent::open(port)?;
+    let me = a.local_port()?;
+    if me.sm_lid.0 == 0 {
+        bail!(
+            "saquery: port {} knows no SM (SM lid 0, state {}): start opensm on this subnet first",
+            me.number,
+            state_name(me.state)
+        );
+    }
+    let segs = a.gmp(me.sm_lid, |tid| {
+        let req = sa::Repr::request(Method::GetTable, tid, what, 0, &[]);
+        let mut b = [0u8; MAD_LEN];
+        req.emit(&mut sa::Packet::new_unchecked(&mut b[..]));
+        b
+    })?;
+    let first = sa::Packet::new_unchecked(&segs[0][..]);
+    let status = first.header().status();
+    if status != 0 {
+        bail!("saquery: the SA answered with status 0x{status:04x}");
+    }
+    let stride = usize::from(first.attr_offset()) * 8;
+    let mut payload: Vec<u8> = segs
+        .iter()
+        .flat_map(|s| sa::Packet::new_unchecked(&s[..]).data().to_vec())
+        .collect();
+    // PayloadLength of the first segment counts 20 header bytes per segment plus the records.
+    let total = (first.rmpp_data2() as usize).saturating_sub(20 * segs.len());
+    payload.truncate(total);
+    let records: Vec<&[u8]> = if stride == 0 {
+        Vec::new()
+    } else {
+        payload.chunks_exact(stride).collect()
+    };
+    let text = if what == AttrId::NODE_RECORD {
+        softib_diag::smp::saquery_node_records(records.iter().copied())
+    } else if what == AttrId::PATH_RECORD {
+        softib_diag::smp::saquery_path_records(records.iter().copied())
+    } else {
+        let recs: Vec<sa::PortInfoRecord> = records
+            .iter()
+            .filter_map(|r| sa::PortInfoRecord::parse(r).ok())
+            .collect();
+        softib_diag::smp::saquery_portinfo_records(&recs)
+    };
+    print(&text)
+}
+
+/// `sminfo [-P port]`: the master SM's SMInfo.
+pub fn sminfo(args: &[String]) -> Result<u8> {
+    use softib_wire::mad::attr::{SmInfo, SmState};
+    let mut f = Flags::new(args);
+    let port = port_flag(&mut f)?;
+    f.positional("sminfo")?;
+    let mut a = Agent::open(port)?;
+    let me = a.local_port()?;
+    if me.sm_lid.0 == 0 {
+        eprintln!(
+            "sminfo: iberror: failed: query (port {} knows no SM: SM lid 0, state {})",
+            me.number,
+            state_name(me.state)
+        );
+        return Ok(255);
+    }
+    let r = a.smp_get(
+        &SmpDest::Lid(me.sm_lid),
+        softib_wire::mad::AttrId::SM_INFO,
+        0,
+    )?;
+    let i = SmInfo::parse(&r.data).map_err(|e| anyhow!("{e}"))?;
+    let (n, name) = match i.sm_state {
+        SmState::NotActive => (0, "SMINFO_NOTACTIVE"),
+        SmState::Discovering => (1, "SMINFO_DISCOVERING"),
+        SmState::Standby => (2, "SMINFO_STANDBY"),
+        SmState::Master => (3, "SMINFO_MASTER"),
+        SmState::Unknown(v) => (v, "UNKNOWN"),
+    };
+    print(&format!(
+        "sminfo: sm lid {} sm guid 0x{:016x}, activity count {} priority {} state {n} {name}\n",
+        me.sm_lid.0, i.guid.0, i.act_count, i.priority
+    ))
+}
+
+/// `ibaddr [-P port] [lid]`: GID and LID range of a port.
+pub fn ibaddr(args: &[String]) -> Result<u8> {
+    use softib_wire::mad::attr::{NodeInfo, PortInfo as Pi};
+    use softib_wire::mad::AttrId;
+    let mut f = Flags::new(args);
+    let port = port_flag(&mut f)?;
+    let pos = f.positional("ibaddr")?;
+    let mut a = Agent::open(port)?;
+    let dest = match pos.first() {
+        Some(l) => parse_dest(l, false)?,
+        None => SmpDest::Dr(Vec::new()),
+    };
+    let ni = NodeInfo::parse(&a.smp_get(&dest, AttrId::NODE_INFO, 0)?.data)
+        .map_err(|e| anyhow!("{e}"))?;
+    let pi =
+        Pi::parse(&a.smp_get(&dest, AttrId::PORT_INFO, 0)?.data).map_err(|e| anyhow!("{e}"))?;
+    print(&softib_diag::fabric::ibaddr(
+        pi.gid_prefix,
+        ni.port_guid,
+        pi.lid,
+        pi.lmc,
+    ))
 }

@@ -411,3 +411,59 @@ fn bidirectional_duration_and_multi_qp_runs_report_consistent_numbers() {
     assert_eq!((c[0].0, c[0].1), (512, 400), "{client}");
     assert!(c[0].2.is_finite() && c[0].2 >= c[0].3 * 0.5, "{client}");
 }
+
+#[test]
+fn query_tools_print_what_infiniband_diags_prints_on_the_seed_fabric() {
+    let f = Fabric::up("topologies/topoA.net", "golden", &["--sm", "test213:1"]);
+    let t0 = Instant::now();
+    while !f.status().contains("port 1 Active lid 2") {
+        assert!(t0.elapsed() < Duration::from_secs(20), "{}", f.status());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for (golden, cmd) in [
+        ("postsm-smpquery-nodeinfo-1.txt", "smpquery nodeinfo 1"),
+        ("postsm-smpquery-nodeinfo-2.txt", "smpquery nodeinfo 2"),
+        ("postsm-smpquery-nodedesc-1.txt", "smpquery nodedesc 1"),
+        (
+            "postsm-test213-smpquery-D-nodeinfo-0.txt",
+            "smpquery -D nodeinfo 0",
+        ),
+        ("postsm-smpquery-pkeys-1.txt", "smpquery pkeys 1 1"),
+        ("postsm-test213-ibaddr.txt", "ibaddr"),
+        ("postsm-ibaddr-2.txt", "ibaddr 2"),
+        ("postsm-test213-ibnodes.txt", "ibnodes -P 1"),
+    ] {
+        let want = std::fs::read_to_string(repo("crates/cli/tests/golden").join(golden)).unwrap();
+        let args: Vec<&str> = cmd.split(' ').collect();
+        let got = f.ok("test213", &args);
+        assert_eq!(got, want, "`{cmd}` differs from {golden}");
+    }
+    // Counters and the SA: values differ from ibsim's, the layout is the diags'.
+    let pq = f.ok("test213", &["perfquery", "-x", "2", "1"]);
+    assert!(
+        pq.starts_with("# Port extended counters: Lid 2 port 1"),
+        "{pq}"
+    );
+    let nr = f.ok("test214", &["saquery"]);
+    assert_eq!(nr.matches("NodeRecord dump:").count(), 2, "{nr}");
+    assert!(
+        nr.contains("NodeDescription.........test214 mlx4_0"),
+        "{nr}"
+    );
+    let pr = f.ok("test214", &["saquery", "-p"]);
+    assert_eq!(pr.matches("PathRecord dump:").count(), 4, "{pr}");
+    let sm = f.ok("test214", &["sminfo"]);
+    assert!(
+        sm.starts_with("sminfo: sm lid 1 sm guid 0xe41d2d0300b47d01, activity count"),
+        "{sm}"
+    );
+    assert!(sm.ends_with("priority 0 state 3 SMINFO_MASTER\n"), "{sm}");
+    // No SM on subnet 2: sminfo says so, as the real one fails its query.
+    let out = f.exec("test213", &["sminfo", "-P", "2"]);
+    assert_eq!(out.status.code(), Some(255));
+    assert!(
+        text(&out.stderr).contains("knows no SM"),
+        "{}",
+        text(&out.stderr)
+    );
+}
