@@ -35,6 +35,20 @@ pub enum FabricCommand {
     Down(DirArgs),
     /// Write a topology file.
     Gen(GenArgs),
+    /// Pull out or plug in the cable of a host's port.
+    Cable(CableArgs),
+}
+
+/// `softib fabric cable`.
+#[derive(Debug, Args)]
+pub struct CableArgs {
+    /// The host and port: NODE:PORT (e.g. node3:1).
+    pub end: String,
+    /// What to do with the cable.
+    #[arg(value_parser = ["pull", "plug"])]
+    pub action: String,
+    #[command(flatten)]
+    pub dir: DirArgs,
 }
 
 /// Where a fabric lives.
@@ -111,6 +125,22 @@ pub fn run(cmd: FabricCommand) -> Result<u8> {
         FabricCommand::Exec(a) => exec(&a),
         FabricCommand::Status(d) => status(&dir_of(&d)),
         FabricCommand::Down(d) => down(&dir_of(&d)),
+        FabricCommand::Cable(c) => {
+            let (node, port) = parse_node_port(&c.end)?;
+            let dir = dir_of(&c.dir);
+            let mut ctx = softib::Context::open_at(&host_dir(&dir, &node))
+                .with_context(|| format!("host {node} of the fabric at {}", dir.display()))?;
+            ctx.set_port_enabled(0, port, c.action == "plug")?;
+            println!(
+                "{node} port {port}: cable {}",
+                if c.action == "plug" {
+                    "plugged in"
+                } else {
+                    "pulled out"
+                }
+            );
+            Ok(exit::OK)
+        }
         FabricCommand::Gen(g) => {
             let t = Topology::fat_tree(g.hosts).map_err(|e| anyhow!("{e}"))?;
             std::io::stdout().write_all(t.to_string().as_bytes())?;
@@ -283,7 +313,7 @@ fn parse_node_port(s: &str) -> Result<(String, u8)> {
         Some((n, p)) => Ok((
             n.to_string(),
             p.parse()
-                .map_err(|_| anyhow!("--sm {s}: the port after ':' must be a number"))?,
+                .map_err(|_| anyhow!("{s}: the port after ':' must be a number"))?,
         )),
         None => Ok((s.to_string(), 1)),
     }
@@ -368,10 +398,11 @@ fn exec(a: &ExecArgs) -> Result<u8> {
         Command::new(prog)
     };
     cmd.args(rest).env("SOFTIB_RUNTIME_DIR", &hdir);
-    let status = cmd
-        .status()
-        .with_context(|| format!("running {prog} as {}", a.node))?;
-    Ok(status.code().map_or(exit::FAILED, |c| c as u8))
+    // Become the command (exec), so that signals, exit status and the process tree are the
+    // command's own: `kill` of what `fabric exec` started stops the tool itself.
+    use std::os::unix::process::CommandExt;
+    let e = cmd.exec();
+    Err(anyhow!("running {prog} as {}: {e}", a.node))
 }
 
 fn status(dir: &Path) -> Result<u8> {

@@ -467,3 +467,135 @@ fn query_tools_print_what_infiniband_diags_prints_on_the_seed_fabric() {
         text(&out.stderr)
     );
 }
+
+/// Starts `opensm -s 1` as `node` for the life of the returned child.
+fn opensm(f: &Fabric, node: &str, guid: &str, extra: &[&str]) -> std::process::Child {
+    let log = f.dir.join(format!("opensm-{node}.log"));
+    Command::new(SOFTIB)
+        .args(["fabric", "exec", node, "--dir"])
+        .arg(&f.dir)
+        .args(["--", "opensm", "-g", guid, "-s", "1", "-f"])
+        .arg(&log)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn stop(mut c: std::process::Child) {
+    if let Some(p) = rustix::process::Pid::from_raw(c.id() as i32) {
+        let _ = rustix::process::kill_process(p, rustix::process::Signal::TERM);
+    }
+    let _ = c.wait();
+}
+
+fn wait_status(f: &Fabric, what: &str, timeout: Duration, ok: impl Fn(&str) -> bool) -> String {
+    let t0 = Instant::now();
+    loop {
+        let s = f.status();
+        if ok(&s) {
+            return s;
+        }
+        assert!(
+            t0.elapsed() < timeout,
+            "waited {timeout:?} for {what}:\n{s}\n{}",
+            f.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_pulled_cable_is_swept_out_and_a_plugged_one_comes_back_with_its_lid() {
+    let f = Fabric::up("topologies/topoB.net", "cable", &["--no-sm"]);
+    let sm = opensm(&f, "node1", "0xe41d2d0300c00001", &[]);
+    f.wait_all_active(4, Duration::from_secs(20));
+    let before = f.status();
+    let node3 = before
+        .lines()
+        .find(|l| l.starts_with("node3"))
+        .unwrap()
+        .to_string();
+    let out = Command::new(SOFTIB)
+        .args(["fabric", "cable", "node3:1", "pull", "--dir"])
+        .arg(&f.dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    wait_status(&f, "node3 to go down", Duration::from_secs(10), |s| {
+        s.lines()
+            .any(|l| l.starts_with("node3") && l.contains("port 1 Down"))
+    });
+    // The SM's sweeps see the switch port drop: the fabric now has 5 nodes.
+    let t0 = Instant::now();
+    loop {
+        let nodes = f.ok("node1", &["ibnodes"]);
+        if nodes.lines().count() == 5 && !nodes.contains("node3") {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "{nodes}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let out = Command::new(SOFTIB)
+        .args(["fabric", "cable", "node3:1", "plug", "--dir"])
+        .arg(&f.dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let after = wait_status(
+        &f,
+        "node3 to come back Active",
+        Duration::from_secs(15),
+        |s| {
+            s.lines()
+                .any(|l| l.starts_with("node3") && l.contains("Active"))
+        },
+    );
+    let again = after.lines().find(|l| l.starts_with("node3")).unwrap();
+    assert_eq!(again, node3, "node3 came back with another LID or SM");
+    // And traffic reaches it again through both switches.
+    perftest(
+        &f,
+        "ib_write_bw",
+        &["-n", "100", "-s", "4096"],
+        "node3",
+        "node1",
+        18651,
+    );
+    stop(sm);
+    let log = std::fs::read_to_string(f.dir.join("opensm-node1.log")).unwrap();
+    // A light sweep saw the change (the pull and the plug may fall into one sweep period)
+    // and a heavy sweep followed.
+    assert!(log.contains("light sweep found a change"), "{log}");
+    assert!(log.matches("HEAVY SWEEP COMPLETE").count() >= 2, "{log}");
+}
+
+#[test]
+fn two_sms_elect_one_master_and_the_standby_takes_over() {
+    let f = Fabric::up("topologies/topoB.net", "elect", &["--no-sm"]);
+    let sm1 = opensm(&f, "node1", "0xe41d2d0300c00001", &[]);
+    let sm4 = opensm(&f, "node4", "0xe41d2d0300c00031", &[]);
+    f.wait_all_active(4, Duration::from_secs(20));
+    let master = |want: &str| {
+        let t0 = Instant::now();
+        loop {
+            // While the master changes, the port may still point at the old SM's LID.
+            let s = text(&f.exec("node2", &["sminfo"]).stdout);
+            if s.contains(want) && s.contains("SMINFO_MASTER") {
+                return s;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "waiting for master {want}: {s}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    // Equal priority: the lower GUID wins.
+    master("sm guid 0xe41d2d0300c00001");
+    stop(sm1);
+    // The standby notices the master is gone and takes over.
+    master("sm guid 0xe41d2d0300c00031");
+    stop(sm4);
+}

@@ -1167,6 +1167,19 @@ impl HostRt {
                 let n = c.mads.len().min(max as usize);
                 Response::Mads(c.mads.drain(..n).collect())
             }
+            Request::SetPortEnabled { dev, port, enabled } => {
+                dev!(dev);
+                let Some(Some(cable)) = self.cables.get_mut(usize::from(port)) else {
+                    return Some(err(
+                        ErrorKind::NotFound,
+                        format!("port {port} has no cable to pull or plug"),
+                    ));
+                };
+                if cable.set_enabled(enabled, StdInstant::now()) == Some(CableEvent::Down) {
+                    self.ca.link_down(port);
+                }
+                Response::Ok
+            }
             Request::SetSm { dev, port, sm_info } => {
                 dev!(dev);
                 if !c.agents.iter().any(|&(p, s)| p == port && s) {

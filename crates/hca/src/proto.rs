@@ -218,6 +218,16 @@ pub enum Request {
         /// How long to wait, in microseconds.
         wait_us: u32,
     },
+    /// Plugs (`enabled`) or pulls the cable of a port, as an operator would: the link goes
+    /// down at both ends and the SM's next sweep sees it.
+    SetPortEnabled {
+        /// Device index.
+        dev: u32,
+        /// Port.
+        port: u8,
+        /// Plugged in or pulled.
+        enabled: bool,
+    },
     /// The local SM announces itself on a port: PortInfo.CapabilityMask.IsSM and the SMInfo
     /// the port's SMA answers with (64 bytes), or withdraws (`sm_info` = `None`).
     SetSm {

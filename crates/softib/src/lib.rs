@@ -431,6 +431,11 @@ impl Context {
         }
     }
 
+    /// Plugs in (`true`) or pulls (`false`) the cable of `port`.
+    pub fn set_port_enabled(&mut self, dev: u32, port: u8, enabled: bool) -> Result<()> {
+        self.ok(&Request::SetPortEnabled { dev, port, enabled })
+    }
+
     /// Announces (or withdraws) the SM on `port`: IsSM and the SMInfo its SMA answers with.
     pub fn set_sm(&mut self, dev: u32, port: u8, sm_info: Option<[u8; 64]>) -> Result<()> {
         self.ok(&Request::SetSm {
