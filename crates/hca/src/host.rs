@@ -134,6 +134,10 @@ struct HostRt {
     /// Who sent each outstanding MAD request, so that its response goes back to that agent
     /// only: (port, TID) → client.
     tid_owner: BTreeMap<(u8, u64), u64>,
+    /// Readiness from the last `poll(2)`: cables by port, the listener, clients.
+    ready: Vec<bool>,
+    listener_ready: bool,
+    ready_clients: BTreeSet<u64>,
 }
 
 /// Outstanding requests remembered per host; beyond this the oldest are forgotten (their
@@ -143,6 +147,17 @@ const MAX_TIDS: usize = 64 * 1024;
 struct SwitchRt {
     sw: Switch,
     cables: Vec<Option<Cable>>,
+    /// Readiness of each port's cable from the last `poll(2)`.
+    ready: Vec<bool>,
+}
+
+/// What a polled descriptor belongs to.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    Listener(usize),
+    HostCable(usize, usize),
+    Client(usize, u64),
+    SwitchCable(usize, usize),
 }
 
 /// The daemon: hosts and switches and the loop that drives them.
@@ -308,7 +323,8 @@ impl Daemon {
                 io::Error::new(e.kind(), format!("binding {}: {e}", sock.display()))
             })?;
             listener.set_nonblocking(true)?;
-            let cables = make_cables(links, h.identity.num_ports, now)?;
+            let num_ports = h.identity.num_ports;
+            let cables = make_cables(links, num_ports, now)?;
             hrt.push(HostRt {
                 name: h.name,
                 dir: h.dir,
@@ -321,6 +337,9 @@ impl Daemon {
                 next_buffer: 1,
                 unclaimed_mads: 0,
                 tid_owner: BTreeMap::new(),
+                ready: vec![true; usize::from(num_ports) + 1],
+                listener_ready: true,
+                ready_clients: BTreeSet::new(),
             });
         }
         let mut srt = Vec::new();
@@ -332,7 +351,8 @@ impl Daemon {
                 )
             })?;
             let cables = make_cables(links, s.node.num_ports, now)?;
-            srt.push(SwitchRt { sw, cables });
+            let ready = vec![true; cables.len()];
+            srt.push(SwitchRt { sw, cables, ready });
         }
         Ok(Daemon {
             hosts: hrt,
@@ -348,13 +368,14 @@ impl Daemon {
 
     /// Runs until `stop` is set.
     pub fn run(&mut self, stop: &Arc<AtomicBool>) -> io::Result<()> {
+        let mut busy = true;
         while !stop.load(Ordering::Relaxed) {
-            let busy = self.step()?;
             self.wait(if busy {
                 StdDuration::ZERO
             } else {
                 self.next_wait().min(StdDuration::from_millis(100))
             })?;
+            busy = self.step()?;
         }
         for h in &self.hosts {
             let _ = std::fs::remove_file(h.dir.join(SOCKET_NAME));
@@ -385,16 +406,25 @@ impl Daemon {
             let Some(cable) = h.cables[port].as_mut() else {
                 continue;
             };
+            let pi = port;
             let port = port as u8;
             let mut events = Vec::new();
             events.extend(cable.poll(std_now));
-            for _ in 0..256 {
-                match cable.recv(std_now, buf)? {
-                    CableRecv::Empty => break,
-                    CableRecv::Consumed(e) => events.extend(e),
-                    CableRecv::Frame(n) => {
+            if h.ready[pi] {
+                // Drained unless the batch limit stops us first (then: still ready).
+                h.ready[pi] = false;
+                for i in 0..256 {
+                    match cable.recv(std_now, buf)? {
+                        CableRecv::Empty => break,
+                        CableRecv::Consumed(e) => events.extend(e),
+                        CableRecv::Frame(n) => {
+                            busy = true;
+                            h.ca.handle_frame(now, port, &buf[..n]);
+                        }
+                    }
+                    if i == 255 {
+                        h.ready[pi] = true;
                         busy = true;
-                        h.ca.handle_frame(now, port, &buf[..n]);
                     }
                 }
             }
@@ -409,7 +439,10 @@ impl Daemon {
             apply_sma_event(&mut h.cables, e, std_now);
         }
         // Control sockets.
-        h.accept()?;
+        if h.listener_ready {
+            h.listener_ready = false;
+            h.accept()?;
+        }
         h.serve_clients(now);
         h.ca.handle_timeout(self_now(&self.origin));
         // MADs for agents.
@@ -441,7 +474,8 @@ impl Daemon {
             let mut frames: Vec<(u8, Vec<u8>)> = Vec::new();
             if let Some(cable) = s.cables[port].as_mut() {
                 events.extend(cable.poll(std_now));
-                for _ in 0..256 {
+                let ready = std::mem::replace(&mut s.ready[port], false);
+                for _ in 0..if ready { 256 } else { 0 } {
                     match cable.recv(std_now, buf)? {
                         CableRecv::Empty => break,
                         CableRecv::Consumed(e) => events.extend(e),
@@ -523,31 +557,58 @@ impl Daemon {
         wait
     }
 
-    /// Sleeps until a socket is readable or `timeout` passes.
-    fn wait(&self, timeout: StdDuration) -> io::Result<()> {
-        let mut fds: Vec<PollFd<'_>> = Vec::new();
-        for h in &self.hosts {
-            fds.push(PollFd::new(&h.listener, PollFlags::IN));
-            for c in h.cables.iter().flatten() {
-                fds.push(PollFd::new(c.socket(), PollFlags::IN));
+    /// Sleeps until a socket is readable or `timeout` passes, and records which are.
+    fn wait(&mut self, timeout: StdDuration) -> io::Result<()> {
+        let mut slots: Vec<Slot> = Vec::new();
+        let ready: Vec<usize> = {
+            let mut fds: Vec<PollFd<'_>> = Vec::new();
+            for (hi, h) in self.hosts.iter().enumerate() {
+                fds.push(PollFd::new(&h.listener, PollFlags::IN));
+                slots.push(Slot::Listener(hi));
+                for (p, c) in h.cables.iter().enumerate() {
+                    if let Some(c) = c {
+                        fds.push(PollFd::new(c.socket(), PollFlags::IN));
+                        slots.push(Slot::HostCable(hi, p));
+                    }
+                }
+                for (id, c) in &h.clients {
+                    fds.push(PollFd::new(&c.stream, PollFlags::IN));
+                    slots.push(Slot::Client(hi, *id));
+                }
             }
-            for c in h.clients.values() {
-                fds.push(PollFd::new(&c.stream, PollFlags::IN));
+            for (si, s) in self.switches.iter().enumerate() {
+                for (p, c) in s.cables.iter().enumerate() {
+                    if let Some(c) = c {
+                        fds.push(PollFd::new(c.socket(), PollFlags::IN));
+                        slots.push(Slot::SwitchCable(si, p));
+                    }
+                }
             }
-        }
-        for s in &self.switches {
-            for c in s.cables.iter().flatten() {
-                fds.push(PollFd::new(c.socket(), PollFlags::IN));
+            let ts = Timespec {
+                tv_sec: timeout.as_secs() as i64,
+                tv_nsec: i64::from(timeout.subsec_nanos()),
+            };
+            match poll(&mut fds, Some(&ts)) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
             }
-        }
-        let ts = Timespec {
-            tv_sec: timeout.as_secs() as i64,
-            tv_nsec: i64::from(timeout.subsec_nanos()),
+            fds.iter()
+                .enumerate()
+                .filter(|(_, f)| !f.revents().is_empty())
+                .map(|(i, _)| i)
+                .collect()
         };
-        match poll(&mut fds, Some(&ts)) {
-            Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
-            Err(e) => Err(e.into()),
+        for i in ready {
+            match slots[i] {
+                Slot::Listener(h) => self.hosts[h].listener_ready = true,
+                Slot::HostCable(h, p) => self.hosts[h].ready[p] = true,
+                Slot::Client(h, id) => {
+                    self.hosts[h].ready_clients.insert(id);
+                }
+                Slot::SwitchCable(s, p) => self.switches[s].ready[p] = true,
+            }
         }
+        Ok(())
     }
 }
 
@@ -625,10 +686,18 @@ impl HostRt {
     }
 
     fn serve_clients(&mut self, _now: Instant) {
-        let ids: Vec<u64> = self.clients.keys().copied().collect();
+        let ready = std::mem::take(&mut self.ready_clients);
+        // Ready sockets, and clients whose requests wait in their buffer behind a parked one.
+        let ids: Vec<u64> = self
+            .clients
+            .iter()
+            .filter(|(id, c)| ready.contains(id) || (c.parked.is_none() && c.reader.has_data()))
+            .map(|(id, _)| *id)
+            .collect();
         for id in ids {
             let alive = match self.clients.get_mut(&id) {
-                Some(c) => c.reader.fill(&c.stream).unwrap_or(false),
+                Some(c) if ready.contains(&id) => c.reader.fill(&c.stream).unwrap_or(false),
+                Some(_) => true,
                 None => continue,
             };
             while let Some(c) = self.clients.get_mut(&id) {

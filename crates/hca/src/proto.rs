@@ -452,6 +452,12 @@ impl FrameReader {
         }
     }
 
+    /// Whether bytes are buffered (a request may be complete without the socket being
+    /// readable again).
+    pub fn has_data(&self) -> bool {
+        !self.buf.is_empty()
+    }
+
     /// The next whole frame's body, if one has arrived; an error for a frame too large.
     pub fn next_frame(&mut self) -> Result<Option<Vec<u8>>, String> {
         if self.buf.len() < 4 {
