@@ -21,16 +21,17 @@ use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use softib_engine::{AhHandle, CqHandle, Instant, PdHandle, RegionId, VerbsError};
-use softib_fabric::{Node, SmaEvent, Switch, SwitchAction};
+use softib_fabric::{Node, Switch, SwitchAction};
 use softib_net::cable::{Cable, CableEvent, CableRecv};
 use softib_net::shm::SharedRegion;
 use softib_net::UdpLink;
 use softib_wire::mad::attr::{capability_mask, SmInfo};
 use softib_wire::mad::{self, smp, MAD_LEN};
-use softib_wire::{Lid, Qpn};
+use softib_wire::Qpn;
 
+use crate::device::{Device, IbDev};
 use crate::ib::{IbCa, Identity, MadIn, MadQp};
-use crate::proto::{self, DeviceInfo, ErrorKind, FrameReader, Mad, PortInfo, Request, Response};
+use crate::proto::{self, ErrorKind, FrameReader, Mad, Request, Response};
 use crate::shm_memory::ShmMemory;
 
 /// One end of a cable: which port, this end's address, the peer's.
@@ -83,12 +84,12 @@ const MAX_QUEUED_MADS: usize = 4096;
 /// What a client owns; everything here is reclaimed when it goes away.
 #[derive(Debug, Default)]
 struct Owned {
-    pds: BTreeSet<u32>,
-    cqs: BTreeSet<u32>,
-    qps: BTreeSet<Qpn>,
-    ahs: BTreeSet<u32>,
-    /// MR L_Key → its region id.
-    mrs: BTreeMap<u32, RegionId>,
+    pds: BTreeSet<(u32, u32)>,
+    cqs: BTreeSet<(u32, u32)>,
+    qps: BTreeSet<(u32, Qpn)>,
+    ahs: BTreeSet<(u32, u32)>,
+    /// (device, MR L_Key) → its region id.
+    mrs: BTreeMap<(u32, u32), RegionId>,
     /// Buffer id → (mapping, address in the client).
     buffers: BTreeMap<u64, (Rc<SharedRegion>, u64)>,
 }
@@ -97,6 +98,7 @@ struct Owned {
 #[derive(Debug, Clone, Copy)]
 enum Parked {
     PollCq {
+        dev: u32,
         cq: u32,
         max: u32,
         until: StdInstant,
@@ -115,16 +117,15 @@ struct Client {
     program: String,
     owned: Owned,
     parked: Option<Parked>,
-    /// Ports this client is a MAD agent on: (port, is the SM).
-    agents: Vec<(u8, bool)>,
+    /// Ports this client is a MAD agent on: (device, port, is the SM).
+    agents: Vec<(u32, u8, bool)>,
     mads: VecDeque<Mad>,
 }
 
 struct HostRt {
     name: String,
     dir: PathBuf,
-    ca: IbCa<ShmMemory>,
-    cables: Vec<Option<Cable>>,
+    devs: Vec<Device>,
     listener: UnixListener,
     clients: BTreeMap<u64, Client>,
     next_client: u64,
@@ -133,9 +134,12 @@ struct HostRt {
     unclaimed_mads: u64,
     /// Who sent each outstanding MAD request, so that its response goes back to that agent
     /// only: (port, TID) → client.
-    tid_owner: BTreeMap<(u8, u64), u64>,
-    /// Readiness from the last `poll(2)`: cables by port, the listener, clients.
-    ready: Vec<bool>,
+    tid_owner: BTreeMap<(u32, u8, u64), u64>,
+    /// Where RoCE devices are persisted (`None` for simulated hosts of a fabric).
+    links_file: Option<PathBuf>,
+    seed: u64,
+    /// Readiness from the last `poll(2)` of the listener and the clients (devices keep
+    /// their own).
     listener_ready: bool,
     ready_clients: BTreeSet<u64>,
 }
@@ -155,7 +159,7 @@ struct SwitchRt {
 #[derive(Debug, Clone, Copy)]
 enum Slot {
     Listener(usize),
-    HostCable(usize, usize),
+    HostDev(usize, usize, usize),
     Client(usize, u64),
     SwitchCable(usize, usize),
 }
@@ -325,11 +329,15 @@ impl Daemon {
             listener.set_nonblocking(true)?;
             let num_ports = h.identity.num_ports;
             let cables = make_cables(links, num_ports, now)?;
+            let ib = IbDev {
+                ca: IbCa::new(h.identity, h.seed, ShmMemory::new()),
+                ready: vec![true; cables.len()],
+                cables,
+            };
             hrt.push(HostRt {
                 name: h.name,
                 dir: h.dir,
-                ca: IbCa::new(h.identity, h.seed, ShmMemory::new()),
-                cables,
+                devs: vec![Device::Ib(Box::new(ib))],
                 listener,
                 clients: BTreeMap::new(),
                 next_client: 1,
@@ -337,7 +345,8 @@ impl Daemon {
                 next_buffer: 1,
                 unclaimed_mads: 0,
                 tid_owner: BTreeMap::new(),
-                ready: vec![true; usize::from(num_ports) + 1],
+                links_file: None,
+                seed: h.seed,
                 listener_ready: true,
                 ready_clients: BTreeSet::new(),
             });
@@ -401,42 +410,8 @@ impl Daemon {
         let buf = &mut self.buf;
         let h = &mut self.hosts[hi];
         let mut busy = false;
-        // Cables: training, then frames in.
-        for port in 1..h.cables.len() {
-            let Some(cable) = h.cables[port].as_mut() else {
-                continue;
-            };
-            let pi = port;
-            let port = port as u8;
-            let mut events = Vec::new();
-            events.extend(cable.poll(std_now));
-            if h.ready[pi] {
-                // Drained unless the batch limit stops us first (then: still ready).
-                h.ready[pi] = false;
-                for i in 0..256 {
-                    match cable.recv(std_now, buf)? {
-                        CableRecv::Empty => break,
-                        CableRecv::Consumed(e) => events.extend(e),
-                        CableRecv::Frame(n) => {
-                            busy = true;
-                            h.ca.handle_frame(now, port, &buf[..n]);
-                        }
-                    }
-                    if i == 255 {
-                        h.ready[pi] = true;
-                        busy = true;
-                    }
-                }
-            }
-            for e in events {
-                match e {
-                    CableEvent::Up => h.ca.link_up(port),
-                    CableEvent::Down => h.ca.link_down(port),
-                }
-            }
-        }
-        while let Some(e) = h.ca.poll_sma_event() {
-            apply_sma_event(&mut h.cables, e, std_now);
+        for d in &mut h.devs {
+            busy |= d.receive(std_now, now, buf)?;
         }
         // Control sockets.
         if h.listener_ready {
@@ -444,23 +419,16 @@ impl Daemon {
             h.accept()?;
         }
         h.serve_clients(now);
-        h.ca.handle_timeout(self_now(&self.origin));
         // MADs for agents.
-        while let Some(m) = h.ca.poll_mad() {
-            h.dispatch_mad(m);
+        for d in 0..h.devs.len() {
+            while let Some(m) = h.devs[d].poll_mad() {
+                h.dispatch_mad(d as u32, m);
+            }
         }
         h.finish_parked(std_now);
-        // Frames out.
-        let mut sent = 0;
-        while let Some((port, len)) = h.ca.poll_frame(self_now(&self.origin), buf) {
-            if let Some(Some(c)) = h.cables.get_mut(usize::from(port)) {
-                c.send(&buf[..len])?;
-            }
-            sent += 1;
-            if sent >= 1024 {
-                busy = true;
-                break;
-            }
+        let now = self_now(&self.origin);
+        for d in &mut h.devs {
+            busy |= d.transmit(now, buf)?;
         }
         Ok(busy)
     }
@@ -516,7 +484,7 @@ impl Daemon {
             }
         }
         while let Some(e) = s.sw.sma_mut().poll_event() {
-            apply_sma_event(&mut s.cables, e, std_now);
+            crate::device::apply_sma_event(&mut s.cables, e, std_now);
         }
         Ok(busy)
     }
@@ -530,13 +498,16 @@ impl Daemon {
             wait = wait.min(t.saturating_duration_since(std_now));
         };
         for h in &self.hosts {
-            for c in h.cables.iter().flatten() {
-                if let Some(t) = c.next_deadline() {
+            for d in &h.devs {
+                let (engine, link) = d.deadlines();
+                if let Some(t) = link {
                     consider(t);
                 }
-            }
-            if let Some(t) = h.ca.poll_timeout() {
-                consider(std_now + StdDuration::from_micros(t.saturating_since(now).as_micros()));
+                if let Some(t) = engine {
+                    consider(
+                        std_now + StdDuration::from_micros(t.saturating_since(now).as_micros()),
+                    );
+                }
             }
             for c in h.clients.values() {
                 match c.parked {
@@ -565,10 +536,10 @@ impl Daemon {
             for (hi, h) in self.hosts.iter().enumerate() {
                 fds.push(PollFd::new(&h.listener, PollFlags::IN));
                 slots.push(Slot::Listener(hi));
-                for (p, c) in h.cables.iter().enumerate() {
-                    if let Some(c) = c {
-                        fds.push(PollFd::new(c.socket(), PollFlags::IN));
-                        slots.push(Slot::HostCable(hi, p));
+                for (di, d) in h.devs.iter().enumerate() {
+                    for (k, sock) in d.sockets() {
+                        fds.push(PollFd::new(sock, PollFlags::IN));
+                        slots.push(Slot::HostDev(hi, di, k));
                     }
                 }
                 for (id, c) in &h.clients {
@@ -601,7 +572,7 @@ impl Daemon {
         for i in ready {
             match slots[i] {
                 Slot::Listener(h) => self.hosts[h].listener_ready = true,
-                Slot::HostCable(h, p) => self.hosts[h].ready[p] = true,
+                Slot::HostDev(h, d, k) => self.hosts[h].devs[d].mark_ready(k),
                 Slot::Client(h, id) => {
                     self.hosts[h].ready_clients.insert(id);
                 }
@@ -614,24 +585,6 @@ impl Daemon {
 
 fn self_now(origin: &StdInstant) -> Instant {
     Instant::from_micros(origin.elapsed().as_micros() as u64)
-}
-
-/// The SM moved a port Down (retrain) or Disabled/enabled it: act on the cable.
-fn apply_sma_event(cables: &mut [Option<Cable>], e: SmaEvent, now: StdInstant) {
-    match e {
-        SmaEvent::LinkDown { port } => {
-            if let Some(Some(c)) = cables.get_mut(usize::from(port)) {
-                c.set_enabled(false, now);
-                c.set_enabled(true, now);
-            }
-        }
-        SmaEvent::LinkEnabled { port } => {
-            if let Some(Some(c)) = cables.get_mut(usize::from(port)) {
-                c.set_enabled(true, now);
-            }
-        }
-        SmaEvent::ClientReregister { .. } | SmaEvent::SmInfoSet { .. } => {}
-    }
 }
 
 fn verbs_error(e: VerbsError) -> Response {
@@ -744,34 +697,46 @@ impl HostRt {
         let Some(c) = self.clients.remove(&id) else {
             return;
         };
-        let hca = self.ca.hca_mut();
-        for qpn in &c.owned.qps {
-            let _ = hca.destroy_qp(*qpn);
+        for (d, qpn) in &c.owned.qps {
+            if let Some(h) = self.devs.get_mut(*d as usize).map(Device::hca_mut) {
+                let _ = h.destroy_qp(*qpn);
+            }
         }
-        for ah in &c.owned.ahs {
-            let _ = hca.destroy_ah(AhHandle(*ah));
+        for (d, ah) in &c.owned.ahs {
+            if let Some(h) = self.devs.get_mut(*d as usize).map(Device::hca_mut) {
+                let _ = h.destroy_ah(AhHandle(*ah));
+            }
         }
-        for (lkey, region) in &c.owned.mrs {
-            let _ = hca.dereg_mr(*lkey);
-            hca.memory_mut().remove(*region);
+        for ((d, lkey), region) in &c.owned.mrs {
+            if let Some(h) = self.devs.get_mut(*d as usize).map(Device::hca_mut) {
+                let _ = h.dereg_mr(*lkey);
+                h.memory_mut().remove(*region);
+            }
         }
-        for cq in &c.owned.cqs {
-            let _ = hca.destroy_cq(CqHandle(*cq));
+        for (d, cq) in &c.owned.cqs {
+            if let Some(h) = self.devs.get_mut(*d as usize).map(Device::hca_mut) {
+                let _ = h.destroy_cq(CqHandle(*cq));
+            }
         }
-        for pd in &c.owned.pds {
-            let _ = hca.dealloc_pd(PdHandle(*pd));
+        for (d, pd) in &c.owned.pds {
+            if let Some(h) = self.devs.get_mut(*d as usize).map(Device::hca_mut) {
+                let _ = h.dealloc_pd(PdHandle(*pd));
+            }
         }
-        for (port, sm) in &c.agents {
+        for (dev, port, sm) in &c.agents {
             if *sm {
-                self.set_sm(*port, None);
+                self.set_sm(*dev, *port, None);
             }
         }
         self.tid_owner.retain(|_, owner| *owner != id);
         tracing_free_log(&self.name, c.pid, &c.program);
     }
 
-    fn set_sm(&mut self, port: u8, info: Option<SmInfo>) {
-        let sma = self.ca.sma_mut();
+    fn set_sm(&mut self, dev: u32, port: u8, info: Option<SmInfo>) {
+        let Some(ib) = self.devs.get_mut(dev as usize).and_then(Device::ib) else {
+            return;
+        };
+        let sma = ib.ca.sma_mut();
         let mask = sma.port_info(port).map_or(0, |p| p.capability_mask);
         let mask = if info.is_some() {
             mask | capability_mask::IS_SM
@@ -780,52 +745,6 @@ impl HostRt {
         };
         sma.set_capability_mask(port, mask);
         sma.set_sm_info(info);
-    }
-
-    fn device_info(&self) -> DeviceInfo {
-        let id = self.ca.identity();
-        let hca = self.ca.hca();
-        let ports = (1..=id.num_ports)
-            .map(|p| {
-                let info = self.ca.sma().port_info(p);
-                let attr = hca.port(p);
-                PortInfo {
-                    number: p,
-                    state: info.map_or(1, |i| u8::from(i.port_state)),
-                    phys_state: info.map_or(3, |i| u8::from(i.port_physical_state)),
-                    rate: info.map_or(0, port_rate),
-                    width: info.map_or(0, |i| i.link_width_active),
-                    speed: info.map_or(0, |i| i.link_speed_active),
-                    lid: info.map_or(Lid(0), |i| i.lid),
-                    lmc: info.map_or(0, |i| i.lmc),
-                    sm_lid: info.map_or(Lid(0), |i| i.master_sm_lid),
-                    capability_mask: info.map_or(0, |i| i.capability_mask),
-                    port_guid: id.port_guid(p),
-                    link_layer_ib: true,
-                    max_mtu: attr.map_or(softib_wire::Mtu::Mtu2048, |a| a.max_mtu),
-                    active_mtu: attr.map_or(softib_wire::Mtu::Mtu2048, |a| a.active_mtu),
-                    gids: attr.map_or_else(Vec::new, |a| a.gids.clone()),
-                }
-            })
-            .collect();
-        DeviceInfo {
-            name: id.name.clone(),
-            ca_type: id.ca_type(),
-            description: id.description.clone(),
-            fw_ver: id.fw_ver.clone(),
-            hw_ver: id.hw_ver,
-            node_guid: id.node_guid,
-            sys_image_guid: id.sys_image_guid,
-            vendor_id: id.vendor_id,
-            vendor_part_id: u32::from(id.device_id),
-            attr: hca.device().clone(),
-            ports,
-            drops: hca
-                .drops()
-                .nonzero()
-                .map(|(r, n)| (r.name().to_string(), n))
-                .collect(),
-        }
     }
 
     /// Serves one request; `None` when it waits (parked) and will be answered later.
@@ -858,32 +777,58 @@ impl HostRt {
                 _ => err(ErrorKind::Protocol, "the first request must be Hello"),
             });
         }
-        // Only device 0 exists on a fabric host.
-        let dev_ok = |dev: u32| dev == 0;
+        let ndev = self.devs.len();
+        // The device a request names, or an error naming what exists.
         macro_rules! dev {
             ($dev:expr) => {
-                if !dev_ok($dev) {
-                    return Some(err(
-                        ErrorKind::NotFound,
-                        format!("no device {} (this host has one device, 0)", $dev),
-                    ));
+                match self.devs.get_mut($dev as usize) {
+                    Some(d) => d,
+                    None => {
+                        return Some(err(
+                            ErrorKind::NotFound,
+                            format!("no device {} (this host has {ndev})", $dev),
+                        ))
+                    }
+                }
+            };
+        }
+        // The IB device a MAD request names.
+        macro_rules! ib {
+            ($dev:expr) => {
+                match dev!($dev).ib() {
+                    Some(ib) => ib,
+                    None => {
+                        return Some(err(
+                            ErrorKind::Invalid,
+                            format!(
+                                "device {} is a RoCE device: it has no subnet management (QP0/QP1)",
+                                $dev
+                            ),
+                        ))
+                    }
                 }
             };
         }
         macro_rules! owned {
-            ($set:ident, $key:expr, $what:literal) => {
-                if !c.owned.$set.contains(&$key) {
+            ($set:ident, $dev:expr, $key:expr, $what:literal) => {
+                if !c.owned.$set.contains(&($dev, $key)) {
                     return Some(err(
                         ErrorKind::NotFound,
-                        format!("no {} {} belongs to this client", $what, $key),
+                        format!(
+                            "no {} {} on device {} belongs to this client",
+                            $what, $key, $dev
+                        ),
                     ));
                 }
             };
         }
-        let hca = self.ca.hca_mut();
         let r = match req {
             Request::Hello { .. } => err(ErrorKind::Protocol, "Hello was already sent"),
-            Request::ListDevices => return Some(Response::Devices(vec![self.device_info()])),
+            Request::ListDevices => {
+                return Some(Response::Devices(
+                    self.devs.iter().map(Device::info).collect(),
+                ))
+            }
             Request::AttachBuffer { len, addr } => {
                 if c.owned.buffers.len() >= MAX_BUFFERS_PER_CLIENT {
                     return Some(err(
@@ -921,21 +866,21 @@ impl HostRt {
                 None => err(ErrorKind::NotFound, format!("no buffer {buffer}")),
             },
             Request::AllocPd { dev } => {
-                dev!(dev);
+                let hca = dev!(dev).hca_mut();
                 match hca.alloc_pd() {
                     Ok(pd) => {
-                        c.owned.pds.insert(pd.0);
+                        c.owned.pds.insert((dev, pd.0));
                         Response::Handle(u64::from(pd.0))
                     }
                     Err(e) => verbs_error(e),
                 }
             }
             Request::DeallocPd { dev, pd } => {
-                dev!(dev);
-                owned!(pds, pd, "PD");
+                let hca = dev!(dev).hca_mut();
+                owned!(pds, dev, pd, "PD");
                 match hca.dealloc_pd(PdHandle(pd)) {
                     Ok(()) => {
-                        c.owned.pds.remove(&pd);
+                        c.owned.pds.remove(&(dev, pd));
                         Response::Ok
                     }
                     Err(e) => verbs_error(e),
@@ -949,8 +894,8 @@ impl HostRt {
                 len,
                 access,
             } => {
-                dev!(dev);
-                owned!(pds, pd, "PD");
+                let hca = dev!(dev).hca_mut();
+                owned!(pds, dev, pd, "PD");
                 if c.owned.mrs.len() >= MAX_MRS_PER_CLIENT {
                     return Some(err(
                         ErrorKind::Exhausted,
@@ -979,7 +924,7 @@ impl HostRt {
                 match hca.reg_mr(PdHandle(pd), addr, len, access, region) {
                     Ok(key) => {
                         hca.memory_mut().add(region, *base, Rc::clone(map));
-                        c.owned.mrs.insert(key, region);
+                        c.owned.mrs.insert((dev, key), region);
                         Response::Mr {
                             lkey: key,
                             rkey: key,
@@ -989,48 +934,48 @@ impl HostRt {
                 }
             }
             Request::DeregMr { dev, lkey } => {
-                dev!(dev);
-                let Some(&region) = c.owned.mrs.get(&lkey) else {
+                let hca = dev!(dev).hca_mut();
+                let Some(&region) = c.owned.mrs.get(&(dev, lkey)) else {
                     return Some(err(ErrorKind::NotFound, format!("no MR {lkey:#x}")));
                 };
                 match hca.dereg_mr(lkey) {
                     Ok(_) => {
                         hca.memory_mut().remove(region);
-                        c.owned.mrs.remove(&lkey);
+                        c.owned.mrs.remove(&(dev, lkey));
                         Response::Ok
                     }
                     Err(e) => verbs_error(e),
                 }
             }
             Request::CreateCq { dev, cqe } => {
-                dev!(dev);
+                let hca = dev!(dev).hca_mut();
                 if c.owned.cqs.len() >= MAX_CQS_PER_CLIENT {
                     return Some(err(ErrorKind::Exhausted, "too many CQs for one client"));
                 }
                 match hca.create_cq(cqe) {
                     Ok(cq) => {
-                        c.owned.cqs.insert(cq.0);
+                        c.owned.cqs.insert((dev, cq.0));
                         Response::Handle(u64::from(cq.0))
                     }
                     Err(e) => verbs_error(e),
                 }
             }
             Request::DestroyCq { dev, cq } => {
-                dev!(dev);
-                owned!(cqs, cq, "CQ");
+                let hca = dev!(dev).hca_mut();
+                owned!(cqs, dev, cq, "CQ");
                 match hca.destroy_cq(CqHandle(cq)) {
                     Ok(()) => {
-                        c.owned.cqs.remove(&cq);
+                        c.owned.cqs.remove(&(dev, cq));
                         Response::Ok
                     }
                     Err(e) => verbs_error(e),
                 }
             }
             Request::CreateQp { dev, init } => {
-                dev!(dev);
-                owned!(pds, init.pd.0, "PD");
-                owned!(cqs, init.send_cq.0, "CQ");
-                owned!(cqs, init.recv_cq.0, "CQ");
+                let hca = dev!(dev).hca_mut();
+                owned!(pds, dev, init.pd.0, "PD");
+                owned!(cqs, dev, init.send_cq.0, "CQ");
+                owned!(cqs, dev, init.recv_cq.0, "CQ");
                 if c.owned.qps.len() >= MAX_QPS_PER_CLIENT {
                     return Some(err(
                         ErrorKind::Exhausted,
@@ -1039,7 +984,7 @@ impl HostRt {
                 }
                 match hca.create_qp(init) {
                     Ok(qpn) => {
-                        c.owned.qps.insert(qpn);
+                        c.owned.qps.insert((dev, qpn));
                         Response::Qp(qpn)
                     }
                     Err(e) => verbs_error(e),
@@ -1051,62 +996,62 @@ impl HostRt {
                 attr,
                 mask,
             } => {
-                dev!(dev);
-                owned!(qps, qpn, "QP");
+                let hca = dev!(dev).hca_mut();
+                owned!(qps, dev, qpn, "QP");
                 match hca.modify_qp(qpn, &attr, mask) {
                     Ok(()) => Response::Ok,
                     Err(e) => verbs_error(e),
                 }
             }
             Request::QueryQp { dev, qpn } => {
-                dev!(dev);
-                owned!(qps, qpn, "QP");
+                let hca = dev!(dev).hca_mut();
+                owned!(qps, dev, qpn, "QP");
                 match hca.query_qp(qpn) {
                     Ok((a, i)) => Response::QpAttr(Box::new(a), i),
                     Err(e) => verbs_error(e),
                 }
             }
             Request::DestroyQp { dev, qpn } => {
-                dev!(dev);
-                owned!(qps, qpn, "QP");
+                let hca = dev!(dev).hca_mut();
+                owned!(qps, dev, qpn, "QP");
                 match hca.destroy_qp(qpn) {
                     Ok(()) => {
-                        c.owned.qps.remove(&qpn);
+                        c.owned.qps.remove(&(dev, qpn));
                         Response::Ok
                     }
                     Err(e) => verbs_error(e),
                 }
             }
             Request::CreateAh { dev, pd, av } => {
-                dev!(dev);
-                owned!(pds, pd, "PD");
+                let hca = dev!(dev).hca_mut();
+                owned!(pds, dev, pd, "PD");
                 match hca.create_ah(PdHandle(pd), av) {
                     Ok(ah) => {
-                        c.owned.ahs.insert(ah.0);
+                        c.owned.ahs.insert((dev, ah.0));
                         Response::Handle(u64::from(ah.0))
                     }
                     Err(e) => verbs_error(e),
                 }
             }
             Request::DestroyAh { dev, ah } => {
-                dev!(dev);
-                owned!(ahs, ah, "AH");
+                let hca = dev!(dev).hca_mut();
+                owned!(ahs, dev, ah, "AH");
                 match hca.destroy_ah(AhHandle(ah)) {
                     Ok(()) => {
-                        c.owned.ahs.remove(&ah);
+                        c.owned.ahs.remove(&(dev, ah));
                         Response::Ok
                     }
                     Err(e) => verbs_error(e),
                 }
             }
             Request::PostSend { dev, qpn, wrs } => {
-                dev!(dev);
-                owned!(qps, qpn, "QP");
+                let hca = dev!(dev).hca_mut();
+                owned!(qps, dev, qpn, "QP");
                 let mut posted = 0;
                 let mut error = None;
                 for wr in wrs {
                     if let Some(ud) = &wr.ud {
-                        if !c.owned.ahs.contains(&ud.ah.0) {
+                        if !c.owned.ahs.contains(&(dev, ud.ah.0)) {
                             error = Some(format!("no AH {} belongs to this client", ud.ah.0));
                             break;
                         }
@@ -1122,8 +1067,8 @@ impl HostRt {
                 Response::Posted { posted, error }
             }
             Request::PostRecv { dev, qpn, wrs } => {
-                dev!(dev);
-                owned!(qps, qpn, "QP");
+                let hca = dev!(dev).hca_mut();
+                owned!(qps, dev, qpn, "QP");
                 let mut posted = 0;
                 let mut error = None;
                 for wr in wrs {
@@ -1143,10 +1088,11 @@ impl HostRt {
                 max,
                 wait_us,
             } => {
-                dev!(dev);
-                owned!(cqs, cq, "CQ");
+                let hca = dev!(dev).hca_mut();
+                owned!(cqs, dev, cq, "CQ");
                 if hca.cq_len(CqHandle(cq)) == 0 && wait_us > 0 {
                     c.parked = Some(Parked::PollCq {
+                        dev,
                         cq,
                         max,
                         until: StdInstant::now() + StdDuration::from_micros(u64::from(wait_us)),
@@ -1156,15 +1102,15 @@ impl HostRt {
                 Response::Completions(drain_cq(hca, cq, max))
             }
             Request::OpenMad { dev, port, sm } => {
-                dev!(dev);
-                if port == 0 || port > self.ca.identity().num_ports {
+                let ports = ib!(dev).ca.identity().num_ports;
+                if port == 0 || port > ports {
                     return Some(err(ErrorKind::NotFound, format!("no port {port}")));
                 }
                 if sm
                     && self
                         .clients
                         .values()
-                        .any(|o| o.agents.iter().any(|&(p, s)| p == port && s))
+                        .any(|o| o.agents.iter().any(|&(d, p, s)| d == dev && p == port && s))
                 {
                     return Some(err(
                         ErrorKind::Busy,
@@ -1172,7 +1118,7 @@ impl HostRt {
                     ));
                 }
                 let c = self.clients.get_mut(&id)?;
-                c.agents.push((port, sm));
+                c.agents.push((dev, port, sm));
                 Response::Ok
             }
             Request::SendSmp {
@@ -1181,23 +1127,22 @@ impl HostRt {
                 dlid,
                 mad,
             } => {
-                dev!(dev);
                 let parsed = <[u8; MAD_LEN]>::try_from(mad.as_slice())
                     .ok()
                     .and_then(|b| smp::Repr::parse(&smp::Packet::new_unchecked(&b[..])).ok());
                 let Some(s) = parsed else {
                     return Some(err(ErrorKind::Invalid, "not a 256-byte SMP"));
                 };
-                if !c.agents.iter().any(|&(p, _)| p == port) {
+                if !c.agents.iter().any(|&(d, p, _)| d == dev && p == port) {
                     return Some(err(
                         ErrorKind::Protocol,
                         format!("open port {port} as a MAD agent first (OpenMad)"),
                     ));
                 }
                 if !s.header.method.is_response() {
-                    self.note_tid(port, s.header.tid, id);
+                    self.note_tid(dev, port, s.header.tid, id);
                 }
-                self.ca.send_smp(port, dlid, &s);
+                ib!(dev).ca.send_smp(port, dlid, &s);
                 Response::Ok
             }
             Request::SendGmp {
@@ -1207,11 +1152,10 @@ impl HostRt {
                 dest_qpn,
                 mad,
             } => {
-                dev!(dev);
                 let Ok(m) = <[u8; MAD_LEN]>::try_from(mad.as_slice()) else {
                     return Some(err(ErrorKind::Invalid, "a GMP is 256 bytes"));
                 };
-                if !c.agents.iter().any(|&(p, _)| p == port) {
+                if !c.agents.iter().any(|&(d, p, _)| d == dev && p == port) {
                     return Some(err(
                         ErrorKind::Protocol,
                         format!("open port {port} as a MAD agent first (OpenMad)"),
@@ -1219,10 +1163,10 @@ impl HostRt {
                 }
                 if let Ok(h) = mad::Repr::parse(&mad::Packet::new_unchecked(&m[..])) {
                     if !h.method.is_response() {
-                        self.note_tid(port, h.tid, id);
+                        self.note_tid(dev, port, h.tid, id);
                     }
                 }
-                self.ca.send_gmp(port, dlid, dest_qpn, &m);
+                ib!(dev).ca.send_gmp(port, dlid, dest_qpn, &m);
                 Response::Ok
             }
             Request::RecvMads { max, wait_us } => {
@@ -1237,21 +1181,17 @@ impl HostRt {
                 Response::Mads(c.mads.drain(..n).collect())
             }
             Request::SetPortEnabled { dev, port, enabled } => {
-                dev!(dev);
-                let Some(Some(cable)) = self.cables.get_mut(usize::from(port)) else {
-                    return Some(err(
+                if ib!(dev).set_port_enabled(port, enabled) {
+                    Response::Ok
+                } else {
+                    err(
                         ErrorKind::NotFound,
                         format!("port {port} has no cable to pull or plug"),
-                    ));
-                };
-                if cable.set_enabled(enabled, StdInstant::now()) == Some(CableEvent::Down) {
-                    self.ca.link_down(port);
+                    )
                 }
-                Response::Ok
             }
             Request::SetSm { dev, port, sm_info } => {
-                dev!(dev);
-                if !c.agents.iter().any(|&(p, s)| p == port && s) {
+                if !c.agents.iter().any(|&(d, p, s)| d == dev && p == port && s) {
                     return Some(err(
                         ErrorKind::Protocol,
                         format!("open port {port} as the SM first (OpenMad with sm)"),
@@ -1264,32 +1204,32 @@ impl HostRt {
                     },
                     None => None,
                 };
-                self.set_sm(port, info);
+                self.set_sm(dev, port, info);
                 Response::Ok
             }
         };
         Some(r)
     }
 
-    fn note_tid(&mut self, port: u8, tid: u64, client: u64) {
+    fn note_tid(&mut self, dev: u32, port: u8, tid: u64, client: u64) {
         if self.tid_owner.len() >= MAX_TIDS {
             self.tid_owner.clear();
         }
-        self.tid_owner.insert((port, tid), client);
+        self.tid_owner.insert((dev, port, tid), client);
     }
 
     /// Hands a received MAD to the agents that want it: a response to the agent that asked,
     /// SMP and SA requests to the SM.
-    fn dispatch_mad(&mut self, m: MadIn) {
+    fn dispatch_mad(&mut self, dev: u32, m: MadIn) {
         let header = mad::Repr::parse(&mad::Packet::new_unchecked(&m.mad[..])).ok();
         let is_response = header.is_some_and(|h| h.method.is_response());
         let class = header.map(|h| h.mgmt_class);
         if let Some(h) = header.filter(|_| is_response) {
-            if let Some(owner) = self.tid_owner.remove(&(m.port, h.tid)) {
+            if let Some(owner) = self.tid_owner.remove(&(dev, m.port, h.tid)) {
                 if let Some(c) = self.clients.get_mut(&owner) {
                     if c.mads.len() < MAX_QUEUED_MADS {
                         c.mads.push_back(Mad {
-                            dev: 0,
+                            dev,
                             port: m.port,
                             qp: m.qp,
                             slid: m.slid,
@@ -1302,13 +1242,13 @@ impl HostRt {
             }
         }
         if m.qp == MadQp::Gsi && !is_response && class == Some(mad::MgmtClass::PerfMgt) {
-            self.answer_pma(&m);
+            self.answer_pma(dev, &m);
             return;
         }
         let to_sm_only =
             m.qp == MadQp::Smi || (!is_response && class == Some(mad::MgmtClass::SubnAdm));
         let msg = Mad {
-            dev: 0,
+            dev,
             port: m.port,
             qp: m.qp,
             slid: m.slid,
@@ -1320,7 +1260,7 @@ impl HostRt {
             let wants = c
                 .agents
                 .iter()
-                .any(|&(p, sm)| p == m.port && (sm || !to_sm_only));
+                .any(|&(d, p, sm)| d == dev && p == m.port && (sm || !to_sm_only));
             if wants && c.mads.len() < MAX_QUEUED_MADS {
                 c.mads.push_back(msg.clone());
                 claimed = true;
@@ -1332,9 +1272,12 @@ impl HostRt {
     }
 
     /// The performance management agent (PMA, IBA §16.1) on QP1: PortCounters.
-    fn answer_pma(&mut self, m: &MadIn) {
-        if let Some(resp) = crate::pma::answer(&self.ca, m.port, &m.mad) {
-            self.ca.send_gmp(m.port, m.slid, m.src_qpn, &resp);
+    fn answer_pma(&mut self, dev: u32, m: &MadIn) {
+        let Some(ib) = self.devs.get_mut(dev as usize).and_then(Device::ib) else {
+            return;
+        };
+        if let Some(resp) = crate::pma::answer(&ib.ca, m.port, &m.mad) {
+            ib.ca.send_gmp(m.port, m.slid, m.src_qpn, &resp);
         }
     }
 
@@ -1346,14 +1289,19 @@ impl HostRt {
                 continue;
             };
             let response = match c.parked {
-                Some(Parked::PollCq { cq, max, until }) => {
-                    let hca = self.ca.hca_mut();
-                    if hca.cq_len(CqHandle(cq)) > 0 || now >= until {
+                Some(Parked::PollCq {
+                    dev,
+                    cq,
+                    max,
+                    until,
+                }) => match self.devs.get_mut(dev as usize).map(Device::hca_mut) {
+                    Some(hca) if hca.cq_len(CqHandle(cq)) > 0 || now >= until => {
                         Some(Response::Completions(drain_cq(hca, cq, max)))
-                    } else {
-                        None
                     }
-                }
+                    Some(_) => None,
+                    // The device went away while the client waited.
+                    None => Some(Response::Completions(Vec::new())),
+                },
                 Some(Parked::RecvMads { max, until }) => {
                     if !c.mads.is_empty() || now >= until {
                         let n = c.mads.len().min(max as usize);
@@ -1385,25 +1333,6 @@ fn drain_cq(
         }
     }
     v
-}
-
-/// Gb/s of a port's active width × speed, as ibstat's "Rate".
-pub fn port_rate(i: &softib_wire::mad::attr::PortInfo) -> u32 {
-    let lanes = match i.link_width_active {
-        1 => 1,
-        2 => 4,
-        4 => 8,
-        8 => 12,
-        16 => 2,
-        _ => 0,
-    };
-    let per_lane = match i.link_speed_active {
-        1 => 2.5,
-        2 => 5.0,
-        4 => 10.0,
-        _ => 0.0,
-    };
-    (f64::from(lanes) * per_lane) as u32
 }
 
 fn tracing_free_log(host: &str, pid: u32, program: &str) {

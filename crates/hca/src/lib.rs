@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod device;
 pub mod driver;
 pub mod host;
 pub mod ib;

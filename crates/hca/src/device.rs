@@ -1,0 +1,539 @@
+//! The devices a host's daemon runs: HCAs on emulated IB cables, and RoCEv2 devices on an IP
+//! address (`softib link add NAME type rxe netdev IFACE`).
+//!
+//! Both are an engine over shared memory with a link; what differs is the framing (LRH/VCRC
+//! and the SMA on IB; IP/UDP with the ICRC over the kernel's headers on RoCEv2), how a port
+//! becomes Active (the SM on IB; the interface's operational state on RoCE), and QP0/QP1,
+//! which only IB ports have.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::time::{Duration as StdDuration, Instant as StdInstant};
+
+use serde::{Deserialize, Serialize};
+use softib_engine::{Hca, HcaConfig, Instant, PortAttr, RxMeta};
+use softib_fabric::SmaEvent;
+use softib_net::cable::{Cable, CableEvent, CableRecv};
+use softib_net::UdpLink;
+use softib_wire::{Gid, Guid, Lid, Mtu};
+
+use crate::ib::{IbCa, MadIn};
+use crate::proto::{DeviceInfo, PortInfo};
+use crate::roce;
+use crate::shm_memory::ShmMemory;
+
+/// A RoCEv2 device as `softib link add` configures it (and as the daemon persists it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkConfig {
+    /// Device name (`rxe0`).
+    pub name: String,
+    /// The network interface it is bound to (`eth0`, `lo`).
+    pub netdev: String,
+    /// The address it sends from and listens on.
+    pub addr: IpAddr,
+    /// The UDP port (4791 unless a test needs another).
+    pub udp_port: u16,
+}
+
+/// An HCA on IB cables.
+pub(crate) struct IbDev {
+    pub ca: IbCa<ShmMemory>,
+    pub cables: Vec<Option<Cable>>,
+    /// Readiness of each port's cable from the last `poll(2)`.
+    pub ready: Vec<bool>,
+}
+
+/// A RoCEv2 device.
+pub(crate) struct RoceDev {
+    pub config: LinkConfig,
+    pub hca: Hca<ShmMemory>,
+    pub link: UdpLink,
+    pub ready: bool,
+    /// Whether the interface is up (the port is Active).
+    pub up: bool,
+    next_check: StdInstant,
+    /// Datagrams dropped for a bad ICRC or a short length.
+    pub rx_bad: u64,
+    /// Packets the engine built that could not be sent (no GRH, unreachable).
+    pub tx_dropped: u64,
+}
+
+/// One device of a host.
+pub(crate) enum Device {
+    Ib(Box<IbDev>),
+    Roce(Box<RoceDev>),
+}
+
+/// How often a RoCE device looks at its interface's state.
+const OPERSTATE_EVERY: StdDuration = StdDuration::from_millis(500);
+
+impl Device {
+    pub fn name(&self) -> &str {
+        match self {
+            Device::Ib(d) => &d.ca.identity().name,
+            Device::Roce(d) => &d.config.name,
+        }
+    }
+
+    pub fn hca(&self) -> &Hca<ShmMemory> {
+        match self {
+            Device::Ib(d) => d.ca.hca(),
+            Device::Roce(d) => &d.hca,
+        }
+    }
+
+    pub fn hca_mut(&mut self) -> &mut Hca<ShmMemory> {
+        match self {
+            Device::Ib(d) => d.ca.hca_mut(),
+            Device::Roce(d) => &mut d.hca,
+        }
+    }
+
+    pub fn ib(&mut self) -> Option<&mut IbDev> {
+        match self {
+            Device::Ib(d) => Some(d),
+            Device::Roce(_) => None,
+        }
+    }
+
+    pub fn ib_ref(&self) -> Option<&IbDev> {
+        match self {
+            Device::Ib(d) => Some(d),
+            Device::Roce(_) => None,
+        }
+    }
+
+    /// Receives and handles what its sockets have (only those reported ready), runs the link
+    /// state machines. Returns whether more may be waiting.
+    pub fn receive(&mut self, std_now: StdInstant, now: Instant, buf: &mut [u8]) -> io::Result<bool> {
+        match self {
+            Device::Ib(d) => d.receive(std_now, now, buf),
+            Device::Roce(d) => d.receive(std_now, now, buf),
+        }
+    }
+
+    /// Sends what the engine (and on IB the SMA) has to send.
+    pub fn transmit(&mut self, now: Instant, buf: &mut [u8]) -> io::Result<bool> {
+        match self {
+            Device::Ib(d) => d.transmit(now, buf),
+            Device::Roce(d) => d.transmit(now, buf),
+        }
+    }
+
+    /// The next MAD for local agents (IB only).
+    pub fn poll_mad(&mut self) -> Option<MadIn> {
+        match self {
+            Device::Ib(d) => d.ca.poll_mad(),
+            Device::Roce(_) => None,
+        }
+    }
+
+    /// The engine's (and the links') next deadline, in the engine's time and the OS's.
+    pub fn deadlines(&self) -> (Option<Instant>, Option<StdInstant>) {
+        match self {
+            Device::Ib(d) => (
+                d.ca.poll_timeout(),
+                d.cables.iter().flatten().filter_map(Cable::next_deadline).min(),
+            ),
+            Device::Roce(d) => (d.hca.poll_timeout(), Some(d.next_check)),
+        }
+    }
+
+    /// The sockets to wait on, with an index [`Device::mark_ready`] understands.
+    pub fn sockets(&self) -> Vec<(usize, &UdpSocket)> {
+        match self {
+            Device::Ib(d) => d
+                .cables
+                .iter()
+                .enumerate()
+                .filter_map(|(p, c)| c.as_ref().map(|c| (p, c.socket())))
+                .collect(),
+            Device::Roce(d) => vec![(0, d.link.socket())],
+        }
+    }
+
+    pub fn mark_ready(&mut self, index: usize) {
+        match self {
+            Device::Ib(d) => {
+                if let Some(r) = d.ready.get_mut(index) {
+                    *r = true;
+                }
+            }
+            Device::Roce(d) => d.ready = true,
+        }
+    }
+
+    pub fn info(&self) -> DeviceInfo {
+        match self {
+            Device::Ib(d) => d.info(),
+            Device::Roce(d) => d.info(),
+        }
+    }
+}
+
+impl IbDev {
+    fn receive(&mut self, std_now: StdInstant, now: Instant, buf: &mut [u8]) -> io::Result<bool> {
+        let mut busy = false;
+        for pi in 1..self.cables.len() {
+            let Some(cable) = self.cables[pi].as_mut() else {
+                continue;
+            };
+            let port = pi as u8;
+            let mut events = Vec::new();
+            events.extend(cable.poll(std_now));
+            if self.ready[pi] {
+                // Drained unless the batch limit stops us first (then: still ready).
+                self.ready[pi] = false;
+                for i in 0..256 {
+                    match cable.recv(std_now, buf)? {
+                        CableRecv::Empty => break,
+                        CableRecv::Consumed(e) => events.extend(e),
+                        CableRecv::Frame(n) => {
+                            busy = true;
+                            self.ca.handle_frame(now, port, &buf[..n]);
+                        }
+                    }
+                    if i == 255 {
+                        self.ready[pi] = true;
+                        busy = true;
+                    }
+                }
+            }
+            for e in events {
+                match e {
+                    CableEvent::Up => self.ca.link_up(port),
+                    CableEvent::Down => self.ca.link_down(port),
+                }
+            }
+        }
+        while let Some(e) = self.ca.poll_sma_event() {
+            apply_sma_event(&mut self.cables, e, std_now);
+        }
+        self.ca.handle_timeout(now);
+        Ok(busy)
+    }
+
+    fn transmit(&mut self, now: Instant, buf: &mut [u8]) -> io::Result<bool> {
+        let mut sent = 0;
+        while let Some((port, len)) = self.ca.poll_frame(now, buf) {
+            if let Some(Some(c)) = self.cables.get_mut(usize::from(port)) {
+                c.send(&buf[..len])?;
+            }
+            sent += 1;
+            if sent >= 1024 {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Pulls out or plugs in the cable of `port`.
+    pub fn set_port_enabled(&mut self, port: u8, enabled: bool) -> bool {
+        let Some(Some(cable)) = self.cables.get_mut(usize::from(port)) else {
+            return false;
+        };
+        if cable.set_enabled(enabled, StdInstant::now()) == Some(CableEvent::Down) {
+            self.ca.link_down(port);
+        }
+        true
+    }
+
+    fn info(&self) -> DeviceInfo {
+        let id = self.ca.identity();
+        let hca = self.ca.hca();
+        let ports = (1..=id.num_ports)
+            .map(|p| {
+                let info = self.ca.sma().port_info(p);
+                let attr = hca.port(p);
+                PortInfo {
+                    number: p,
+                    state: info.map_or(1, |i| u8::from(i.port_state)),
+                    phys_state: info.map_or(3, |i| u8::from(i.port_physical_state)),
+                    rate: info.map_or(0, port_rate),
+                    width: info.map_or(0, |i| i.link_width_active),
+                    speed: info.map_or(0, |i| i.link_speed_active),
+                    lid: info.map_or(Lid(0), |i| i.lid),
+                    lmc: info.map_or(0, |i| i.lmc),
+                    sm_lid: info.map_or(Lid(0), |i| i.master_sm_lid),
+                    capability_mask: info.map_or(0, |i| i.capability_mask),
+                    port_guid: id.port_guid(p),
+                    link_layer_ib: true,
+                    max_mtu: attr.map_or(Mtu::Mtu2048, |a| a.max_mtu),
+                    active_mtu: attr.map_or(Mtu::Mtu2048, |a| a.active_mtu),
+                    gids: attr.map_or_else(Vec::new, |a| a.gids.clone()),
+                }
+            })
+            .collect();
+        DeviceInfo {
+            name: id.name.clone(),
+            ca_type: id.ca_type(),
+            description: id.description.clone(),
+            fw_ver: id.fw_ver.clone(),
+            hw_ver: id.hw_ver,
+            node_guid: id.node_guid,
+            sys_image_guid: id.sys_image_guid,
+            vendor_id: id.vendor_id,
+            vendor_part_id: u32::from(id.device_id),
+            attr: hca.device().clone(),
+            ports,
+            drops: drops(hca),
+        }
+    }
+}
+
+fn drops(hca: &Hca<ShmMemory>) -> Vec<(String, u64)> {
+    hca.drops()
+        .nonzero()
+        .map(|(r, n)| (r.name().to_string(), n))
+        .collect()
+}
+
+/// The SM moved a port Down (retrain) or Disabled/enabled it: act on the cable.
+pub(crate) fn apply_sma_event(cables: &mut [Option<Cable>], e: SmaEvent, now: StdInstant) {
+    match e {
+        SmaEvent::LinkDown { port } => {
+            if let Some(Some(c)) = cables.get_mut(usize::from(port)) {
+                c.set_enabled(false, now);
+                c.set_enabled(true, now);
+            }
+        }
+        SmaEvent::LinkEnabled { port } => {
+            if let Some(Some(c)) = cables.get_mut(usize::from(port)) {
+                c.set_enabled(true, now);
+            }
+        }
+        SmaEvent::ClientReregister { .. } | SmaEvent::SmInfoSet { .. } => {}
+    }
+}
+
+/// Gb/s of a port's active width × speed, as ibstat's "Rate".
+pub fn port_rate(i: &softib_wire::mad::attr::PortInfo) -> u32 {
+    let lanes = match i.link_width_active {
+        1 => 1,
+        2 => 4,
+        4 => 8,
+        8 => 12,
+        16 => 2,
+        _ => 0,
+    };
+    let per_lane = match i.link_speed_active {
+        1 => 2.5,
+        2 => 5.0,
+        4 => 10.0,
+        _ => 0.0,
+    };
+    (f64::from(lanes) * per_lane) as u32
+}
+
+// ---- RoCEv2 ------------------------------------------------------------------------------
+
+/// What the host knows about a network interface.
+#[derive(Debug, Clone)]
+pub struct Netdev {
+    /// Up (or "unknown", as `lo` reports): the RoCE port is Active.
+    pub up: bool,
+    /// The MAC address (zeros for `lo`).
+    pub mac: [u8; 6],
+    /// The interface MTU.
+    pub mtu: u32,
+}
+
+/// Reads an interface's state from sysfs; an error names the interface that does not exist.
+pub fn netdev(name: &str) -> io::Result<Netdev> {
+    let base = std::path::Path::new("/sys/class/net").join(name);
+    if name.contains('/') || !base.exists() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no network interface {name} (see `ip link`)"),
+        ));
+    }
+    let read = |f: &str| std::fs::read_to_string(base.join(f)).unwrap_or_default();
+    let oper = read("operstate");
+    let oper = oper.trim();
+    let mut mac = [0u8; 6];
+    for (i, part) in read("address").trim().split(':').take(6).enumerate() {
+        mac[i] = u8::from_str_radix(part, 16).unwrap_or(0);
+    }
+    Ok(Netdev {
+        up: oper == "up" || oper == "unknown",
+        mac,
+        mtu: read("mtu").trim().parse().unwrap_or(1500),
+    })
+}
+
+/// The EUI-64 from a MAC (the universal/local bit flipped), as rxe makes its GUID.
+pub fn eui64(mac: [u8; 6]) -> Guid {
+    let b = [mac[0] ^ 0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]];
+    Guid(u64::from_be_bytes(b))
+}
+
+/// The largest IB MTU that fits an Ethernet MTU after IP, UDP, BTH and ICRC (rxe's
+/// `eth_mtu_int_to_enum`: 1500 → 1024, 9000 → 4096).
+pub fn ib_mtu_for(eth_mtu: u32) -> Mtu {
+    let room = eth_mtu.saturating_sub(20 + 8 + 12 + 4 + 28);
+    match room {
+        r if r >= 4096 => Mtu::Mtu4096,
+        r if r >= 2048 => Mtu::Mtu2048,
+        r if r >= 1024 => Mtu::Mtu1024,
+        r if r >= 512 => Mtu::Mtu512,
+        _ => Mtu::Mtu256,
+    }
+}
+
+impl RoceDev {
+    /// A RoCEv2 device on `config`'s address; fails with a message naming what is wrong.
+    pub fn new(config: LinkConfig, seed: u64) -> io::Result<RoceDev> {
+        let nd = netdev(&config.netdev)?;
+        let local = SocketAddr::new(config.addr, config.udp_port);
+        let link = UdpLink::bind(local).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "{}: cannot use {local} ({e}); is the address on {} and the port free?",
+                    config.name, config.netdev
+                ),
+            )
+        })?;
+        let guid = eui64(nd.mac);
+        let mut hc = HcaConfig::with_seed(seed);
+        hc.device.node_guid = guid;
+        hc.device.sys_image_guid = guid;
+        let mut link_local = [0u8; 16];
+        link_local[0] = 0xfe;
+        link_local[1] = 0x80;
+        link_local[8..].copy_from_slice(&guid.0.to_be_bytes());
+        hc.ports = vec![PortAttr {
+            max_mtu: Mtu::Mtu4096,
+            active_mtu: ib_mtu_for(nd.mtu),
+            lid: Lid(0),
+            gids: vec![Gid(link_local), roce::gid_of(config.addr)],
+            pkeys: vec![softib_wire::PKey::DEFAULT],
+            active: nd.up,
+        }];
+        Ok(RoceDev {
+            hca: Hca::new(hc, ShmMemory::new()),
+            link,
+            ready: true,
+            up: nd.up,
+            next_check: StdInstant::now() + OPERSTATE_EVERY,
+            rx_bad: 0,
+            tx_dropped: 0,
+            config,
+        })
+    }
+
+    fn local(&self) -> SocketAddr {
+        self.link.local_addr()
+    }
+
+    fn receive(&mut self, std_now: StdInstant, now: Instant, buf: &mut [u8]) -> io::Result<bool> {
+        if std_now >= self.next_check {
+            self.next_check = std_now + OPERSTATE_EVERY;
+            // The port follows the interface, as rxe's does (netdev events).
+            let up = netdev(&self.config.netdev).is_ok_and(|n| n.up);
+            if up != self.up {
+                self.up = up;
+                let _ = self.hca.set_port_active(1, up);
+            }
+        }
+        let mut busy = false;
+        if self.ready {
+            self.ready = false;
+            for i in 0..256 {
+                let Some((n, from)) = self.link.try_recv(buf)? else {
+                    break;
+                };
+                let local = self.local();
+                match roce::open(from, local, &buf[..n]) {
+                    Ok(body) => {
+                        let meta = RxMeta {
+                            grh: roce::grh_area(from, local, n),
+                            ..RxMeta::default()
+                        };
+                        self.hca.handle_packet(now, 1, &meta, body);
+                        busy = true;
+                    }
+                    Err(_) => self.rx_bad += 1,
+                }
+                if i == 255 {
+                    self.ready = true;
+                    busy = true;
+                }
+            }
+        }
+        self.hca.handle_timeout(now);
+        Ok(busy)
+    }
+
+    fn transmit(&mut self, now: Instant, buf: &mut [u8]) -> io::Result<bool> {
+        let mut sent = 0;
+        while let Some(t) = self.hca.poll_transmit(now, buf) {
+            let Some(grh) = t.av.grh else {
+                // RoCE is routed by GID: an address vector without a GRH goes nowhere.
+                self.tx_dropped += 1;
+                continue;
+            };
+            let dst = SocketAddr::new(roce::ip_of(&grh.dgid), self.config.udp_port);
+            let local = self.local();
+            let Some(len) = roce::seal(local, dst, buf, t.len) else {
+                self.tx_dropped += 1;
+                continue;
+            };
+            match self.link.send_to(&buf[..len], dst) {
+                Ok(()) => {}
+                // A full buffer or an unreachable peer loses the packet, as a wire would.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::ConnectionRefused
+                            | io::ErrorKind::NetworkUnreachable
+                    ) =>
+                {
+                    self.tx_dropped += 1
+                }
+                Err(e) => return Err(e),
+            }
+            sent += 1;
+            if sent >= 1024 {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    fn info(&self) -> DeviceInfo {
+        let attr = self.hca.port(1);
+        let guid = self.hca.device().node_guid;
+        DeviceInfo {
+            name: self.config.name.clone(),
+            ca_type: String::new(),
+            description: format!("{} {}", self.config.name, self.config.netdev),
+            fw_ver: String::new(),
+            hw_ver: 0,
+            node_guid: guid,
+            sys_image_guid: guid,
+            vendor_id: 0xff_ffff,
+            vendor_part_id: 0,
+            attr: self.hca.device().clone(),
+            ports: vec![PortInfo {
+                number: 1,
+                state: if self.up { 4 } else { 1 },
+                phys_state: if self.up { 5 } else { 3 },
+                rate: 10,
+                width: 1,
+                speed: 8,
+                lid: Lid(0),
+                lmc: 0,
+                sm_lid: Lid(0),
+                capability_mask: 0x0001_0000,
+                port_guid: guid,
+                link_layer_ib: false,
+                max_mtu: attr.map_or(Mtu::Mtu4096, |a| a.max_mtu),
+                active_mtu: attr.map_or(Mtu::Mtu1024, |a| a.active_mtu),
+                gids: attr.map_or_else(Vec::new, |a| a.gids.clone()),
+            }],
+            drops: drops(&self.hca),
+        }
+    }
+}
