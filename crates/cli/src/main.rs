@@ -3,6 +3,7 @@
 //! This crate only parses arguments, calls the libraries and formats output; it holds no
 //! protocol logic of its own (that lives in `softib-wire` and the crates above it).
 
+mod daemon;
 mod demo;
 mod exit;
 mod fabric;
@@ -33,6 +34,13 @@ enum Command {
     },
     /// Run the deterministic fault simulator over many seeds.
     Sim(sim::SimArgs),
+    /// Run softibd, the HCA daemon of this host (RoCEv2 devices from `softib link add`).
+    Daemon(daemon::DaemonArgs),
+    /// Add, show or delete RoCEv2 devices (like `rdma link`).
+    Link {
+        #[command(subcommand)]
+        command: daemon::LinkCommand,
+    },
     /// Bring up, use and stop whole InfiniBand fabrics from a topology file.
     Fabric {
         #[command(subcommand)]
@@ -99,6 +107,8 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim::run(&args),
         Command::Fabric { command } => fabric::run(command),
         Command::Demo(args) => demo::run(&args),
+        Command::Daemon(args) => daemon::daemon(&args),
+        Command::Link { command } => daemon::link(command),
     };
     exit::finish(result)
 }

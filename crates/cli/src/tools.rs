@@ -31,7 +31,12 @@ pub fn state_name(state: u8) -> &'static str {
 pub fn device_view(d: &DeviceInfo) -> DeviceView {
     let a = &d.attr;
     let mut attrs = softib_diag::device::DeviceAttrs {
-        fw_ver: d.fw_ver.clone(),
+        // libibverbs shows 0.0.0 where the driver reports no firmware (rxe).
+        fw_ver: if d.fw_ver.is_empty() {
+            "0.0.0".into()
+        } else {
+            d.fw_ver.clone()
+        },
         vendor_id: d.vendor_id,
         vendor_part_id: d.vendor_part_id,
         hw_ver: d.hw_ver,
@@ -53,12 +58,19 @@ pub fn device_view(d: &DeviceInfo) -> DeviceView {
     attrs.max_srq_wr = i32::try_from(a.max_srq_wr).unwrap_or(i32::MAX);
     attrs.max_pkeys = 64;
     attrs.max_ah = i32::MAX;
+    // The engine executes atomics itself, atomically with respect to the whole HCA.
+    attrs.atomic_cap = 1;
     DeviceView {
         name: d.name.clone(),
         node_type: NodeType::Ca,
         ca_type: d.ca_type.clone(),
         fw_ver: d.fw_ver.clone(),
-        hw_rev: format!("{:x}", d.hw_ver),
+        // sysfs hw_rev is empty for rxe (no hardware) and the revision in hex otherwise.
+        hw_rev: if d.ca_type.is_empty() {
+            String::new()
+        } else {
+            format!("{:x}", d.hw_ver)
+        },
         node_guid: d.node_guid,
         sys_image_guid: d.sys_image_guid,
         attrs,

@@ -75,13 +75,6 @@ impl Device {
         }
     }
 
-    pub fn hca(&self) -> &Hca<ShmMemory> {
-        match self {
-            Device::Ib(d) => d.ca.hca(),
-            Device::Roce(d) => &d.hca,
-        }
-    }
-
     pub fn hca_mut(&mut self) -> &mut Hca<ShmMemory> {
         match self {
             Device::Ib(d) => d.ca.hca_mut(),
@@ -96,16 +89,14 @@ impl Device {
         }
     }
 
-    pub fn ib_ref(&self) -> Option<&IbDev> {
-        match self {
-            Device::Ib(d) => Some(d),
-            Device::Roce(_) => None,
-        }
-    }
-
     /// Receives and handles what its sockets have (only those reported ready), runs the link
     /// state machines. Returns whether more may be waiting.
-    pub fn receive(&mut self, std_now: StdInstant, now: Instant, buf: &mut [u8]) -> io::Result<bool> {
+    pub fn receive(
+        &mut self,
+        std_now: StdInstant,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> io::Result<bool> {
         match self {
             Device::Ib(d) => d.receive(std_now, now, buf),
             Device::Roce(d) => d.receive(std_now, now, buf),
@@ -133,7 +124,11 @@ impl Device {
         match self {
             Device::Ib(d) => (
                 d.ca.poll_timeout(),
-                d.cables.iter().flatten().filter_map(Cable::next_deadline).min(),
+                d.cables
+                    .iter()
+                    .flatten()
+                    .filter_map(Cable::next_deadline)
+                    .min(),
             ),
             Device::Roce(d) => (d.hca.poll_timeout(), Some(d.next_check)),
         }
@@ -363,7 +358,16 @@ pub fn netdev(name: &str) -> io::Result<Netdev> {
 
 /// The EUI-64 from a MAC (the universal/local bit flipped), as rxe makes its GUID.
 pub fn eui64(mac: [u8; 6]) -> Guid {
-    let b = [mac[0] ^ 0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]];
+    let b = [
+        mac[0] ^ 0x02,
+        mac[1],
+        mac[2],
+        0xff,
+        0xfe,
+        mac[3],
+        mac[4],
+        mac[5],
+    ];
     Guid(u64::from_be_bytes(b))
 }
 
@@ -394,7 +398,18 @@ impl RoceDev {
                 ),
             )
         })?;
-        let guid = eui64(nd.mac);
+        // rxe takes its GUID from the MAC; interfaces without one (lo) get the address mixed
+        // in, so that two devices on one interface still differ.
+        let guid = if nd.mac == [0; 6] {
+            let ip = match config.addr {
+                IpAddr::V4(a) => a.octets().to_vec(),
+                IpAddr::V6(a) => a.octets().to_vec(),
+            };
+            let n = ip.len();
+            eui64([0, 0, 0, ip[n - 3], ip[n - 2], ip[n - 1]])
+        } else {
+            eui64(nd.mac)
+        };
         let mut hc = HcaConfig::with_seed(seed);
         hc.device.node_guid = guid;
         hc.device.sys_image_guid = guid;
@@ -444,6 +459,9 @@ impl RoceDev {
                     break;
                 };
                 let local = self.local();
+                if std::env::var_os("SOFTIB_DEBUG").is_some() {
+                    eprintln!("{}: {n} bytes from {from}", self.config.name);
+                }
                 match roce::open(from, local, &buf[..n]) {
                     Ok(body) => {
                         let meta = RxMeta {
@@ -453,7 +471,15 @@ impl RoceDev {
                         self.hca.handle_packet(now, 1, &meta, body);
                         busy = true;
                     }
-                    Err(_) => self.rx_bad += 1,
+                    Err(e) => {
+                        self.rx_bad += 1;
+                        if std::env::var_os("SOFTIB_DEBUG").is_some() {
+                            eprintln!(
+                                "{}: dropped a datagram from {from}: {e:?}",
+                                self.config.name
+                            );
+                        }
+                    }
                 }
                 if i == 255 {
                     self.ready = true;
@@ -471,6 +497,12 @@ impl RoceDev {
             let Some(grh) = t.av.grh else {
                 // RoCE is routed by GID: an address vector without a GRH goes nowhere.
                 self.tx_dropped += 1;
+                if std::env::var_os("SOFTIB_DEBUG").is_some() {
+                    eprintln!(
+                        "{}: a packet without a GRH cannot be routed",
+                        self.config.name
+                    );
+                }
                 continue;
             };
             let dst = SocketAddr::new(roce::ip_of(&grh.dgid), self.config.udp_port);
@@ -479,6 +511,9 @@ impl RoceDev {
                 self.tx_dropped += 1;
                 continue;
             };
+            if std::env::var_os("SOFTIB_DEBUG").is_some() {
+                eprintln!("{}: {len} bytes to {dst}", self.config.name);
+            }
             match self.link.send_to(&buf[..len], dst) {
                 Ok(()) => {}
                 // A full buffer or an unreachable peer loses the packet, as a wire would.

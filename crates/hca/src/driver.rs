@@ -147,4 +147,3 @@ impl<M: Memory> Driver<M> {
         }
     }
 }
-

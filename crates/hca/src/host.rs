@@ -208,6 +208,33 @@ fn make_cables(
     Ok(cables)
 }
 
+/// Binds the control socket in `dir`, refusing when a live daemon serves it already and
+/// reusing the name when a dead one left it behind.
+fn bind_listener(dir: &std::path::Path) -> io::Result<UnixListener> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| io::Error::new(e.kind(), format!("creating {}: {e}", dir.display())))?;
+    let sock = dir.join(SOCKET_NAME);
+    if sock.exists() {
+        if UnixStream::connect(&sock).is_ok() {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!(
+                    "a daemon already serves {} (stop it first, e.g. `softib fabric down`)",
+                    sock.display()
+                ),
+            ));
+        }
+        let _ = std::fs::remove_file(&sock);
+    }
+    let listener = UnixListener::bind(&sock)
+        .map_err(|e| io::Error::new(e.kind(), format!("binding {}: {e}", sock.display())))?;
+    // Only this user (and root) may talk to the HCA: its clients can reach registered memory.
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o700));
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
 /// Where `softib fabric up` puts the hosts of a topology: `dir/hosts/<node id>`.
 pub fn host_dir(dir: &std::path::Path, id: &str) -> PathBuf {
     dir.join("hosts").join(id)
@@ -299,6 +326,55 @@ impl Daemon {
         Daemon::build(hosts, switches)
     }
 
+    /// The daemon of a real host: no IB fabric, RoCE devices from `dir/links.json` (what
+    /// earlier `softib link add` commands configured). A device that cannot come back (its
+    /// interface or address is gone) is reported and left out, not fatal.
+    pub fn single_host(
+        name: &str,
+        dir: &std::path::Path,
+        seed: u64,
+    ) -> io::Result<(Daemon, Vec<String>)> {
+        let mut d = Daemon::build(Vec::new(), Vec::new())?;
+        let listener = bind_listener(dir)?;
+        let links_file = dir.join("links.json");
+        let mut warnings = Vec::new();
+        let mut devs = Vec::new();
+        if let Ok(text) = std::fs::read_to_string(&links_file) {
+            match serde_json::from_str::<Vec<crate::device::LinkConfig>>(&text) {
+                Ok(links) => {
+                    for (i, l) in links.into_iter().enumerate() {
+                        let name = l.name.clone();
+                        match crate::device::RoceDev::new(l, seed ^ i as u64) {
+                            Ok(r) => devs.push(Device::Roce(Box::new(r))),
+                            Err(e) => warnings.push(format!("link {name} not restored: {e}")),
+                        }
+                    }
+                }
+                Err(e) => warnings.push(format!(
+                    "{} is not readable ({e}); starting without links",
+                    links_file.display()
+                )),
+            }
+        }
+        d.hosts.push(HostRt {
+            name: name.to_string(),
+            dir: dir.to_path_buf(),
+            devs,
+            listener,
+            clients: BTreeMap::new(),
+            next_client: 1,
+            next_region: 1,
+            next_buffer: 1,
+            unclaimed_mads: 0,
+            tid_owner: BTreeMap::new(),
+            links_file: Some(links_file),
+            seed,
+            listener_ready: true,
+            ready_clients: BTreeSet::new(),
+        });
+        Ok((d, warnings))
+    }
+
     fn build(
         hosts: Vec<(HostSpec, BoundLinks)>,
         switches: Vec<(SwitchSpec, BoundLinks)>,
@@ -309,24 +385,7 @@ impl Daemon {
             std::fs::create_dir_all(&h.dir).map_err(|e| {
                 io::Error::new(e.kind(), format!("creating {}: {e}", h.dir.display()))
             })?;
-            let sock = h.dir.join(SOCKET_NAME);
-            if sock.exists() {
-                if UnixStream::connect(&sock).is_ok() {
-                    return Err(io::Error::new(
-                        io::ErrorKind::AddrInUse,
-                        format!(
-                            "a daemon already serves {} (stop it first, e.g. `softib fabric down`)",
-                            sock.display()
-                        ),
-                    ));
-                }
-                // A socket left behind by a daemon that died: nobody listens, reuse the name.
-                let _ = std::fs::remove_file(&sock);
-            }
-            let listener = UnixListener::bind(&sock).map_err(|e| {
-                io::Error::new(e.kind(), format!("binding {}: {e}", sock.display()))
-            })?;
-            listener.set_nonblocking(true)?;
+            let listener = bind_listener(&h.dir)?;
             let num_ports = h.identity.num_ports;
             let cables = make_cables(links, num_ports, now)?;
             let ib = IbDev {
@@ -730,6 +789,27 @@ impl HostRt {
         }
         self.tid_owner.retain(|_, owner| *owner != id);
         tracing_free_log(&self.name, c.pid, &c.program);
+    }
+
+    /// Persists the RoCE devices, so a restarted daemon brings them back.
+    fn save_links(&self) {
+        let Some(path) = &self.links_file else {
+            return;
+        };
+        let links: Vec<&crate::device::LinkConfig> = self
+            .devs
+            .iter()
+            .filter_map(|d| match d {
+                Device::Roce(r) => Some(&r.config),
+                Device::Ib(_) => None,
+            })
+            .collect();
+        let text = serde_json::to_string_pretty(&links).unwrap_or_default();
+        let tmp = path.with_extension("tmp");
+        // Write then rename: a crash never leaves a half-written configuration.
+        if std::fs::write(&tmp, text).is_ok() {
+            let _ = std::fs::rename(&tmp, path);
+        }
     }
 
     fn set_sm(&mut self, dev: u32, port: u8, info: Option<SmInfo>) {
@@ -1190,6 +1270,84 @@ impl HostRt {
                     )
                 }
             }
+            Request::LinkAdd(config) => {
+                if self.devs.iter().any(|d| d.name() == config.name) {
+                    return Some(err(
+                        ErrorKind::Busy,
+                        format!("a device named {} exists already", config.name),
+                    ));
+                }
+                if config.name.is_empty()
+                    || config.name.len() > 63
+                    || !config
+                        .name
+                        .chars()
+                        .all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-')
+                {
+                    return Some(err(
+                        ErrorKind::Invalid,
+                        format!(
+                            "device name {:?}: use 1 to 63 letters, digits, '_' or '-'",
+                            config.name
+                        ),
+                    ));
+                }
+                let seed = self.seed ^ (self.devs.len() as u64).wrapping_mul(0x9e37_79b9);
+                match crate::device::RoceDev::new(config, seed) {
+                    Ok(d) => {
+                        self.devs.push(Device::Roce(Box::new(d)));
+                        self.save_links();
+                        Response::Ok
+                    }
+                    Err(e) => err(ErrorKind::Invalid, e.to_string()),
+                }
+            }
+            Request::LinkDel { name } => {
+                let Some(at) = self.devs.iter().position(|d| d.name() == name) else {
+                    return Some(err(ErrorKind::NotFound, format!("no device {name}")));
+                };
+                if !matches!(self.devs[at], Device::Roce(_)) {
+                    return Some(err(
+                        ErrorKind::Invalid,
+                        format!(
+                            "{name} is an IB HCA of the fabric; only RoCE links can be deleted"
+                        ),
+                    ));
+                }
+                if at + 1 != self.devs.len() {
+                    // Device indexes are how clients name devices: only the last may go while
+                    // the daemon runs (the others are gone after a restart).
+                    return Some(err(
+                        ErrorKind::Busy,
+                        format!(
+                            "{name} is not the last device; delete the devices added after it                              first, or restart the daemon after `link del`"
+                        ),
+                    ));
+                }
+                let users = self.clients.values().any(|c| {
+                    let d = at as u32;
+                    c.owned.pds.iter().any(|(x, _)| *x == d)
+                        || c.owned.qps.iter().any(|(x, _)| *x == d)
+                });
+                if users {
+                    return Some(err(
+                        ErrorKind::Busy,
+                        format!("{name} is in use by a client (its PDs or QPs exist)"),
+                    ));
+                }
+                self.devs.remove(at);
+                self.save_links();
+                Response::Ok
+            }
+            Request::LinkShow => Response::Links(
+                self.devs
+                    .iter()
+                    .filter_map(|d| match d {
+                        Device::Roce(r) => Some((r.config.clone(), r.up)),
+                        Device::Ib(_) => None,
+                    })
+                    .collect(),
+            ),
             Request::SetSm { dev, port, sm_info } => {
                 if !c.agents.iter().any(|&(d, p, s)| d == dev && p == port && s) {
                     return Some(err(

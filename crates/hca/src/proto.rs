@@ -228,6 +228,15 @@ pub enum Request {
         /// Plugged in or pulled.
         enabled: bool,
     },
+    /// `softib link add`: a RoCEv2 device on an interface and address.
+    LinkAdd(crate::device::LinkConfig),
+    /// `softib link del`.
+    LinkDel {
+        /// The device name.
+        name: String,
+    },
+    /// `softib link show`: the RoCE devices with their configuration.
+    LinkShow,
     /// The local SM announces itself on a port: PortInfo.CapabilityMask.IsSM and the SMInfo
     /// the port's SMA answers with (64 bytes), or withdraws (`sm_info` = `None`).
     SetSm {
@@ -386,6 +395,8 @@ pub enum Response {
     Completions(Vec<WorkCompletion>),
     /// MADs.
     Mads(Vec<Mad>),
+    /// The RoCE devices: configuration and whether the port is up.
+    Links(Vec<(crate::device::LinkConfig, bool)>),
 }
 
 /// Encodes a message into a frame.

@@ -148,6 +148,36 @@ pub fn udp_source_port(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
     (((fl & 0x3FFF) ^ ((fl & 0xF_C000) >> 14)) as u16) | 0xC000
 }
 
+/// The 40 bytes a UD receive buffer starts with on RoCEv2 (what rxe writes): for IPv4, 20 zero
+/// bytes and the IPv4 header; for IPv6, the IPv6 header.
+pub fn grh_area(from: SocketAddr, to: SocketAddr, udp_payload_len: usize) -> Option<[u8; 40]> {
+    use softib_wire::ip::{Ipv4Repr, Ipv6Repr, PROTOCOL_UDP};
+    let mut area = [0u8; 40];
+    match (from, to) {
+        (SocketAddr::V4(s), SocketAddr::V4(d)) => Ipv4Repr {
+            tos: 0,
+            ident: 0,
+            dont_frag: true,
+            ttl: 64,
+            protocol: PROTOCOL_UDP,
+            src: s.ip().octets(),
+            dst: d.ip().octets(),
+        }
+        .emit(&mut area[20..], 8 + udp_payload_len),
+        (SocketAddr::V6(s), SocketAddr::V6(d)) => Ipv6Repr {
+            traffic_class: 0,
+            flow_label: 0,
+            next_header: PROTOCOL_UDP,
+            hop_limit: 64,
+            src: s.ip().octets(),
+            dst: d.ip().octets(),
+        }
+        .emit(&mut area, 8 + udp_payload_len),
+        _ => return None,
+    }
+    Some(area)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,34 +232,4 @@ mod tests {
         let ip6: IpAddr = "fe80::1".parse().unwrap();
         assert_eq!(ip_of(&gid_of(ip6)), ip6);
     }
-}
-
-/// The 40 bytes a UD receive buffer starts with on RoCEv2 (what rxe writes): for IPv4, 20 zero
-/// bytes and the IPv4 header; for IPv6, the IPv6 header.
-pub fn grh_area(from: SocketAddr, to: SocketAddr, udp_payload_len: usize) -> Option<[u8; 40]> {
-    use softib_wire::ip::{Ipv4Repr, Ipv6Repr, PROTOCOL_UDP};
-    let mut area = [0u8; 40];
-    match (from, to) {
-        (SocketAddr::V4(s), SocketAddr::V4(d)) => Ipv4Repr {
-            tos: 0,
-            ident: 0,
-            dont_frag: true,
-            ttl: 64,
-            protocol: PROTOCOL_UDP,
-            src: s.ip().octets(),
-            dst: d.ip().octets(),
-        }
-        .emit(&mut area[20..], 8 + udp_payload_len),
-        (SocketAddr::V6(s), SocketAddr::V6(d)) => Ipv6Repr {
-            traffic_class: 0,
-            flow_label: 0,
-            next_header: PROTOCOL_UDP,
-            hop_limit: 64,
-            src: s.ip().octets(),
-            dst: d.ip().octets(),
-        }
-        .emit(&mut area, 8 + udp_payload_len),
-        _ => return None,
-    }
-    Some(area)
 }

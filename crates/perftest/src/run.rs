@@ -75,7 +75,9 @@ pub fn main(test: Test, mode: Mode, argv: &[String]) -> u8 {
 /// The local half of the benchmark: device, memory, queues.
 struct Local {
     ctx: Context,
-    dev: DeviceInfo,
+    /// The device's index on this host (what every verb names it by).
+    dev: u32,
+    info: DeviceInfo,
     port: PortInfo,
     pd: PdHandle,
     cq: CqHandle,
@@ -149,25 +151,20 @@ fn run(mut args: PerftestArgs) -> Result<()> {
     }
     let mut ctx = Context::open()?;
     let devs = ctx.devices()?;
-    let dev = match &args.ib_dev {
-        Some(name) => devs
-            .iter()
-            .find(|d| &d.name == name)
-            .cloned()
-            .ok_or_else(|| {
-                RunError(format!(
-                    " IB device {name} not found (this host has: {})",
-                    devs.iter()
-                        .map(|d| d.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ))
-            })?,
-        None => devs
-            .first()
-            .cloned()
-            .ok_or_else(|| RunError(" No IB devices found".into()))?,
+    let dev_index = match &args.ib_dev {
+        Some(name) => devs.iter().position(|d| &d.name == name).ok_or_else(|| {
+            RunError(format!(
+                " IB device {name} not found (this host has: {})",
+                devs.iter()
+                    .map(|d| d.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?,
+        None if devs.is_empty() => return fail(" No IB devices found"),
+        None => 0,
     };
+    let dev = devs[dev_index].clone();
     let port = dev
         .ports
         .iter()
@@ -183,6 +180,20 @@ fn run(mut args: PerftestArgs) -> Result<()> {
         })?;
     if port.state != 4 {
         return fail(port_not_active(&dev, &port));
+    }
+    if !port.link_layer_ib && args.gid_index.is_none() {
+        // RoCE needs a GID. Upstream takes index 0, rxe's IPv6 link-local GID, which the
+        // kernel routes by interface; softib sends from the device's own address, so it takes
+        // the GID of that address (the IPv4-mapped one on an IPv4 device).
+        let pick = port
+            .gids
+            .iter()
+            .position(|g| g.0[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff])
+            .unwrap_or(0);
+        println!(
+            " (softib) RoCE: using GID index {pick}, the device's address (-x chooses another)"
+        );
+        args.gid_index = Some(pick as u8);
     }
     let local_mtu = args
         .mtu
@@ -230,7 +241,7 @@ fn run(mut args: PerftestArgs) -> Result<()> {
 
     let sizes = args.sizes(mtu);
     let max_size = sizes.iter().copied().max().unwrap_or(args.size).max(8);
-    let mut l = Local::new(ctx, dev, port, &args, max_size, inline)?;
+    let mut l = Local::new(ctx, dev_index as u32, dev, port, &args, max_size, inline)?;
 
     // Key exchange, once per QP.
     let mut psn_seed = std::process::id().wrapping_mul(2_654_435_761);
@@ -257,9 +268,13 @@ fn run(mut args: PerftestArgs) -> Result<()> {
     let banner = BannerInfo::new(
         BannerStyle::V6,
         &args,
-        &l.dev.name,
+        &l.info.name,
         mtu,
-        LinkLayer::Ib,
+        if l.port.link_layer_ib {
+            LinkLayer::Ib
+        } else {
+            LinkLayer::Ethernet
+        },
         inline,
         out_reads,
     );
@@ -323,7 +338,8 @@ fn run(mut args: PerftestArgs) -> Result<()> {
 impl Local {
     fn new(
         mut ctx: Context,
-        dev: DeviceInfo,
+        dev_index: u32,
+        dev_info: DeviceInfo,
         port: PortInfo,
         args: &PerftestArgs,
         max_size: u64,
@@ -333,15 +349,16 @@ impl Local {
         // reads from (UD receives land here too, after their 40-byte GRH area).
         let area = (max_size + GRH_AREA).div_ceil(64) * 64;
         let len = usize::try_from(area * 2)?;
+        let dev = dev_index;
         let buf = ctx.alloc_buffer(len)?;
-        let pd = ctx.alloc_pd(0)?;
+        let pd = ctx.alloc_pd(dev)?;
         let access = AccessFlags::LOCAL_WRITE
             .with(AccessFlags::REMOTE_WRITE)
             .with(AccessFlags::REMOTE_READ)
             .with(AccessFlags::REMOTE_ATOMIC);
-        let mr = ctx.reg_mr(0, pd, &buf, 0, len, access)?;
+        let mr = ctx.reg_mr(dev, pd, &buf, 0, len, access)?;
         let depth = (args.tx_depth + args.rx_depth) * args.num_qps.max(1);
-        let cq = ctx.create_cq(0, depth.max(16))?;
+        let cq = ctx.create_cq(dev, depth.max(16))?;
         let qp_type = match args.connection {
             Connection::Rc => QpType::Rc,
             Connection::Uc => QpType::Uc,
@@ -350,7 +367,7 @@ impl Local {
         let mut qps = Vec::new();
         for _ in 0..args.num_qps.max(1) {
             let qpn = ctx.create_qp(
-                0,
+                dev,
                 QpInitAttr {
                     qp_type,
                     pd,
@@ -385,12 +402,13 @@ impl Local {
                     .with(AccessFlags::REMOTE_ATOMIC);
                 mask = mask.with(AttrMask::ACCESS_FLAGS);
             }
-            ctx.modify_qp(0, qpn, &a, mask)?;
+            ctx.modify_qp(dev, qpn, &a, mask)?;
             qps.push(qpn);
         }
         Ok(Local {
             ctx,
-            dev,
+            dev: dev_index,
+            info: dev_info,
             port,
             pd,
             cq,
@@ -440,15 +458,15 @@ impl Local {
                     qp_state: QpState::Rtr,
                     ..QpAttr::default()
                 };
-                self.ctx.modify_qp(0, qpn, &rtr, AttrMask::STATE)?;
+                self.ctx.modify_qp(self.dev, qpn, &rtr, AttrMask::STATE)?;
                 let rts = QpAttr {
                     qp_state: QpState::Rts,
                     sq_psn: Psn::new(m.psn),
                     ..QpAttr::default()
                 };
                 self.ctx
-                    .modify_qp(0, qpn, &rts, AttrMask::STATE.with(AttrMask::SQ_PSN))?;
-                let ah = self.ctx.create_ah(0, self.pd, self.av(args, r))?;
+                    .modify_qp(self.dev, qpn, &rts, AttrMask::STATE.with(AttrMask::SQ_PSN))?;
+                let ah = self.ctx.create_ah(self.dev, self.pd, self.av(args, r))?;
                 self.ahs.push(ah);
                 continue;
             }
@@ -474,7 +492,7 @@ impl Local {
                     .with(AttrMask::MAX_DEST_RD_ATOMIC)
                     .with(AttrMask::MIN_RNR_TIMER);
             }
-            self.ctx.modify_qp(0, qpn, &rtr, mask)?;
+            self.ctx.modify_qp(self.dev, qpn, &rtr, mask)?;
             let rts = QpAttr {
                 qp_state: QpState::Rts,
                 sq_psn: Psn::new(m.psn),
@@ -492,7 +510,7 @@ impl Local {
                     .with(AttrMask::RNR_RETRY)
                     .with(AttrMask::MAX_QP_RD_ATOMIC);
             }
-            self.ctx.modify_qp(0, qpn, &rts, mask)?;
+            self.ctx.modify_qp(self.dev, qpn, &rts, mask)?;
         }
         Ok(())
     }
@@ -564,7 +582,7 @@ impl Local {
     /// Polls completions, failing on an error completion with upstream's message and what
     /// the status means.
     fn poll(&mut self, wait: Duration, side: &str) -> Result<Vec<WorkCompletion>> {
-        let wcs = self.ctx.poll_cq(0, self.cq, 256, wait)?;
+        let wcs = self.ctx.poll_cq(self.dev, self.cq, 256, wait)?;
         if let Some(bad) = wcs.iter().find(|w| w.status != WcStatus::Success) {
             return fail(format!(
                 " Completion with error at {side}:\n Failed status {}: wr_id {} syndrom 0x{:x}\n \
@@ -587,7 +605,7 @@ impl Local {
         );
         match self.ctx.devices() {
             Ok(devs) => {
-                if let Some(d) = devs.iter().find(|d| d.name == self.dev.name) {
+                if let Some(d) = devs.iter().find(|d| d.name == self.info.name) {
                     if let Some(p) = d.ports.iter().find(|p| p.number == self.port.number) {
                         if p.state != 4 {
                             msg.push('\n');
@@ -658,7 +676,7 @@ impl Local {
                 let wrs = (0..rx_depth)
                     .map(|i| self.recv_wr((q as u64) << 48 | i, size, ud))
                     .collect();
-                self.ctx.post_recv(0, qpn, wrs)?;
+                self.ctx.post_recv(self.dev, qpn, wrs)?;
             }
         }
         ex.hand_shake(mine)?;
@@ -738,7 +756,7 @@ impl Local {
                             )
                         })
                         .collect();
-                    self.ctx.post_send(0, self.qps[q], wrs)?;
+                    self.ctx.post_send(self.dev, self.qps[q], wrs)?;
                     scnt[q] += n;
                     totscnt += n as usize;
                 }
@@ -785,7 +803,7 @@ impl Local {
                     let wrs = (0..n)
                         .map(|i| self.recv_wr((q as u64) << 48 | (rposted[q] + i), size, ud))
                         .collect();
-                    self.ctx.post_recv(0, self.qps[q], wrs)?;
+                    self.ctx.post_recv(self.dev, self.qps[q], wrs)?;
                     rposted[q] += n;
                 }
             }
@@ -849,32 +867,32 @@ impl Local {
                 for i in 0..iters {
                     tposted.push(origin.elapsed().as_nanos() as u64);
                     let wr = self.work_request(args, size, 0, &r, i, true);
-                    self.ctx.post_send(0, qpn, vec![wr])?;
+                    self.ctx.post_send(self.dev, qpn, vec![wr])?;
                     self.wait_one(false, i, iters, "waiting for a read or atomic response")?;
                 }
                 ex.hand_shake(mine)?;
             }
             Test::Send => {
                 self.ctx
-                    .post_recv(0, qpn, vec![self.recv_wr(0, size, ud)])?;
+                    .post_recv(self.dev, qpn, vec![self.recv_wr(0, size, ud)])?;
                 ex.hand_shake(mine)?;
                 for i in 0..iters {
                     if server {
                         self.wait_one(true, i, iters, "waiting for the client's message")?;
                         self.ctx
-                            .post_recv(0, qpn, vec![self.recv_wr(i + 1, size, ud)])?;
+                            .post_recv(self.dev, qpn, vec![self.recv_wr(i + 1, size, ud)])?;
                         tposted.push(origin.elapsed().as_nanos() as u64);
                         let wr = self.work_request(args, size, 0, &r, i, true);
-                        self.ctx.post_send(0, qpn, vec![wr])?;
+                        self.ctx.post_send(self.dev, qpn, vec![wr])?;
                         self.wait_one(false, i, iters, "waiting for a send completion")?;
                     } else {
                         tposted.push(origin.elapsed().as_nanos() as u64);
                         let wr = self.work_request(args, size, 0, &r, i, true);
-                        self.ctx.post_send(0, qpn, vec![wr])?;
+                        self.ctx.post_send(self.dev, qpn, vec![wr])?;
                         self.wait_one(false, i, iters, "waiting for a send completion")?;
                         self.wait_one(true, i, iters, "waiting for the server's reply")?;
                         self.ctx
-                            .post_recv(0, qpn, vec![self.recv_wr(i + 1, size, ud)])?;
+                            .post_recv(self.dev, qpn, vec![self.recv_wr(i + 1, size, ud)])?;
                     }
                 }
                 ex.hand_shake(mine)?;
@@ -893,7 +911,7 @@ impl Local {
                     tposted.push(origin.elapsed().as_nanos() as u64);
                     self.buf.write(send_last, &[mark]);
                     let wr = self.work_request(args, size, 0, &r, i, true);
-                    self.ctx.post_send(0, qpn, vec![wr])?;
+                    self.ctx.post_send(self.dev, qpn, vec![wr])?;
                     if !server {
                         self.wait_byte(last_at, mark, i, iters)?;
                     }

@@ -22,6 +22,7 @@ pub use softib_engine::verbs::{
 pub use softib_engine::{
     AddressVector, AhHandle, AttrMask, CqHandle, GlobalRoute, PdHandle, QpAttr, QpCap, QpInitAttr,
 };
+pub use softib_hca::device::LinkConfig;
 pub use softib_hca::ib::MadQp;
 pub use softib_hca::proto::{DeviceInfo, ErrorKind, Mad, PortInfo};
 pub use softib_wire::{Gid, Guid, Lid, Mtu, Psn, QKey, Qpn, RKey};
@@ -428,6 +429,26 @@ impl Context {
         match self.call(&Request::RecvMads { max, wait_us })? {
             Response::Mads(v) => Ok(v),
             _ => Err(Error::Unexpected("not MADs")),
+        }
+    }
+
+    /// `softib link add`: a RoCEv2 device on an interface and address.
+    pub fn link_add(&mut self, config: LinkConfig) -> Result<()> {
+        self.ok(&Request::LinkAdd(config))
+    }
+
+    /// `softib link del`.
+    pub fn link_del(&mut self, name: &str) -> Result<()> {
+        self.ok(&Request::LinkDel {
+            name: name.to_string(),
+        })
+    }
+
+    /// The RoCE devices and whether each port is up.
+    pub fn links(&mut self) -> Result<Vec<(LinkConfig, bool)>> {
+        match self.call(&Request::LinkShow)? {
+            Response::Links(v) => Ok(v),
+            _ => Err(Error::Unexpected("not a link list")),
         }
     }
 

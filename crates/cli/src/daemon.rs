@@ -1,0 +1,211 @@
+//! `softib daemon` (softibd, the HCA of this host) and `softib link add|show|del` (RoCEv2
+//! devices, as `rdma link` manages rxe).
+
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _, Result};
+use clap::{Args, Subcommand};
+use softib::LinkConfig;
+use softib_hca::host::{Daemon, SOCKET_NAME};
+
+use crate::exit;
+
+/// `softib daemon`.
+#[derive(Debug, Args)]
+pub struct DaemonArgs {
+    /// Run in the background (logs to DIR/softibd.log).
+    #[arg(long)]
+    detach: bool,
+    /// Write the daemon's process id here [default with --detach: DIR/softibd.pid].
+    #[arg(long, value_name = "FILE")]
+    pidfile: Option<PathBuf>,
+}
+
+/// `softib link ...`.
+#[derive(Debug, Subcommand)]
+pub enum LinkCommand {
+    /// Add a RoCEv2 device: `softib link add rxe0 type rxe netdev eth0 [--addr IP]`.
+    Add(LinkAddArgs),
+    /// List the RoCE devices.
+    Show {
+        /// JSON, like `rdma -j link show`.
+        #[arg(long, short = 'j')]
+        json: bool,
+    },
+    /// Remove a RoCE device.
+    Del {
+        /// Its name.
+        name: String,
+    },
+}
+
+/// `softib link add NAME type rxe netdev IFACE [--addr IP] [--udp-port N]`.
+#[derive(Debug, Args)]
+pub struct LinkAddArgs {
+    /// The device name (rxe0).
+    name: String,
+    /// `type rxe netdev IFACE`, as `rdma link add` takes it.
+    #[arg(num_args = 4, value_names = ["type", "TYPE", "netdev", "IFACE"], required = true)]
+    words: Vec<String>,
+    /// The address to use [default: the interface's first IPv4 address].
+    #[arg(long, value_name = "IP")]
+    addr: Option<IpAddr>,
+    /// The UDP port [default: 4791, RoCEv2's].
+    #[arg(long, value_name = "N", default_value_t = 4791)]
+    udp_port: u16,
+}
+
+/// Runs softibd.
+pub fn daemon(a: &DaemonArgs) -> Result<u8> {
+    let dir = softib_hca::runtime_dir();
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    if a.detach {
+        let mut args = vec!["daemon".to_string()];
+        let pidfile = a.pidfile.clone().unwrap_or_else(|| dir.join("softibd.pid"));
+        args.extend(["--pidfile".into(), pidfile.display().to_string()]);
+        let child = crate::fabric::spawn_detached(&args, &dir.join("softibd.log"), &[])?;
+        let pid = child.id();
+        // Started means the control socket answers.
+        let t0 = Instant::now();
+        loop {
+            if softib::Context::open_at(&dir).is_ok() {
+                break;
+            }
+            if t0.elapsed() > Duration::from_secs(10) {
+                let log = std::fs::read_to_string(dir.join("softibd.log")).unwrap_or_default();
+                bail!("softibd (pid {pid}) did not start within 10 s:\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        println!(
+            "softibd running, pid {pid}, runtime directory {}",
+            dir.display()
+        );
+        return Ok(exit::OK);
+    }
+    let host = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64);
+    let (mut d, warnings) = Daemon::single_host(&host, &dir, seed)
+        .with_context(|| format!("starting softibd in {}", dir.display()))?;
+    for w in warnings {
+        eprintln!("softibd: {w}");
+    }
+    if let Some(p) = &a.pidfile {
+        std::fs::write(p, format!("{}\n", std::process::id()))
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    eprintln!(
+        "softibd: serving {} ({})",
+        dir.join(SOCKET_NAME).display(),
+        host
+    );
+    d.run(&stop)?;
+    if let Some(p) = &a.pidfile {
+        let _ = std::fs::remove_file(p);
+    }
+    eprintln!("softibd: stopped");
+    Ok(exit::OK)
+}
+
+/// The first IPv4 address of an interface (else its first IPv6 address).
+fn address_of(iface: &str) -> Result<IpAddr> {
+    let addrs = nix::ifaddrs::getifaddrs().context("listing interface addresses")?;
+    let mut v6 = None;
+    for a in addrs.filter(|a| a.interface_name == iface) {
+        let Some(sa) = a.address else { continue };
+        if let Some(v4) = sa.as_sockaddr_in() {
+            return Ok(IpAddr::V4(v4.ip()));
+        }
+        if let Some(s6) = sa.as_sockaddr_in6() {
+            v6.get_or_insert(IpAddr::V6(s6.ip()));
+        }
+    }
+    v6.ok_or_else(|| anyhow!("interface {iface} has no IP address (give one with --addr)"))
+}
+
+/// Runs `softib link ...`.
+pub fn link(cmd: LinkCommand) -> Result<u8> {
+    let mut ctx = softib::Context::open()?;
+    match cmd {
+        LinkCommand::Add(a) => {
+            if a.words[0] != "type" || a.words[2] != "netdev" {
+                bail!(
+                    "usage: softib link add NAME type rxe netdev IFACE [--addr IP] [--udp-port N]"
+                );
+            }
+            if a.words[1] != "rxe" {
+                bail!(
+                    "link type {} is not supported: softib adds RoCEv2 devices (type rxe)",
+                    a.words[1]
+                );
+            }
+            let netdev = a.words[3].clone();
+            softib_hca::device::netdev(&netdev)?;
+            let addr = match a.addr {
+                Some(ip) => ip,
+                None => address_of(&netdev)?,
+            };
+            ctx.link_add(LinkConfig {
+                name: a.name,
+                netdev,
+                addr,
+                udp_port: a.udp_port,
+            })?;
+            Ok(exit::OK)
+        }
+        LinkCommand::Del { name } => {
+            ctx.link_del(&name)?;
+            Ok(exit::OK)
+        }
+        LinkCommand::Show { json } => {
+            let links = ctx.links()?;
+            let mut out = std::io::stdout().lock();
+            if json {
+                let v: Vec<serde_json::Value> = links
+                    .iter()
+                    .map(|(c, up)| {
+                        serde_json::json!({
+                            "ifname": format!("{}/1", c.name),
+                            "ifindex": 0,
+                            "port": 1,
+                            "state": if *up { "ACTIVE" } else { "DOWN" },
+                            "physical_state": if *up { "LINK_UP" } else { "DISABLED" },
+                            "netdev": c.netdev,
+                            "addr": c.addr.to_string(),
+                            "udp_port": c.udp_port,
+                        })
+                    })
+                    .collect();
+                writeln!(out, "{}", serde_json::to_string(&v)?)?;
+            } else {
+                // `rdma link show`'s layout, with softib's address and port appended.
+                for (c, up) in links {
+                    writeln!(
+                        out,
+                        "link {}/1 state {} physical_state {} netdev {} addr {} udp_port {} ",
+                        c.name,
+                        if up { "ACTIVE" } else { "DOWN" },
+                        if up { "LINK_UP" } else { "DISABLED" },
+                        c.netdev,
+                        c.addr,
+                        c.udp_port
+                    )?;
+                }
+            }
+            Ok(exit::OK)
+        }
+    }
+}
