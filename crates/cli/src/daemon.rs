@@ -42,6 +42,74 @@ pub enum LinkCommand {
         /// Its name.
         name: String,
     },
+    /// Inject faults on a device's egress: `softib link set rxe0 fault loss 1% dup 0.5%`
+    /// (`DEV/PORT` for one port of an IB device; `fault none` clears).
+    Set {
+        /// DEV or DEV/PORT.
+        dev: String,
+        /// `fault` and the faults: loss P, dup P, reorder P, corrupt P, delay D, seed N, none.
+        #[arg(num_args = 1.., required = true, allow_hyphen_values = true)]
+        words: Vec<String>,
+    },
+    /// Show the faults of a device's ports and what they did.
+    Faults {
+        /// The device.
+        dev: String,
+    },
+}
+
+/// `softib capture DEV [-w FILE] [-c COUNT] [--duration SEC]`.
+#[derive(Debug, Args)]
+pub struct CaptureArgs {
+    /// The device (`mlx4_0`, `rxe0`).
+    dev: String,
+    /// The pcap file [default: DEV.pcap].
+    #[arg(short = 'w', value_name = "FILE")]
+    file: Option<PathBuf>,
+    /// Stop after this many packets.
+    #[arg(short = 'c', value_name = "COUNT")]
+    count: Option<u64>,
+    /// Stop after this many seconds [default: until Ctrl-C].
+    #[arg(long, value_name = "SEC")]
+    duration: Option<f64>,
+}
+
+/// Runs `softib capture`.
+pub fn capture(a: &CaptureArgs) -> Result<u8> {
+    let mut ctx = softib::Context::open()?;
+    let dev = ctx.device_index(&a.dev)?;
+    let file = a
+        .file
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("{}.pcap", a.dev)));
+    let file = if file.is_absolute() {
+        file
+    } else {
+        std::env::current_dir()?.join(file)
+    };
+    ctx.capture(dev, Some(&file))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    eprintln!("softib capture: {} -> {}", a.dev, file.display());
+    let t0 = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(50));
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            break;
+        }
+        if a.duration.is_some_and(|d| t0.elapsed().as_secs_f64() >= d) {
+            break;
+        }
+        if let Some(c) = a.count {
+            if ctx.captured(dev)? >= c {
+                break;
+            }
+        }
+    }
+    let n = ctx.capture(dev, None)?;
+    eprintln!("{n} packets captured");
+    Ok(exit::OK)
 }
 
 /// `softib link add NAME type rxe netdev IFACE [--addr IP] [--udp-port N]`.
@@ -168,6 +236,33 @@ pub fn link(cmd: LinkCommand) -> Result<u8> {
         }
         LinkCommand::Del { name } => {
             ctx.link_del(&name)?;
+            Ok(exit::OK)
+        }
+        LinkCommand::Set { dev, words } => {
+            let (name, port) = match dev.split_once('/') {
+                Some((n, p)) => (
+                    n.to_string(),
+                    p.parse::<u8>()
+                        .map_err(|_| anyhow!("{dev}: the port after '/' must be a number"))?,
+                ),
+                None => (dev.clone(), 0),
+            };
+            let Some(("fault", spec)) = words.split_first().map(|(k, r)| (k.as_str(), r)) else {
+                bail!("usage: softib link set DEV[/PORT] fault loss 1% dup 0.5% reorder 1% corrupt 0.1% delay 5ms | none");
+            };
+            let spec = softib::FaultSpec::parse(spec).map_err(|e| anyhow!("{e}"))?;
+            let idx = ctx.device_index(&name)?;
+            ctx.set_faults(idx, port, spec)?;
+            Ok(exit::OK)
+        }
+        LinkCommand::Faults { dev } => {
+            let idx = ctx.device_index(&dev)?;
+            for (port, spec, st) in ctx.faults(idx)? {
+                println!(
+                    "link {dev}/{port} fault {spec}  lost {} duplicated {} reordered {} corrupted {} delayed {}",
+                    st.lost, st.duplicated, st.reordered, st.corrupted, st.delayed
+                );
+            }
             Ok(exit::OK)
         }
         LinkCommand::Show { json } => {

@@ -41,6 +41,8 @@ enum Command {
         #[command(subcommand)]
         command: daemon::LinkCommand,
     },
+    /// Capture a device's traffic into a pcap file (native IB or RoCEv2, with valid ICRCs).
+    Capture(daemon::CaptureArgs),
     /// Bring up, use and stop whole InfiniBand fabrics from a topology file.
     Fabric {
         #[command(subcommand)]
@@ -109,6 +111,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(&args),
         Command::Daemon(args) => daemon::daemon(&args),
         Command::Link { command } => daemon::link(command),
+        Command::Capture(args) => daemon::capture(&args),
     };
     exit::finish(result)
 }

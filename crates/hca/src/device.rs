@@ -14,6 +14,8 @@ use serde::{Deserialize, Serialize};
 use softib_engine::{Hca, HcaConfig, Instant, PortAttr, RxMeta};
 use softib_fabric::SmaEvent;
 use softib_net::cable::{Cable, CableEvent, CableRecv};
+use softib_net::fault::{FaultSpec, FaultStats, Faults};
+use softib_net::pcap::{PcapWriter, LINKTYPE_INFINIBAND, LINKTYPE_RAW};
 use softib_net::UdpLink;
 use softib_wire::{Gid, Guid, Lid, Mtu};
 
@@ -41,6 +43,10 @@ pub(crate) struct IbDev {
     pub cables: Vec<Option<Cable>>,
     /// Readiness of each port's cable from the last `poll(2)`.
     pub ready: Vec<bool>,
+    /// Injected faults on each port's egress.
+    pub faults: Vec<Faults>,
+    /// `softib capture`: every frame sent or received on any port.
+    pub capture: Option<PcapWriter>,
 }
 
 /// A RoCEv2 device.
@@ -56,6 +62,10 @@ pub(crate) struct RoceDev {
     pub rx_bad: u64,
     /// Packets the engine built that could not be sent (no GRH, unreachable).
     pub tx_dropped: u64,
+    /// Injected faults on egress.
+    pub faults: Faults<SocketAddr>,
+    /// `softib capture`: every datagram sent or received, with its IP and UDP headers.
+    pub capture: Option<PcapWriter>,
 }
 
 /// One device of a host.
@@ -164,6 +174,81 @@ impl Device {
             Device::Roce(d) => d.info(),
         }
     }
+
+    /// Sets the faults of `port` (0: every port); false if there is no such port.
+    pub fn set_faults(&mut self, port: u8, spec: FaultSpec) -> bool {
+        match self {
+            Device::Ib(d) => {
+                if port == 0 {
+                    d.faults.iter_mut().for_each(|f| *f = Faults::new(spec));
+                    true
+                } else if let Some(f) = d.faults.get_mut(usize::from(port)) {
+                    *f = Faults::new(spec);
+                    true
+                } else {
+                    false
+                }
+            }
+            Device::Roce(d) if port <= 1 => {
+                d.faults = Faults::new(spec);
+                true
+            }
+            Device::Roce(_) => false,
+        }
+    }
+
+    /// The faults in force and what they did, per port.
+    pub fn faults(&self) -> Vec<(u8, FaultSpec, FaultStats)> {
+        match self {
+            Device::Ib(d) => d
+                .faults
+                .iter()
+                .enumerate()
+                .skip(1)
+                .map(|(p, f)| (p as u8, f.spec(), f.stats()))
+                .collect(),
+            Device::Roce(d) => vec![(1, d.faults.spec(), d.faults.stats())],
+        }
+    }
+
+    /// Starts (`Some(path)`) or stops a capture; returns the packets of the capture stopped.
+    pub fn set_capture(&mut self, path: Option<&std::path::Path>) -> io::Result<u64> {
+        let (slot, linktype) = match self {
+            Device::Ib(d) => (&mut d.capture, LINKTYPE_INFINIBAND),
+            Device::Roce(d) => (&mut d.capture, LINKTYPE_RAW),
+        };
+        let done = match slot.take() {
+            Some(mut w) => {
+                w.flush()?;
+                w.packets()
+            }
+            None => 0,
+        };
+        if let Some(p) = path {
+            *slot = Some(PcapWriter::create(p, linktype)?);
+        }
+        Ok(done)
+    }
+
+    /// Packets captured so far by a running capture.
+    pub fn captured(&mut self) -> Option<u64> {
+        let w = match self {
+            Device::Ib(d) => d.capture.as_mut(),
+            Device::Roce(d) => d.capture.as_mut(),
+        }?;
+        let _ = w.flush();
+        Some(w.packets())
+    }
+}
+
+/// Writes a frame to a running capture; a capture that fails to write is stopped (and the
+/// traffic goes on).
+fn capture(slot: &mut Option<PcapWriter>, frame: &[u8]) {
+    if let Some(w) = slot {
+        if w.write(frame).is_err() {
+            *slot = None;
+        }
+    }
 }
 
 impl IbDev {
@@ -185,6 +270,7 @@ impl IbDev {
                         CableRecv::Consumed(e) => events.extend(e),
                         CableRecv::Frame(n) => {
                             busy = true;
+                            capture(&mut self.capture, &buf[..n]);
                             self.ca.handle_frame(now, port, &buf[..n]);
                         }
                     }
@@ -209,10 +295,25 @@ impl IbDev {
     }
 
     fn transmit(&mut self, now: Instant, buf: &mut [u8]) -> io::Result<bool> {
+        let std_now = StdInstant::now();
+        for (p, f) in self.faults.iter_mut().enumerate() {
+            if let Some(Some(c)) = self.cables.get_mut(p) {
+                let cap = &mut self.capture;
+                f.poll(std_now, |(), frame| {
+                    capture(cap, frame);
+                    c.send(frame)
+                })?;
+            }
+        }
         let mut sent = 0;
         while let Some((port, len)) = self.ca.poll_frame(now, buf) {
-            if let Some(Some(c)) = self.cables.get_mut(usize::from(port)) {
-                c.send(&buf[..len])?;
+            let p = usize::from(port);
+            if let (Some(Some(c)), Some(f)) = (self.cables.get_mut(p), self.faults.get_mut(p)) {
+                let cap = &mut self.capture;
+                f.apply(std_now, (), &buf[..len], |(), frame| {
+                    capture(cap, frame);
+                    c.send(frame)
+                })?;
             }
             sent += 1;
             if sent >= 1024 {
@@ -384,6 +485,38 @@ pub fn ib_mtu_for(eth_mtu: u32) -> Mtu {
     }
 }
 
+/// Sends one RoCEv2 datagram (and captures it).
+fn roce_send(
+    link: &UdpLink,
+    cap: &mut Option<PcapWriter>,
+    dropped: &mut u64,
+    local: SocketAddr,
+    to: SocketAddr,
+    frame: &[u8],
+) -> io::Result<()> {
+    if cap.is_some() {
+        if let Some(d) = roce::datagram(local, to, frame) {
+            capture(cap, &d);
+        }
+    }
+    match link.send_to(frame, to) {
+        Ok(()) => Ok(()),
+        // A full buffer or an unreachable peer loses the packet, as a wire would.
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock
+                    | io::ErrorKind::ConnectionRefused
+                    | io::ErrorKind::NetworkUnreachable
+            ) =>
+        {
+            *dropped += 1;
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
 impl RoceDev {
     /// A RoCEv2 device on `config`'s address; fails with a message naming what is wrong.
     pub fn new(config: LinkConfig, seed: u64) -> io::Result<RoceDev> {
@@ -433,6 +566,8 @@ impl RoceDev {
             next_check: StdInstant::now() + OPERSTATE_EVERY,
             rx_bad: 0,
             tx_dropped: 0,
+            faults: Faults::default(),
+            capture: None,
             config,
         })
     }
@@ -459,8 +594,10 @@ impl RoceDev {
                     break;
                 };
                 let local = self.local();
-                if std::env::var_os("SOFTIB_DEBUG").is_some() {
-                    eprintln!("{}: {n} bytes from {from}", self.config.name);
+                if self.capture.is_some() {
+                    if let Some(d) = roce::datagram(from, local, &buf[..n]) {
+                        capture(&mut self.capture, &d);
+                    }
                 }
                 match roce::open(from, local, &buf[..n]) {
                     Ok(body) => {
@@ -492,6 +629,11 @@ impl RoceDev {
     }
 
     fn transmit(&mut self, now: Instant, buf: &mut [u8]) -> io::Result<bool> {
+        let local = self.local();
+        let (link, cap, dropped) = (&self.link, &mut self.capture, &mut self.tx_dropped);
+        self.faults.poll(StdInstant::now(), |to, frame| {
+            roce_send(link, cap, dropped, local, to, frame)
+        })?;
         let mut sent = 0;
         while let Some(t) = self.hca.poll_transmit(now, buf) {
             let Some(grh) = t.av.grh else {
@@ -511,24 +653,11 @@ impl RoceDev {
                 self.tx_dropped += 1;
                 continue;
             };
-            if std::env::var_os("SOFTIB_DEBUG").is_some() {
-                eprintln!("{}: {len} bytes to {dst}", self.config.name);
-            }
-            match self.link.send_to(&buf[..len], dst) {
-                Ok(()) => {}
-                // A full buffer or an unreachable peer loses the packet, as a wire would.
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock
-                            | io::ErrorKind::ConnectionRefused
-                            | io::ErrorKind::NetworkUnreachable
-                    ) =>
-                {
-                    self.tx_dropped += 1
-                }
-                Err(e) => return Err(e),
-            }
+            let (link, cap, dropped) = (&self.link, &mut self.capture, &mut self.tx_dropped);
+            self.faults
+                .apply(StdInstant::now(), dst, &buf[..len], |to, frame| {
+                    roce_send(link, cap, dropped, local, to, frame)
+                })?;
             sent += 1;
             if sent >= 1024 {
                 return Ok(true);

@@ -391,6 +391,8 @@ impl Daemon {
             let ib = IbDev {
                 ca: IbCa::new(h.identity, h.seed, ShmMemory::new()),
                 ready: vec![true; cables.len()],
+                faults: (0..cables.len()).map(|_| Default::default()).collect(),
+                capture: None,
                 cables,
             };
             hrt.push(HostRt {
@@ -1270,6 +1272,31 @@ impl HostRt {
                     )
                 }
             }
+            Request::SetFaults { dev, port, spec } => {
+                if dev!(dev).set_faults(port, spec) {
+                    Response::Ok
+                } else {
+                    err(
+                        ErrorKind::NotFound,
+                        format!("device {dev} has no port {port}"),
+                    )
+                }
+            }
+            Request::Faults { dev } => Response::Faults(dev!(dev).faults()),
+            Request::Capture { dev, path } => {
+                let path = path.map(PathBuf::from);
+                if path.as_ref().is_some_and(|p| !p.is_absolute()) {
+                    return Some(err(
+                        ErrorKind::Invalid,
+                        "the capture file must be an absolute path (the daemon writes it)",
+                    ));
+                }
+                match dev!(dev).set_capture(path.as_deref()) {
+                    Ok(n) => Response::Handle(n),
+                    Err(e) => err(ErrorKind::Invalid, format!("capture: {e}")),
+                }
+            }
+            Request::CaptureCount { dev } => Response::Handle(dev!(dev).captured().unwrap_or(0)),
             Request::LinkAdd(config) => {
                 if self.devs.iter().any(|d| d.name() == config.name) {
                     return Some(err(

@@ -228,6 +228,33 @@ pub enum Request {
         /// Plugged in or pulled.
         enabled: bool,
     },
+    /// Injects faults on a port's egress (port 0: every port of the device).
+    SetFaults {
+        /// Device index.
+        dev: u32,
+        /// Port.
+        port: u8,
+        /// What to do.
+        spec: softib_net::fault::FaultSpec,
+    },
+    /// The faults of a device's ports and what they did.
+    Faults {
+        /// Device index.
+        dev: u32,
+    },
+    /// Starts capturing a device's traffic into the pcap file `path` (absolute; written by
+    /// the daemon), or stops with `None`; answers the packets of the capture that stopped.
+    Capture {
+        /// Device index.
+        dev: u32,
+        /// The file.
+        path: Option<String>,
+    },
+    /// Packets captured so far (0 when no capture runs).
+    CaptureCount {
+        /// Device index.
+        dev: u32,
+    },
     /// `softib link add`: a RoCEv2 device on an interface and address.
     LinkAdd(crate::device::LinkConfig),
     /// `softib link del`.
@@ -397,6 +424,14 @@ pub enum Response {
     Mads(Vec<Mad>),
     /// The RoCE devices: configuration and whether the port is up.
     Links(Vec<(crate::device::LinkConfig, bool)>),
+    /// Per port: the faults in force and what they did.
+    Faults(
+        Vec<(
+            u8,
+            softib_net::fault::FaultSpec,
+            softib_net::fault::FaultStats,
+        )>,
+    ),
 }
 
 /// Encodes a message into a frame.

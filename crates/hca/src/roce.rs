@@ -72,6 +72,17 @@ fn headers(src: SocketAddr, dst: SocketAddr, payload_len: usize) -> Option<Heade
     Some(Headers { bytes, ip_len })
 }
 
+/// The whole IP datagram the kernel puts on the wire for `payload` from `src` to `dst` (for
+/// captures): the headers the ICRC was computed over, then the payload. The UDP checksum is
+/// left 0, which IPv4 allows; captures of IPv6 show it as missing.
+pub fn datagram(src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> Option<Vec<u8>> {
+    let h = headers(src, dst, payload.len())?;
+    let mut v = Vec::with_capacity(h.ip_len + 8 + payload.len());
+    v.extend_from_slice(&h.bytes[..h.ip_len + 8]);
+    v.extend_from_slice(payload);
+    Some(v)
+}
+
 /// The ICRC of a RoCEv2 packet whose UDP payload is `body` followed by the 4-byte ICRC.
 pub fn icrc(src: SocketAddr, dst: SocketAddr, body: &[u8]) -> Option<u32> {
     let h = headers(src, dst, body.len() + ICRC_LEN)?;

@@ -126,3 +126,237 @@ fn a_client_cannot_use_another_clients_objects_and_bad_requests_get_errors() {
     b.reg_mr(0, pd, &buf, 0, 4096, softib::AccessFlags::LOCAL_WRITE)
         .unwrap();
 }
+
+/// A host daemon in a thread with two RoCEv2 devices on loopback addresses.
+fn start_roce(name: &str, udp_port: u16) -> Running {
+    let dir = std::env::temp_dir().join(format!("softib-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (d2, s2) = (dir.clone(), stop.clone());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let (mut daemon, _) = Daemon::single_host("h", &d2, 11).unwrap();
+        tx.send(()).unwrap();
+        daemon.run(&s2).unwrap();
+    });
+    rx.recv_timeout(Duration::from_secs(10))
+        .expect("daemon started");
+    let mut c = softib::Context::open_at(&dir).unwrap();
+    for (n, ip) in [("rxe0", "127.0.0.2"), ("rxe1", "127.0.0.3")] {
+        c.link_add(softib::LinkConfig {
+            name: n.into(),
+            netdev: "lo".into(),
+            addr: ip.parse().unwrap(),
+            udp_port,
+        })
+        .unwrap();
+    }
+    Running {
+        dir,
+        stop,
+        thread: Some(thread),
+    }
+}
+
+/// Brings an RC QP on `dev` of `ctx` to RTS towards `remote` (qpn, gid).
+fn rc_qp(
+    ctx: &mut softib::Context,
+    dev: u32,
+    pd: softib::PdHandle,
+    cq: softib::CqHandle,
+) -> softib::Qpn {
+    use softib::*;
+    let qpn = ctx
+        .create_qp(
+            dev,
+            QpInitAttr {
+                qp_type: QpType::Rc,
+                pd,
+                send_cq: cq,
+                recv_cq: cq,
+                srq: None,
+                cap: QpCap {
+                    max_send_wr: 64,
+                    max_recv_wr: 64,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                sq_sig_all: false,
+            },
+        )
+        .unwrap();
+    let a = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        qp_access_flags: AccessFlags::REMOTE_WRITE.with(AccessFlags::REMOTE_READ),
+        ..QpAttr::default()
+    };
+    ctx.modify_qp(
+        dev,
+        qpn,
+        &a,
+        AttrMask::STATE
+            .with(AttrMask::PKEY_INDEX)
+            .with(AttrMask::PORT)
+            .with(AttrMask::ACCESS_FLAGS),
+    )
+    .unwrap();
+    qpn
+}
+
+fn connect(
+    ctx: &mut softib::Context,
+    dev: u32,
+    qpn: softib::Qpn,
+    rqpn: softib::Qpn,
+    rgid: softib::Gid,
+) {
+    use softib::*;
+    let rtr = QpAttr {
+        qp_state: QpState::Rtr,
+        path_mtu: Mtu::Mtu1024,
+        dest_qp_num: rqpn,
+        rq_psn: Psn::new(100),
+        max_dest_rd_atomic: 4,
+        min_rnr_timer: 1,
+        ah_attr: AddressVector {
+            grh: Some(GlobalRoute {
+                dgid: rgid,
+                flow_label: 0,
+                sgid_index: 1,
+                hop_limit: 64,
+                traffic_class: 0,
+            }),
+            port_num: 1,
+            ..AddressVector::default()
+        },
+        ..QpAttr::default()
+    };
+    ctx.modify_qp(
+        dev,
+        qpn,
+        &rtr,
+        AttrMask::STATE
+            .with(AttrMask::AV)
+            .with(AttrMask::PATH_MTU)
+            .with(AttrMask::DEST_QPN)
+            .with(AttrMask::RQ_PSN)
+            .with(AttrMask::MAX_DEST_RD_ATOMIC)
+            .with(AttrMask::MIN_RNR_TIMER),
+    )
+    .unwrap();
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        sq_psn: Psn::new(100),
+        timeout: 8,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        max_rd_atomic: 4,
+        ..QpAttr::default()
+    };
+    ctx.modify_qp(
+        dev,
+        qpn,
+        &rts,
+        AttrMask::STATE
+            .with(AttrMask::SQ_PSN)
+            .with(AttrMask::TIMEOUT)
+            .with(AttrMask::RETRY_CNT)
+            .with(AttrMask::RNR_RETRY)
+            .with(AttrMask::MAX_QP_RD_ATOMIC),
+    )
+    .unwrap();
+}
+
+#[test]
+fn rc_writes_arrive_intact_through_loss_duplication_reordering_and_corruption() {
+    use softib::*;
+    let f = start_roce("faults", 24791 + (std::process::id() % 1000) as u16);
+    let mut a = softib::Context::open_at(&f.dir).unwrap();
+    let mut b = softib::Context::open_at(&f.dir).unwrap();
+    let spec = FaultSpec::parse(&[
+        "loss", "3%", "dup", "2%", "reorder", "3%", "corrupt", "1%", "seed", "5",
+    ])
+    .unwrap();
+    a.set_faults(0, 1, spec).unwrap();
+    b.set_faults(1, 1, spec).unwrap();
+    const LEN: usize = 1 << 20;
+    let mut src = a.alloc_buffer(LEN).unwrap();
+    let dst = b.alloc_buffer(LEN).unwrap();
+    // A pattern that no misplaced or stale byte could match by accident.
+    let mut x: u32 = 0x1234_5678;
+    for byte in src.as_mut_slice().iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        *byte = x as u8;
+    }
+    let (pa, pb) = (a.alloc_pd(0).unwrap(), b.alloc_pd(1).unwrap());
+    let mra = a
+        .reg_mr(0, pa, &src, 0, LEN, AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let mrb = b
+        .reg_mr(
+            1,
+            pb,
+            &dst,
+            0,
+            LEN,
+            AccessFlags::LOCAL_WRITE.with(AccessFlags::REMOTE_WRITE),
+        )
+        .unwrap();
+    let (cqa, cqb) = (a.create_cq(0, 128).unwrap(), b.create_cq(1, 128).unwrap());
+    let qa = rc_qp(&mut a, 0, pa, cqa);
+    let qb = rc_qp(&mut b, 1, pb, cqb);
+    let gid_a = a.devices().unwrap()[0].ports[0].gids[1];
+    let gid_b = b.devices().unwrap()[1].ports[0].gids[1];
+    connect(&mut a, 0, qa, qb, gid_b);
+    connect(&mut b, 1, qb, qa, gid_a);
+    // 16 writes of 64 KiB, the last signaled.
+    let chunk = LEN / 16;
+    let wrs: Vec<SendWr> = (0..16)
+        .map(|i| SendWr {
+            wr_id: i as u64,
+            opcode: WrOpcode::RdmaWrite(RemoteAddr {
+                addr: mrb.addr + (i * chunk) as u64,
+                rkey: RKey(mrb.rkey),
+            }),
+            sg_list: vec![Sge {
+                addr: mra.addr + (i * chunk) as u64,
+                length: chunk as u32,
+                lkey: mra.lkey,
+            }],
+            flags: if i == 15 {
+                SendFlags::SIGNALED
+            } else {
+                SendFlags::default()
+            },
+            inline_data: None,
+            ud: None,
+        })
+        .collect();
+    a.post_send(0, qa, wrs).unwrap();
+    let t0 = Instant::now();
+    let wc = loop {
+        let wcs = a.poll_cq(0, cqa, 16, Duration::from_millis(200)).unwrap();
+        if let Some(w) = wcs.into_iter().next() {
+            break w;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no completion in 60 s"
+        );
+    };
+    assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+    assert!(
+        dst.as_slice() == src.as_slice(),
+        "the destination differs from the source"
+    );
+    let stats = a.faults(0).unwrap();
+    let s = stats[0].2;
+    assert!(
+        s.lost > 0 && s.duplicated > 0 && s.reordered > 0 && s.corrupted > 0,
+        "{s:?}"
+    );
+}

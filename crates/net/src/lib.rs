@@ -9,7 +9,9 @@ use std::net::{SocketAddr, UdpSocket};
 use rustix::net::sockopt;
 
 pub mod cable;
+pub mod fault;
 pub mod fdpass;
+pub mod pcap;
 pub mod shm;
 
 pub use cable::{Cable, CableEvent, CableRecv, CableStats, PhysState};

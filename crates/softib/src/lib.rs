@@ -25,6 +25,7 @@ pub use softib_engine::{
 pub use softib_hca::device::LinkConfig;
 pub use softib_hca::ib::MadQp;
 pub use softib_hca::proto::{DeviceInfo, ErrorKind, Mad, PortInfo};
+pub use softib_net::fault::{FaultSpec, FaultStats};
 pub use softib_wire::{Gid, Guid, Lid, Mtu, Psn, QKey, Qpn, RKey};
 
 use softib_hca::proto::{self, Request, Response};
@@ -430,6 +431,49 @@ impl Context {
             Response::Mads(v) => Ok(v),
             _ => Err(Error::Unexpected("not MADs")),
         }
+    }
+
+    /// Injects faults on the egress of `port` of device `dev` (port 0: every port).
+    pub fn set_faults(&mut self, dev: u32, port: u8, spec: FaultSpec) -> Result<()> {
+        self.ok(&Request::SetFaults { dev, port, spec })
+    }
+
+    /// Per port: the faults in force and what they did.
+    pub fn faults(&mut self, dev: u32) -> Result<Vec<(u8, FaultSpec, FaultStats)>> {
+        match self.call(&Request::Faults { dev })? {
+            Response::Faults(v) => Ok(v),
+            _ => Err(Error::Unexpected("not faults")),
+        }
+    }
+
+    /// Starts capturing device `dev` into `path` (absolute), or stops (`None`); returns the
+    /// packets of the capture that stopped.
+    pub fn capture(&mut self, dev: u32, path: Option<&Path>) -> Result<u64> {
+        let path = path.map(|p| p.display().to_string());
+        self.handle(&Request::Capture { dev, path })
+    }
+
+    /// Packets captured so far.
+    pub fn captured(&mut self, dev: u32) -> Result<u64> {
+        self.handle(&Request::CaptureCount { dev })
+    }
+
+    /// The index of the device named `name` (what every verb takes as `dev`).
+    pub fn device_index(&mut self, name: &str) -> Result<u32> {
+        let devs = self.devices()?;
+        devs.iter()
+            .position(|d| d.name == name)
+            .map(|i| i as u32)
+            .ok_or_else(|| Error::Refused {
+                kind: ErrorKind::NotFound,
+                message: format!(
+                    "no device {name} (this host has: {})",
+                    devs.iter()
+                        .map(|d| d.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            })
     }
 
     /// `softib link add`: a RoCEv2 device on an interface and address.
