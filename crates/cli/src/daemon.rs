@@ -304,3 +304,50 @@ pub fn link(cmd: LinkCommand) -> Result<u8> {
         }
     }
 }
+
+/// `softib res [-v]`: objects per device, like `rdma res show` (with `-v`, per process).
+pub fn res(verbose: bool) -> Result<u8> {
+    let mut ctx = softib::Context::open()?;
+    let devs = ctx.devices()?;
+    let mine = std::process::id();
+    let list: Vec<softib::ClientResources> = ctx
+        .resources()?
+        .into_iter()
+        .filter(|c| c.pid != mine)
+        .collect();
+    let mut out = std::io::stdout().lock();
+    for (i, d) in devs.iter().enumerate() {
+        let mut t = [0u32; 5];
+        let mut ctxs = 0;
+        for c in &list {
+            if let Some((_, n)) = c.per_device.iter().find(|(dev, _)| *dev == i as u32) {
+                for k in 0..5 {
+                    t[k] += n[k];
+                }
+                if n.iter().any(|&x| x > 0) {
+                    ctxs += 1;
+                }
+            }
+        }
+        writeln!(
+            out,
+            "{i}: {}: pd {} cq {} qp {} cm_id 0 mr {} ctx {ctxs} srq 0 ",
+            d.name, t[0], t[1], t[2], t[3]
+        )?;
+    }
+    if verbose {
+        for c in &list {
+            for (dev, n) in &c.per_device {
+                if n.iter().any(|&x| x > 0) {
+                    let name = devs.get(*dev as usize).map_or("?", |d| d.name.as_str());
+                    writeln!(
+                        out,
+                        "  pid {} comm {} dev {name}: pd {} cq {} qp {} mr {} ah {} buffers {}",
+                        c.pid, c.program, n[0], n[1], n[2], n[3], n[4], c.buffers
+                    )?;
+                }
+            }
+        }
+    }
+    Ok(exit::OK)
+}

@@ -41,6 +41,12 @@ enum Command {
         #[command(subcommand)]
         command: daemon::LinkCommand,
     },
+    /// Objects per device, like `rdma res show` (`-v`: per process).
+    Res {
+        /// Per process.
+        #[arg(short, long)]
+        verbose: bool,
+    },
     /// Capture a device's traffic into a pcap file (native IB or RoCEv2, with valid ICRCs).
     Capture(daemon::CaptureArgs),
     /// Bring up, use and stop whole InfiniBand fabrics from a topology file.
@@ -112,6 +118,7 @@ fn main() -> ExitCode {
         Command::Daemon(args) => daemon::daemon(&args),
         Command::Link { command } => daemon::link(command),
         Command::Capture(args) => daemon::capture(&args),
+        Command::Res { verbose } => daemon::res(verbose),
     };
     exit::finish(result)
 }

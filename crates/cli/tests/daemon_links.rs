@@ -222,3 +222,119 @@ fn roce_links_carry_perftest_and_survive_a_daemon_restart() {
     drop(d2);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_client_killed_mid_transfer_is_reclaimed_and_others_keep_working() {
+    let dir = std::env::temp_dir().join(format!("softib-it-kill-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let udp = (20000 + (std::process::id() + 7) % 20000).to_string();
+    let d = Daemon::start(&dir);
+    d.ok(&[
+        "link",
+        "add",
+        "rxe0",
+        "type",
+        "rxe",
+        "netdev",
+        "lo",
+        "--addr",
+        "127.0.0.2",
+        "--udp-port",
+        &udp,
+    ]);
+    d.ok(&[
+        "link",
+        "add",
+        "rxe1",
+        "type",
+        "rxe",
+        "netdev",
+        "lo",
+        "--addr",
+        "127.0.0.3",
+        "--udp-port",
+        &udp,
+    ]);
+    let spawn = |args: &[&str]| {
+        Command::new(SOFTIB)
+            .args(args)
+            .env("SOFTIB_RUNTIME_DIR", &dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // A long transfer...
+    let server = spawn(&["ib_write_bw", "-d", "rxe1", "-n", "1000000", "-p", "18671"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut client = spawn(&[
+        "ib_write_bw",
+        "-d",
+        "rxe0",
+        "-n",
+        "1000000",
+        "-p",
+        "18671",
+        "127.0.0.1",
+    ]);
+    let t0 = Instant::now();
+    while !d.ok(&["res"]).contains("0: rxe0: pd 1 cq 1 qp 1") {
+        assert!(t0.elapsed() < Duration::from_secs(10), "{}", d.ok(&["res"]));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // ... whose client is killed with SIGKILL in the middle.
+    client.kill().unwrap();
+    client.wait().unwrap();
+    let s = server.wait_with_output().unwrap();
+    assert!(!s.status.success(), "the server noticed its peer is gone");
+    // Everything the killed client owned is gone; the server's too (it exited).
+    let t0 = Instant::now();
+    loop {
+        let r = d.ok(&["res"]);
+        if r.contains("0: rxe0: pd 0 cq 0 qp 0 cm_id 0 mr 0 ctx 0")
+            && r.contains("1: rxe1: pd 0 cq 0 qp 0")
+        {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "not reclaimed:\n{r}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The daemon goes on serving: a new pair runs to the end.
+    let server = spawn(&[
+        "ib_send_bw",
+        "-d",
+        "rxe1",
+        "-n",
+        "200",
+        "-s",
+        "4096",
+        "-p",
+        "18672",
+    ]);
+    std::thread::sleep(Duration::from_millis(300));
+    let c = d.run(&[
+        "ib_send_bw",
+        "-d",
+        "rxe0",
+        "-n",
+        "200",
+        "-s",
+        "4096",
+        "-p",
+        "18672",
+        "127.0.0.1",
+    ]);
+    let s = server.wait_with_output().unwrap();
+    assert!(
+        c.status.success() && s.status.success(),
+        "{}{}",
+        text(&c.stderr),
+        text(&s.stderr)
+    );
+    drop(d);
+    let _ = std::fs::remove_dir_all(&dir);
+}

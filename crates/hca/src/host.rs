@@ -1297,6 +1297,32 @@ impl HostRt {
                 }
             }
             Request::CaptureCount { dev } => Response::Handle(dev!(dev).captured().unwrap_or(0)),
+            Request::Resources => {
+                let ndev = self.devs.len() as u32;
+                let list = self
+                    .clients
+                    .values()
+                    .filter(|c| c.hello)
+                    .map(|c| {
+                        let count = |d: u32| {
+                            [
+                                c.owned.pds.iter().filter(|k| k.0 == d).count() as u32,
+                                c.owned.cqs.iter().filter(|k| k.0 == d).count() as u32,
+                                c.owned.qps.iter().filter(|k| k.0 == d).count() as u32,
+                                c.owned.mrs.keys().filter(|k| k.0 == d).count() as u32,
+                                c.owned.ahs.iter().filter(|k| k.0 == d).count() as u32,
+                            ]
+                        };
+                        proto::ClientResources {
+                            pid: c.pid,
+                            program: c.program.clone(),
+                            per_device: (0..ndev).map(|d| (d, count(d))).collect(),
+                            buffers: c.owned.buffers.len() as u32,
+                        }
+                    })
+                    .collect();
+                Response::Resources(list)
+            }
             Request::LinkAdd(config) => {
                 if self.devs.iter().any(|d| d.name() == config.name) {
                     return Some(err(

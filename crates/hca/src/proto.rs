@@ -255,6 +255,8 @@ pub enum Request {
         /// Device index.
         dev: u32,
     },
+    /// What every client owns (`rdma res show`).
+    Resources,
     /// `softib link add`: a RoCEv2 device on an interface and address.
     LinkAdd(crate::device::LinkConfig),
     /// `softib link del`.
@@ -358,6 +360,19 @@ pub struct PortInfo {
     pub gids: Vec<Gid>,
 }
 
+/// What one client owns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientResources {
+    /// Its process id (as it said in Hello).
+    pub pid: u32,
+    /// Its program name.
+    pub program: String,
+    /// Per device index: (PDs, CQs, QPs, MRs, AHs).
+    pub per_device: Vec<(u32, [u32; 5])>,
+    /// Shared buffers attached.
+    pub buffers: u32,
+}
+
 /// A MAD received for an agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Mad {
@@ -424,6 +439,8 @@ pub enum Response {
     Mads(Vec<Mad>),
     /// The RoCE devices: configuration and whether the port is up.
     Links(Vec<(crate::device::LinkConfig, bool)>),
+    /// Per client: who, and how many objects of each kind it owns on each device.
+    Resources(Vec<ClientResources>),
     /// Per port: the faults in force and what they did.
     Faults(
         Vec<(

@@ -24,7 +24,7 @@ pub use softib_engine::{
 };
 pub use softib_hca::device::LinkConfig;
 pub use softib_hca::ib::MadQp;
-pub use softib_hca::proto::{DeviceInfo, ErrorKind, Mad, PortInfo};
+pub use softib_hca::proto::{ClientResources, DeviceInfo, ErrorKind, Mad, PortInfo};
 pub use softib_net::fault::{FaultSpec, FaultStats};
 pub use softib_wire::{Gid, Guid, Lid, Mtu, Psn, QKey, Qpn, RKey};
 
@@ -474,6 +474,14 @@ impl Context {
                         .join(", ")
                 ),
             })
+    }
+
+    /// What every client of the daemon owns.
+    pub fn resources(&mut self) -> Result<Vec<ClientResources>> {
+        match self.call(&Request::Resources)? {
+            Response::Resources(v) => Ok(v),
+            _ => Err(Error::Unexpected("not resources")),
+        }
     }
 
     /// `softib link add`: a RoCEv2 device on an interface and address.
