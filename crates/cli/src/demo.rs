@@ -90,6 +90,7 @@ impl Demo {
         c.arg(tool)
             .args(args)
             .env("SOFTIB_RUNTIME_DIR", self.host(host))
+            .env("OSM_CACHE_DIR", &self.dir)
             .current_dir(&self.dir);
         c
     }

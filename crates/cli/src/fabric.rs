@@ -299,7 +299,7 @@ pub fn start_sm(
     let child = spawn_detached(
         &args,
         &dir.join(format!("opensm-{guid:016x}.stdout")),
-        &[("SOFTIB_RUNTIME_DIR", &hdir)],
+        &[("SOFTIB_RUNTIME_DIR", &hdir), ("OSM_CACHE_DIR", dir)],
     )?;
     std::fs::write(
         dir.join(format!("sm-{guid:016x}.pid")),
@@ -362,6 +362,7 @@ pub const TOOLS: &[&str] = &[
     "saquery",
     "sminfo",
     "ibaddr",
+    "ibroute",
     "opensm",
     "ib_send_bw",
     "ib_send_lat",
@@ -398,6 +399,10 @@ fn exec(a: &ExecArgs) -> Result<u8> {
         Command::new(prog)
     };
     cmd.args(rest).env("SOFTIB_RUNTIME_DIR", &hdir);
+    // An SM run as a host of this fabric keeps its guid2lid with the fabric.
+    if std::env::var_os("OSM_CACHE_DIR").is_none() {
+        cmd.env("OSM_CACHE_DIR", &dir);
+    }
     // Become the command (exec), so that signals, exit status and the process tree are the
     // command's own: `kill` of what `fabric exec` started stops the tool itself.
     use std::os::unix::process::CommandExt;

@@ -72,6 +72,7 @@ fn run_tool(name: &str, args: &[String]) -> Option<anyhow::Result<u8>> {
         "saquery" => tools::saquery(args),
         "sminfo" => tools::sminfo(args),
         "ibaddr" => tools::ibaddr(args),
+        "ibroute" => tools::ibroute(args),
         _ => {
             use softib_perftest::{Mode, Test};
             let (test, mode) = match name {

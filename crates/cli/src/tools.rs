@@ -580,6 +580,15 @@ pub fn opensm(args: &[String]) -> Result<u8> {
         routing,
         ..softib_fabric::sm::SmConfig::default()
     };
+    // opensm keeps the LIDs it gave in OSM_CACHE_DIR/guid2lid, so that a restarted SM gives
+    // every port the LID it had.
+    let cache_dir = std::env::var_os("OSM_CACHE_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| "/var/cache/opensm".into());
+    let guid2lid_file = cache_dir.join("guid2lid");
+    let mut config = config;
+    config.guid2lid = read_guid2lid(&guid2lid_file);
+    let mut saved = config.guid2lid.clone();
     let mut sm = softib_fabric::sm::SubnetManager::new(config, port);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
@@ -621,6 +630,16 @@ pub fn opensm(args: &[String]) -> Result<u8> {
         while let Some(l) = sm.poll_log() {
             log_line(&mut log, l.level.0, &l.text);
         }
+        if sm.is_subnet_up() && *sm.guid2lid() != saved {
+            saved = sm.guid2lid().clone();
+            if let Err(e) = write_guid2lid(&guid2lid_file, &saved) {
+                log_line(
+                    &mut log,
+                    0x01,
+                    &format!("ERR: cannot write {}: {e}", guid2lid_file.display()),
+                );
+            }
+        }
         while let Some(c) = sm.poll_console() {
             println!("{c}\n");
             let _ = std::io::stdout().flush();
@@ -633,6 +652,35 @@ pub fn opensm(args: &[String]) -> Result<u8> {
     log_line(&mut log, 0x80, "Exiting SM");
     println!("Exiting SM");
     Ok(exit::OK)
+}
+
+/// opensm's guid2lid file: `0x<guid> 0x<min lid> 0x<max lid>` per line.
+fn read_guid2lid(path: &std::path::Path) -> std::collections::BTreeMap<softib::Guid, softib::Lid> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let g = u64::from_str_radix(w.next()?.trim_start_matches("0x"), 16).ok()?;
+            let lid = u16::from_str_radix(w.next()?.trim_start_matches("0x"), 16).ok()?;
+            Some((softib::Guid(g), softib::Lid(lid)))
+        })
+        .collect()
+}
+
+fn write_guid2lid(
+    path: &std::path::Path,
+    map: &std::collections::BTreeMap<softib::Guid, softib::Lid>,
+) -> std::io::Result<()> {
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    let text: String = map
+        .iter()
+        .map(|(g, l)| format!("0x{:016x} 0x{:04x} 0x{:04x}\n", g.0, l.0, l.0))
+        .collect();
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(tmp, path)
 }
 
 fn parse_guid(s: &str) -> Result<u64> {
@@ -1056,4 +1104,89 @@ pub fn ibaddr(args: &[String]) -> Result<u8> {
         pi.lid,
         pi.lmc,
     ))
+}
+
+/// `ibroute [-P port] <switch lid>`: the switch's unicast forwarding table, with what each
+/// LID reaches.
+pub fn ibroute(args: &[String]) -> Result<u8> {
+    use softib_wire::mad::attr::{NodeDescription, NodeInfo, NodeType, SwitchInfo};
+    use softib_wire::mad::AttrId;
+    let mut f = Flags::new(args);
+    let port = port_flag(&mut f)?;
+    if f.take_switch(&["-M", "--Multicast"]) {
+        bail!("ibroute: multicast forwarding tables are not implemented in softib yet");
+    }
+    let all = f.take_switch(&["-a", "--all"]);
+    let dr = f.take_switch(&["-D", "--Direct"]);
+    let pos = f.positional("ibroute")?;
+    let Some(target) = pos.first() else {
+        bail!("usage: ibroute [-a] [-D] [-P port] <switch lid | dr path>");
+    };
+    let dest = parse_dest(target, dr)?;
+    let mut a = Agent::open(port)?;
+    let ni = NodeInfo::parse(&a.smp_get(&dest, AttrId::NODE_INFO, 0)?.data)
+        .map_err(|e| anyhow!("{e}"))?;
+    if ni.node_type != NodeType::Switch {
+        eprintln!("ibroute: iberror: failed: dump tables: not a switch");
+        return Ok(255);
+    }
+    let si = SwitchInfo::parse(&a.smp_get(&dest, AttrId::SWITCH_INFO, 0)?.data)
+        .map_err(|e| anyhow!("{e}"))?;
+    let nd = NodeDescription::parse(&a.smp_get(&dest, AttrId::NODE_DESCRIPTION, 0)?.data)
+        .map_err(|e| anyhow!("{e}"))?;
+    let name = |d: &NodeDescription| {
+        let end = d.raw.iter().position(|&b| b == 0).unwrap_or(d.raw.len());
+        String::from_utf8_lossy(&d.raw[..end]).into_owned()
+    };
+    let top = si.linear_fdb_top;
+    let lid_text = match &dest {
+        SmpDest::Lid(l) => format!("Lid {}", l.0),
+        SmpDest::Dr(p) => softib_diag::smp::portid_dr(p),
+    };
+    let mut out = format!(
+        "Unicast lids [0x0-0x{top:x}] of switch {lid_text} guid 0x{:016x} ({}):\n  Lid  Out   Destination\n       Port     Info \n",
+        ni.node_guid.0,
+        name(&nd)
+    );
+    let mut valid = 0;
+    let mut block_data = None;
+    for lid in 0..=top {
+        let block = u32::from(lid / 64);
+        if block_data.as_ref().is_none_or(|(b, _)| *b != block) {
+            let r = a.smp_get(&dest, AttrId::LINEAR_FORWARDING_TABLE, block)?;
+            block_data = Some((block, r.data));
+        }
+        let Some((_, data)) = &block_data else {
+            continue;
+        };
+        let out_port = data[usize::from(lid % 64)];
+        if out_port == 0xff || lid == 0 {
+            continue;
+        }
+        // What the LID reaches: its node, asked by LID.
+        let info = match a.smp_get(&SmpDest::Lid(softib::Lid(lid)), AttrId::NODE_INFO, 0) {
+            Ok(r) => {
+                let n = NodeInfo::parse(&r.data).map_err(|e| anyhow!("{e}"))?;
+                let d = a
+                    .smp_get(&SmpDest::Lid(softib::Lid(lid)), AttrId::NODE_DESCRIPTION, 0)
+                    .ok()
+                    .and_then(|r| NodeDescription::parse(&r.data).ok())
+                    .map(|d| name(&d))
+                    .unwrap_or_default();
+                let kind = match n.node_type {
+                    NodeType::Switch => "Switch",
+                    NodeType::Ca => "Channel Adapter",
+                    NodeType::Router => "Router",
+                    _ => "Unknown",
+                };
+                format!("({kind} portguid 0x{:016x}: '{d}')", n.port_guid.0)
+            }
+            Err(_) if all => "(unreachable)".to_string(),
+            Err(_) => continue,
+        };
+        out.push_str(&format!("0x{lid:04x} {out_port:03} : {info}\n"));
+        valid += 1;
+    }
+    out.push_str(&format!("{valid} valid lids dumped \n"));
+    print(&out)
 }

@@ -255,6 +255,14 @@ fn switched_topology_comes_up_and_ibnetdiscover_matches_the_file() {
     assert_eq!(links(&found), links(&file), "{discovered}");
     let nodes = f.ok("node2", &["ibnodes"]);
     assert_eq!(nodes.lines().count(), 6, "{nodes}");
+    // The switches' forwarding tables as infiniband-diags shows opensm's on ibsim.
+    for lid in ["5", "6"] {
+        let golden = repo(&format!(
+            "crates/cli/tests/golden/B-stock/postsm-ibroute-{lid}.txt"
+        ));
+        let want = std::fs::read_to_string(golden).unwrap();
+        assert_eq!(f.ok("node1", &["ibroute", lid]), want, "ibroute {lid}");
+    }
     assert_eq!(f.ok("node2", &["ibswitches"]).lines().count(), 2);
     let ibstat = f.ok("node3", &["ibstat"]);
     assert!(
@@ -633,4 +641,47 @@ fn a_capture_of_an_ib_port_decodes_with_every_crc_valid() {
         "{d}"
     );
     assert!(d.lines().count() >= 6, "{d}");
+}
+
+#[test]
+fn lids_survive_an_sm_restart_on_a_fresh_fabric_through_guid2lid() {
+    let cache = std::env::temp_dir().join(format!("softib-it-osmcache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let sm_once = |f: &Fabric, node: &str, guid: &str| {
+        let o = Command::new(SOFTIB)
+            .args(["fabric", "exec", node, "--dir"])
+            .arg(&f.dir)
+            .args(["--", "opensm", "-o", "-s", "0", "-g", guid, "-f"])
+            .arg(f.dir.join("osm.log"))
+            .env("OSM_CACHE_DIR", &cache)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o.stderr));
+    };
+    let first = {
+        let f = Fabric::up("topologies/topoB.net", "lids1", &["--no-sm"]);
+        sm_once(&f, "node4", "0xe41d2d0300c00031");
+        wait_status(&f, "Active", Duration::from_secs(10), |s| {
+            s.matches(" Active ").count() == 4
+        })
+    };
+    assert!(
+        first.contains("node4        mlx4_0  port 1 Active lid 1"),
+        "{first}"
+    );
+    // A new fabric (every port back to LID 0) and the SM on another node: the LIDs come from
+    // the cache, not from the new SM's position.
+    let f = Fabric::up("topologies/topoB.net", "lids2", &["--no-sm"]);
+    sm_once(&f, "node1", "0xe41d2d0300c00001");
+    let second = wait_status(&f, "Active", Duration::from_secs(10), |s| {
+        s.matches(" Active ").count() == 4
+    });
+    let lids = |s: &str| -> Vec<String> {
+        s.lines()
+            .filter(|l| l.starts_with("node"))
+            .map(|l| l.split(" sm ").next().unwrap_or("").to_string())
+            .collect()
+    };
+    assert_eq!(lids(&first), lids(&second), "{first}\n{second}");
+    let _ = std::fs::remove_dir_all(&cache);
 }
