@@ -41,6 +41,11 @@ enum Command {
         #[command(subcommand)]
         command: daemon::LinkCommand,
     },
+    /// Make links named after every tool (`ibstat`, `opensm`, `ib_send_bw`, ...) to this binary.
+    InstallLinks {
+        /// The directory for the links (e.g. ~/.local/bin).
+        dir: std::path::PathBuf,
+    },
     /// Objects per device, like `rdma res show` (`-v`: per process).
     Res {
         /// Per process.
@@ -54,6 +59,37 @@ enum Command {
         #[command(subcommand)]
         command: fabric::FabricCommand,
     },
+}
+
+/// `softib install-links DIR`: a symlink per tool, so `ibstat` runs softib's.
+fn install_links(dir: &std::path::Path) -> anyhow::Result<u8> {
+    use anyhow::Context as _;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let exe = std::env::current_exe().context("finding the softib executable")?;
+    let mut made = 0;
+    for tool in fabric::TOOLS {
+        let link = dir.join(tool);
+        match std::fs::symlink_metadata(&link) {
+            // Replace only our own links; anything else is the user's (or rdma-core's).
+            Ok(m) if m.file_type().is_symlink() => {
+                if std::fs::read_link(&link).ok().as_deref() != Some(exe.as_path()) {
+                    eprintln!("{}: a link to something else; left alone", link.display());
+                    continue;
+                }
+                std::fs::remove_file(&link)?;
+            }
+            Ok(_) => {
+                eprintln!("{}: exists and is not a link; left alone", link.display());
+                continue;
+            }
+            Err(_) => {}
+        }
+        std::os::unix::fs::symlink(&exe, &link)
+            .with_context(|| format!("linking {}", link.display()))?;
+        made += 1;
+    }
+    println!("{made} links to {} in {}", exe.display(), dir.display());
+    Ok(exit::OK)
 }
 
 /// Runs a tool by its upstream name (`ibstat`, `opensm`, `ib_send_bw`, ...).
@@ -120,6 +156,7 @@ fn main() -> ExitCode {
         Command::Link { command } => daemon::link(command),
         Command::Capture(args) => daemon::capture(&args),
         Command::Res { verbose } => daemon::res(verbose),
+        Command::InstallLinks { dir } => install_links(&dir),
     };
     exit::finish(result)
 }

@@ -685,3 +685,53 @@ fn lids_survive_an_sm_restart_on_a_fresh_fabric_through_guid2lid() {
     assert_eq!(lids(&first), lids(&second), "{first}\n{second}");
     let _ = std::fs::remove_dir_all(&cache);
 }
+
+#[test]
+fn install_links_makes_every_tool_callable_by_its_name() {
+    let dir = std::env::temp_dir().join(format!("softib-it-links-bin-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = Command::new(SOFTIB)
+        .arg("install-links")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    for tool in [
+        "ibstat",
+        "ibv_devinfo",
+        "opensm",
+        "ib_send_bw",
+        "ibnetdiscover",
+    ] {
+        assert!(dir.join(tool).exists(), "{tool}");
+    }
+    // Called through its link, the binary is that tool (its own flags and errors).
+    let o = Command::new(dir.join("ib_send_bw"))
+        .arg("--bogus-flag")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        text(&o.stderr).contains("--bogus-flag"),
+        "{}",
+        text(&o.stderr)
+    );
+    // Running it again replaces its own links and leaves other files alone.
+    std::fs::remove_file(dir.join("ibstat")).unwrap();
+    std::fs::write(dir.join("ibstat"), "not ours").unwrap();
+    let o = Command::new(SOFTIB)
+        .arg("install-links")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        text(&o.stderr).contains("not a link; left alone"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("ibstat")).unwrap(),
+        "not ours"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
