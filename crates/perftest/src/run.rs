@@ -13,10 +13,9 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use softib::{
-    AccessFlags, AddressVector, AttrMask, Context, CqHandle, DeviceInfo, Gid, GlobalRoute,
-    MemoryRegion, Mtu, PdHandle, PortInfo, Psn, QpAttr, QpCap, QpInitAttr, QpState, QpType, Qpn,
-    RKey, RecvWr, RemoteAddr, SendFlags, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
-    WrOpcode,
+    AccessFlags, AddressVector, AttrMask, Context, CqHandle, DeviceInfo, Gid, GlobalRoute, MrKeys,
+    Mtu, PdHandle, PortInfo, Psn, QpAttr, QpCap, QpInitAttr, QpState, QpType, Qpn, RKey, RecvWr,
+    RemoteAddr, SendFlags, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 
 use crate::args::{AtomicType, Connection, Mode, Parsed, PerftestArgs, Test};
@@ -83,7 +82,7 @@ struct Local {
     cq: CqHandle,
     qps: Vec<Qpn>,
     buf: softib::Buffer,
-    mr: MemoryRegion,
+    mr: MrKeys,
     /// Offset of the area the peer writes into / reads from (and receives land in).
     recv_off: u64,
     /// UD: an address handle per remote QP.

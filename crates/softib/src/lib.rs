@@ -7,6 +7,12 @@
 //! writes it directly. Everything a context created is reclaimed by the daemon when the context
 //! is dropped or the process dies.
 //!
+//! Two levels: [`Device`] and the objects it makes ([`ProtectionDomain`], [`MemoryRegion`],
+//! [`CompletionQueue`], [`QueuePair`]) own what they created and release it when dropped, and
+//! [`QueuePair::connect`] does the state transitions from an [`Endpoint`] the peer sent;
+//! [`Context`] is the verbs one request at a time, with handles, as tools need them.
+//! [`embedded::EmbeddedDaemon`] runs the HCA inside the process (tests, single programs).
+//!
 //! The types of work requests, completions and QP attributes are the engine's
 //! ([`softib_engine::verbs`], [`softib_engine::QpAttr`], ...), re-exported here.
 #![deny(missing_docs)]
@@ -29,6 +35,14 @@ pub use softib_net::fault::{FaultSpec, FaultStats};
 pub use softib_wire::{Gid, Guid, Lid, Mtu, Psn, QKey, Qpn, RKey};
 
 use softib_hca::proto::{self, Request, Response};
+
+pub mod embedded;
+mod objects;
+
+pub use objects::{CompletionQueue, Device, Endpoint, MemoryRegion, ProtectionDomain, QueuePair};
+
+/// The Q_Key softib's objects use on UD QPs (perftest's and the pingpong examples' 0x11111111).
+pub const UD_QKEY: u32 = 0x1111_1111;
 use softib_net::shm::SharedRegion;
 
 /// What went wrong.
@@ -112,9 +126,10 @@ impl Buffer {
     }
 }
 
-/// A registered memory region.
+/// The keys and extent of a registered memory region (what [`Context::reg_mr`] returns; the
+/// owning type is [`MemoryRegion`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MemoryRegion {
+pub struct MrKeys {
     /// L_Key.
     pub lkey: u32,
     /// R_Key.
@@ -260,7 +275,7 @@ impl Context {
         offset: usize,
         len: usize,
         access: AccessFlags,
-    ) -> Result<MemoryRegion> {
+    ) -> Result<MrKeys> {
         let addr = buffer.addr() + offset as u64;
         match self.call(&Request::RegMr {
             dev,
@@ -270,7 +285,7 @@ impl Context {
             len: len as u64,
             access,
         })? {
-            Response::Mr { lkey, rkey } => Ok(MemoryRegion {
+            Response::Mr { lkey, rkey } => Ok(MrKeys {
                 lkey,
                 rkey,
                 addr,
@@ -281,7 +296,7 @@ impl Context {
     }
 
     /// `ibv_dereg_mr`.
-    pub fn dereg_mr(&mut self, dev: u32, mr: &MemoryRegion) -> Result<()> {
+    pub fn dereg_mr(&mut self, dev: u32, mr: &MrKeys) -> Result<()> {
         self.ok(&Request::DeregMr { dev, lkey: mr.lkey })
     }
 
@@ -331,6 +346,11 @@ impl Context {
     pub fn create_ah(&mut self, dev: u32, pd: PdHandle, av: AddressVector) -> Result<AhHandle> {
         let h = self.handle(&Request::CreateAh { dev, pd: pd.0, av })?;
         Ok(AhHandle(h as u32))
+    }
+
+    /// `ibv_destroy_ah`.
+    pub fn destroy_ah(&mut self, dev: u32, ah: AhHandle) -> Result<()> {
+        self.ok(&Request::DestroyAh { dev, ah: ah.0 })
     }
 
     /// `ibv_post_send` of a list: all posted, or the error of the first that was not (the

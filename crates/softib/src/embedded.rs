@@ -1,0 +1,91 @@
+//! The HCA inside the application: a host daemon on a thread of this process, with its own
+//! runtime directory, for tests and single-process programs that have no `softibd`.
+//!
+//! The API is the same — [`crate::Device::open_at`] with [`EmbeddedDaemon::dir`] — because the
+//! daemon is the same code; only where it runs differs.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::{Context, Error, ErrorKind, LinkConfig, Result};
+
+/// A daemon running on a thread of this process; stopped (and its directory removed) when
+/// dropped.
+#[derive(Debug)]
+pub struct EmbeddedDaemon {
+    dir: PathBuf,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EmbeddedDaemon {
+    /// Starts a daemon with no devices in a fresh temporary runtime directory.
+    pub fn start() -> Result<EmbeddedDaemon> {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("softib-embedded-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (d, s) = (dir.clone(), stop.clone());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("softibd".into())
+            .spawn(move || {
+                let seed = u64::from(std::process::id()) << 16 | u64::from(n);
+                match softib_hca::host::Daemon::single_host("embedded", &d, seed) {
+                    Ok((mut daemon, _)) => {
+                        let _ = tx.send(Ok(()));
+                        let _ = daemon.run(&s);
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                    }
+                }
+            })?;
+        match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(Ok(())) => Ok(EmbeddedDaemon {
+                dir,
+                stop,
+                thread: Some(thread),
+            }),
+            Ok(Err(e)) => Err(Error::Io(e)),
+            Err(_) => Err(Error::Refused {
+                kind: ErrorKind::Busy,
+                message: "the embedded daemon did not start within 10 s".into(),
+            }),
+        }
+    }
+
+    /// Its runtime directory (give it to [`crate::Device::open_at`] / [`Context::open_at`]).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Adds a RoCEv2 device `name` on the loopback interface at `addr` (e.g. 127.0.0.2), UDP
+    /// port `udp_port`.
+    pub fn add_loopback_device(&self, name: &str, addr: &str, udp_port: u16) -> Result<()> {
+        let addr = addr.parse().map_err(|_| Error::Refused {
+            kind: ErrorKind::Invalid,
+            message: format!("{addr} is not an IP address"),
+        })?;
+        Context::open_at(&self.dir)?.link_add(LinkConfig {
+            name: name.into(),
+            netdev: "lo".into(),
+            addr,
+            udp_port,
+        })
+    }
+}
+
+impl Drop for EmbeddedDaemon {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,554 @@
+//! The verbs objects with ownership: each one releases itself on the HCA when dropped, in the
+//! order the verbs require (a QP before its CQs and PD, an MR before its PD).
+//!
+//! ```no_run
+//! use softib::{AccessFlags, Device, Mtu, QpType};
+//! # fn main() -> Result<(), softib::Error> {
+//! let dev = Device::open(Some("rxe0"))?;
+//! let pd = dev.alloc_pd()?;
+//! let cq = dev.create_cq(64)?;
+//! let buf = dev.alloc_buffer(4096)?;
+//! let mr = pd.register(&buf, AccessFlags::LOCAL_WRITE.with(AccessFlags::REMOTE_WRITE))?;
+//! let qp = pd.create_qp(QpType::Rc, &cq, &cq, 64)?;
+//! let me = qp.endpoint()?;          // send this to the peer (it is serde-serialisable)
+//! # let peer = me.clone();
+//! qp.connect(&peer, Mtu::Mtu1024)?; // INIT → RTR → RTS
+//! qp.write(&mr, 0, 64, peer.addr, peer.rkey, 1)?;
+//! let wc = cq.wait(std::time::Duration::from_secs(5))?;
+//! # Ok(()) }
+//! ```
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::{
+    AccessFlags, AddressVector, AhHandle, AttrMask, Buffer, Context, CqHandle, DeviceInfo, Error,
+    ErrorKind, Gid, GlobalRoute, Lid, MrKeys, Mtu, PdHandle, PortInfo, Psn, QpAttr, QpCap,
+    QpInitAttr, QpState, QpType, Qpn, RKey, RecvWr, RemoteAddr, Result, SendFlags, SendWr, Sge,
+    UdDest, WorkCompletion, WrOpcode,
+};
+
+/// One device of this host, opened. Cloning shares the session.
+#[derive(Debug, Clone)]
+pub struct Device {
+    conn: Arc<Mutex<Context>>,
+    index: u32,
+    info: DeviceInfo,
+}
+
+impl Device {
+    /// Opens device `name` (the first device when `None`) of this host's daemon.
+    pub fn open(name: Option<&str>) -> Result<Device> {
+        Device::open_at(&crate::runtime_dir(), name)
+    }
+
+    /// Opens device `name` of the daemon whose runtime directory is `dir`.
+    pub fn open_at(dir: &Path, name: Option<&str>) -> Result<Device> {
+        let mut ctx = Context::open_at(dir)?;
+        let devs = ctx.devices()?;
+        let index = match name {
+            Some(n) => ctx.device_index(n)?,
+            None if devs.is_empty() => {
+                return Err(Error::Refused {
+                    kind: ErrorKind::NotFound,
+                    message: "this host has no devices (add one with `softib link add`)".into(),
+                })
+            }
+            None => 0,
+        };
+        let info = devs[index as usize].clone();
+        Ok(Device {
+            conn: Arc::new(Mutex::new(ctx)),
+            index,
+            info,
+        })
+    }
+
+    fn ctx(&self) -> MutexGuard<'_, Context> {
+        // A panic while holding the lock cannot leave the session half-written: every call
+        // is one request and one response.
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What the device was when it was opened.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// The port as it is now (state, LID, GIDs).
+    pub fn port(&self, port: u8) -> Result<PortInfo> {
+        let devs = self.ctx().devices()?;
+        devs.get(self.index as usize)
+            .and_then(|d| d.ports.iter().find(|p| p.number == port).cloned())
+            .ok_or_else(|| Error::Refused {
+                kind: ErrorKind::NotFound,
+                message: format!("{} has no port {port}", self.info.name),
+            })
+    }
+
+    /// Memory shared with the HCA, to register.
+    pub fn alloc_buffer(&self, len: usize) -> Result<Buffer> {
+        self.ctx().alloc_buffer(len)
+    }
+
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&self) -> Result<ProtectionDomain> {
+        let handle = self.ctx().alloc_pd(self.index)?;
+        Ok(ProtectionDomain {
+            dev: self.clone(),
+            handle,
+        })
+    }
+
+    /// `ibv_create_cq`.
+    pub fn create_cq(&self, cqe: u32) -> Result<CompletionQueue> {
+        let handle = self.ctx().create_cq(self.index, cqe)?;
+        Ok(CompletionQueue {
+            dev: self.clone(),
+            handle,
+        })
+    }
+}
+
+/// A protection domain.
+#[derive(Debug)]
+pub struct ProtectionDomain {
+    dev: Device,
+    handle: PdHandle,
+}
+
+impl ProtectionDomain {
+    /// Registers all of `buf`. The region borrows the buffer, so the buffer outlives it.
+    pub fn register<'b>(&self, buf: &'b Buffer, access: AccessFlags) -> Result<MemoryRegion<'b>> {
+        let keys = self
+            .dev
+            .ctx()
+            .reg_mr(self.dev.index, self.handle, buf, 0, buf.len(), access)?;
+        Ok(MemoryRegion {
+            dev: self.dev.clone(),
+            keys,
+            buf,
+        })
+    }
+
+    /// `ibv_create_qp` with `depth` work requests in each queue and one SGE each.
+    pub fn create_qp(
+        &self,
+        qp_type: QpType,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+        depth: u32,
+    ) -> Result<QueuePair> {
+        let qpn = self.dev.ctx().create_qp(
+            self.dev.index,
+            QpInitAttr {
+                qp_type,
+                pd: self.handle,
+                send_cq: send_cq.handle,
+                recv_cq: recv_cq.handle,
+                srq: None,
+                cap: QpCap {
+                    max_send_wr: depth,
+                    max_recv_wr: depth,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                sq_sig_all: false,
+            },
+        )?;
+        // A PSN per QP that differs between runs, as ibv_*_pingpong chooses one.
+        let psn = (u32::from(std::process::id() as u16) << 8 ^ qpn.value()) & 0x00ff_ffff;
+        let qp = QueuePair {
+            dev: self.dev.clone(),
+            pd: self.handle,
+            qpn,
+            qp_type,
+            psn,
+            port: 1,
+            ahs: Mutex::new(Vec::new()),
+        };
+        qp.to_init(1)?;
+        Ok(qp)
+    }
+}
+
+impl Drop for ProtectionDomain {
+    fn drop(&mut self) {
+        let _ = self.dev.ctx().dealloc_pd(self.dev.index, self.handle);
+    }
+}
+
+/// A registered region over a whole [`Buffer`].
+#[derive(Debug)]
+pub struct MemoryRegion<'b> {
+    dev: Device,
+    keys: MrKeys,
+    buf: &'b Buffer,
+}
+
+impl MemoryRegion<'_> {
+    /// L_Key.
+    pub fn lkey(&self) -> u32 {
+        self.keys.lkey
+    }
+
+    /// R_Key (give it to a peer that may access the region).
+    pub fn rkey(&self) -> u32 {
+        self.keys.rkey
+    }
+
+    /// The region's first address.
+    pub fn addr(&self) -> u64 {
+        self.keys.addr
+    }
+
+    /// The buffer.
+    pub fn buffer(&self) -> &Buffer {
+        self.buf
+    }
+
+    /// An SGE over `len` bytes from `offset`.
+    pub fn sge(&self, offset: usize, len: usize) -> Sge {
+        Sge {
+            addr: self.keys.addr + offset as u64,
+            length: len as u32,
+            lkey: self.keys.lkey,
+        }
+    }
+}
+
+impl Drop for MemoryRegion<'_> {
+    fn drop(&mut self) {
+        let _ = self.dev.ctx().dereg_mr(self.dev.index, &self.keys);
+    }
+}
+
+/// A completion queue.
+#[derive(Debug)]
+pub struct CompletionQueue {
+    dev: Device,
+    handle: CqHandle,
+}
+
+impl CompletionQueue {
+    /// Up to `max` completions that are there now.
+    pub fn poll(&self, max: u32) -> Result<Vec<WorkCompletion>> {
+        self.dev
+            .ctx()
+            .poll_cq(self.dev.index, self.handle, max, Duration::ZERO)
+    }
+
+    /// The next completion, waiting up to `timeout`; an error that says what it waited for
+    /// when none came.
+    pub fn wait(&self, timeout: Duration) -> Result<WorkCompletion> {
+        let wcs = self
+            .dev
+            .ctx()
+            .poll_cq(self.dev.index, self.handle, 1, timeout)?;
+        wcs.into_iter().next().ok_or_else(|| Error::Refused {
+            kind: ErrorKind::Busy,
+            message: format!("no completion on the CQ within {timeout:?}"),
+        })
+    }
+}
+
+impl Drop for CompletionQueue {
+    fn drop(&mut self) {
+        let _ = self.dev.ctx().destroy_cq(self.dev.index, self.handle);
+    }
+}
+
+/// What a peer needs to reach a QP: send it over any channel (it is serde-serialisable).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Endpoint {
+    /// The port's LID (0 on RoCE).
+    pub lid: Lid,
+    /// The QP number.
+    pub qpn: Qpn,
+    /// The first PSN it sends with.
+    pub psn: u32,
+    /// The port's GID (required on RoCE; given on IB too).
+    pub gid: Gid,
+    /// Whether the path needs a GRH (RoCE).
+    pub global: bool,
+    /// A buffer the peer may access (0 when none).
+    pub addr: u64,
+    /// Its R_Key.
+    pub rkey: u32,
+}
+
+/// A queue pair.
+#[derive(Debug)]
+pub struct QueuePair {
+    dev: Device,
+    pd: PdHandle,
+    qpn: Qpn,
+    qp_type: QpType,
+    psn: u32,
+    port: u8,
+    ahs: Mutex<Vec<AhHandle>>,
+}
+
+impl QueuePair {
+    /// The QP number.
+    pub fn qpn(&self) -> Qpn {
+        self.qpn
+    }
+
+    fn to_init(&self, port: u8) -> Result<()> {
+        let mut a = QpAttr {
+            qp_state: QpState::Init,
+            port_num: port,
+            ..QpAttr::default()
+        };
+        let mut mask = AttrMask::STATE
+            .with(AttrMask::PKEY_INDEX)
+            .with(AttrMask::PORT);
+        if self.qp_type == QpType::Ud {
+            a.qkey = crate::UD_QKEY;
+            mask = mask.with(AttrMask::QKEY);
+        } else {
+            a.qp_access_flags = AccessFlags::REMOTE_WRITE
+                .with(AccessFlags::REMOTE_READ)
+                .with(AccessFlags::REMOTE_ATOMIC);
+            mask = mask.with(AttrMask::ACCESS_FLAGS);
+        }
+        self.dev.ctx().modify_qp(self.dev.index, self.qpn, &a, mask)
+    }
+
+    /// This QP's endpoint on port 1, with `mr` (if any) as the buffer the peer may access.
+    pub fn endpoint(&self) -> Result<Endpoint> {
+        self.endpoint_with(None)
+    }
+
+    /// [`QueuePair::endpoint`] offering `mr` to the peer.
+    pub fn endpoint_with(&self, mr: Option<&MemoryRegion<'_>>) -> Result<Endpoint> {
+        let p = self.dev.port(self.port)?;
+        // On RoCE the GID of the device's own address (IPv4-mapped) is the one that routes.
+        let gid = p
+            .gids
+            .iter()
+            .find(|g| g.0[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff])
+            .or(p.gids.first())
+            .copied()
+            .unwrap_or(Gid([0; 16]));
+        Ok(Endpoint {
+            lid: p.lid,
+            qpn: self.qpn,
+            psn: self.psn,
+            gid,
+            global: !p.link_layer_ib,
+            addr: mr.map_or(0, MemoryRegion::addr),
+            rkey: mr.map_or(0, MemoryRegion::rkey),
+        })
+    }
+
+    fn av(&self, to: &Endpoint) -> Result<AddressVector> {
+        let p = self.dev.port(self.port)?;
+        let sgid_index = p.gids.iter().position(|g| {
+            g.0[..12] == to.gid.0[..12] || (!p.link_layer_ib && g.0[10..12] == [0xff, 0xff])
+        });
+        Ok(AddressVector {
+            dlid: to.lid,
+            sl: 0,
+            src_path_bits: 0,
+            static_rate: 0,
+            grh: to.global.then(|| GlobalRoute {
+                dgid: to.gid,
+                flow_label: 0,
+                sgid_index: sgid_index.unwrap_or(0) as u8,
+                hop_limit: 64,
+                traffic_class: 0,
+            }),
+            port_num: self.port,
+        })
+    }
+
+    /// RC/UC: INIT → RTR → RTS towards `peer`. UD: RTR → RTS (peers are named per send).
+    pub fn connect(&self, peer: &Endpoint, mtu: Mtu) -> Result<()> {
+        let mut ctx = self.dev.ctx();
+        if self.qp_type == QpType::Ud {
+            drop(ctx);
+            return self.ready_ud();
+        }
+        let rc = self.qp_type == QpType::Rc;
+        let rtr = QpAttr {
+            qp_state: QpState::Rtr,
+            path_mtu: mtu,
+            dest_qp_num: peer.qpn,
+            rq_psn: Psn::new(peer.psn),
+            ah_attr: {
+                drop(ctx);
+                let av = self.av(peer)?;
+                ctx = self.dev.ctx();
+                av
+            },
+            max_dest_rd_atomic: 16,
+            min_rnr_timer: 12,
+            ..QpAttr::default()
+        };
+        let mut mask = AttrMask::STATE
+            .with(AttrMask::AV)
+            .with(AttrMask::PATH_MTU)
+            .with(AttrMask::DEST_QPN)
+            .with(AttrMask::RQ_PSN);
+        if rc {
+            mask = mask
+                .with(AttrMask::MAX_DEST_RD_ATOMIC)
+                .with(AttrMask::MIN_RNR_TIMER);
+        }
+        ctx.modify_qp(self.dev.index, self.qpn, &rtr, mask)?;
+        let rts = QpAttr {
+            qp_state: QpState::Rts,
+            sq_psn: Psn::new(self.psn),
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 16,
+            ..QpAttr::default()
+        };
+        let mut mask = AttrMask::STATE.with(AttrMask::SQ_PSN);
+        if rc {
+            mask = mask
+                .with(AttrMask::TIMEOUT)
+                .with(AttrMask::RETRY_CNT)
+                .with(AttrMask::RNR_RETRY)
+                .with(AttrMask::MAX_QP_RD_ATOMIC);
+        }
+        ctx.modify_qp(self.dev.index, self.qpn, &rts, mask)
+    }
+
+    fn ready_ud(&self) -> Result<()> {
+        let mut ctx = self.dev.ctx();
+        let rtr = QpAttr {
+            qp_state: QpState::Rtr,
+            ..QpAttr::default()
+        };
+        ctx.modify_qp(self.dev.index, self.qpn, &rtr, AttrMask::STATE)?;
+        let rts = QpAttr {
+            qp_state: QpState::Rts,
+            sq_psn: Psn::new(self.psn),
+            ..QpAttr::default()
+        };
+        ctx.modify_qp(
+            self.dev.index,
+            self.qpn,
+            &rts,
+            AttrMask::STATE.with(AttrMask::SQ_PSN),
+        )
+    }
+
+    /// Posts work requests (all, or the error of the first that failed).
+    pub fn post_send(&self, wrs: Vec<SendWr>) -> Result<()> {
+        self.dev.ctx().post_send(self.dev.index, self.qpn, wrs)
+    }
+
+    /// Posts receives.
+    pub fn post_recv(&self, wrs: Vec<RecvWr>) -> Result<()> {
+        self.dev.ctx().post_recv(self.dev.index, self.qpn, wrs)
+    }
+
+    /// Posts one receive of `len` bytes at `offset` of `mr`.
+    pub fn recv(&self, mr: &MemoryRegion<'_>, offset: usize, len: usize, wr_id: u64) -> Result<()> {
+        self.post_recv(vec![RecvWr {
+            wr_id,
+            sg_list: vec![mr.sge(offset, len)],
+        }])
+    }
+
+    /// Sends `len` bytes at `offset` of `mr` (signaled). On UD, to `to`.
+    pub fn send(
+        &self,
+        mr: &MemoryRegion<'_>,
+        offset: usize,
+        len: usize,
+        to: Option<&Endpoint>,
+        wr_id: u64,
+    ) -> Result<()> {
+        let ud = match (self.qp_type, to) {
+            (QpType::Ud, Some(peer)) => {
+                let av = self.av(peer)?;
+                let ah = self.dev.ctx().create_ah(self.dev.index, self.pd, av)?;
+                self.ahs.lock().unwrap_or_else(|p| p.into_inner()).push(ah);
+                Some(UdDest {
+                    ah,
+                    remote_qpn: peer.qpn,
+                    remote_qkey: crate::UD_QKEY,
+                })
+            }
+            (QpType::Ud, None) => {
+                return Err(Error::Refused {
+                    kind: ErrorKind::Invalid,
+                    message: "a UD send needs the peer's endpoint".into(),
+                })
+            }
+            _ => None,
+        };
+        self.post_send(vec![SendWr {
+            wr_id,
+            opcode: WrOpcode::Send,
+            sg_list: vec![mr.sge(offset, len)],
+            flags: SendFlags::SIGNALED,
+            inline_data: None,
+            ud,
+        }])
+    }
+
+    /// RDMA WRITE of `len` bytes at `offset` of `mr` to `addr`/`rkey` of the peer (signaled).
+    pub fn write(
+        &self,
+        mr: &MemoryRegion<'_>,
+        offset: usize,
+        len: usize,
+        addr: u64,
+        rkey: u32,
+        wr_id: u64,
+    ) -> Result<()> {
+        self.post_send(vec![SendWr {
+            wr_id,
+            opcode: WrOpcode::RdmaWrite(RemoteAddr {
+                addr,
+                rkey: RKey(rkey),
+            }),
+            sg_list: vec![mr.sge(offset, len)],
+            flags: SendFlags::SIGNALED,
+            inline_data: None,
+            ud: None,
+        }])
+    }
+
+    /// RDMA READ of `len` bytes from `addr`/`rkey` of the peer into `offset` of `mr`.
+    pub fn read(
+        &self,
+        mr: &MemoryRegion<'_>,
+        offset: usize,
+        len: usize,
+        addr: u64,
+        rkey: u32,
+        wr_id: u64,
+    ) -> Result<()> {
+        self.post_send(vec![SendWr {
+            wr_id,
+            opcode: WrOpcode::RdmaRead(RemoteAddr {
+                addr,
+                rkey: RKey(rkey),
+            }),
+            sg_list: vec![mr.sge(offset, len)],
+            flags: SendFlags::SIGNALED,
+            inline_data: None,
+            ud: None,
+        }])
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        let mut ctx = self.dev.ctx();
+        let _ = ctx.destroy_qp(self.dev.index, self.qpn);
+        for ah in self.ahs.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+            let _ = ctx.destroy_ah(self.dev.index, ah);
+        }
+    }
+}

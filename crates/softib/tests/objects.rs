@@ -1,0 +1,135 @@
+//! The owned verbs objects over an embedded HCA: RC write, send/receive, read and UD, and the
+//! objects released when dropped.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use softib::embedded::EmbeddedDaemon;
+use softib::{AccessFlags, Context, Device, Mtu, QpType, WcOpcode, WcStatus};
+
+/// Each test its own UDP port: tests run in parallel in one process.
+fn two_devices(n: u16) -> EmbeddedDaemon {
+    let hca = EmbeddedDaemon::start().unwrap();
+    let port = 30000 + (std::process::id() % 10000) as u16 * 2 + n;
+    hca.add_loopback_device("rxe0", "127.0.0.2", port).unwrap();
+    hca.add_loopback_device("rxe1", "127.0.0.3", port).unwrap();
+    hca
+}
+
+#[test]
+fn rc_write_send_and_read_between_two_devices_then_everything_is_released() {
+    let hca = two_devices(0);
+    {
+        let (a, b) = (
+            Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
+            Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
+        );
+        assert!(!a.info().ports[0].link_layer_ib);
+        let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+        let (cq_a, cq_b) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
+        let (buf_a, buf_b) = (a.alloc_buffer(8192).unwrap(), b.alloc_buffer(8192).unwrap());
+        let all = AccessFlags::LOCAL_WRITE
+            .with(AccessFlags::REMOTE_WRITE)
+            .with(AccessFlags::REMOTE_READ);
+        let (mr_a, mr_b) = (
+            pd_a.register(&buf_a, all).unwrap(),
+            pd_b.register(&buf_b, all).unwrap(),
+        );
+        let qp_a = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 16).unwrap();
+        let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 16).unwrap();
+        let (ea, eb) = (
+            qp_a.endpoint_with(Some(&mr_a)).unwrap(),
+            qp_b.endpoint_with(Some(&mr_b)).unwrap(),
+        );
+        // Endpoints cross processes as JSON (or anything serde speaks).
+        let eb: softib::Endpoint =
+            serde_json::from_str(&serde_json::to_string(&eb).unwrap()).unwrap();
+        qp_a.connect(&eb, Mtu::Mtu1024).unwrap();
+        qp_b.connect(&ea, Mtu::Mtu1024).unwrap();
+
+        let data: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8).collect();
+        buf_a.write(0, &data);
+        qp_a.write(&mr_a, 0, data.len(), eb.addr + 100, eb.rkey, 1)
+            .unwrap();
+        let wc = cq_a.wait(Duration::from_secs(5)).unwrap();
+        assert_eq!(
+            (wc.status, wc.opcode),
+            (WcStatus::Success, WcOpcode::RdmaWrite)
+        );
+        let mut got = vec![0u8; data.len()];
+        buf_b.read(100, &mut got);
+        assert_eq!(got, data);
+
+        // READ it back into another place of A.
+        qp_a.read(&mr_a, 6000, 1000, eb.addr + 100, eb.rkey, 2)
+            .unwrap();
+        let wc = cq_a.wait(Duration::from_secs(5)).unwrap();
+        assert_eq!(
+            (wc.status, wc.opcode),
+            (WcStatus::Success, WcOpcode::RdmaRead)
+        );
+        let mut back = vec![0u8; 1000];
+        buf_a.read(6000, &mut back);
+        assert_eq!(back, data[..1000]);
+
+        qp_b.recv(&mr_b, 7000, 1000, 9).unwrap();
+        qp_a.send(&mr_a, 0, 64, None, 3).unwrap();
+        let wc = cq_b.wait(Duration::from_secs(5)).unwrap();
+        assert_eq!(
+            (wc.status, wc.opcode, wc.byte_len, wc.wr_id),
+            (WcStatus::Success, WcOpcode::Recv, 64, 9)
+        );
+        // A wait with nothing to wait for says so.
+        let e = cq_b
+            .wait(Duration::from_millis(50))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no completion"), "{e}");
+    }
+    // Everything above was dropped: the daemon holds nothing for this process.
+    let mut ctx = Context::open_at(hca.dir()).unwrap();
+    let me = std::process::id();
+    for c in ctx.resources().unwrap() {
+        if c.pid == me {
+            assert!(
+                c.per_device.iter().all(|(_, n)| n.iter().all(|&x| x == 0)),
+                "{c:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn ud_send_reaches_the_peer_with_the_grh_area_in_front() {
+    let hca = two_devices(1);
+    let (a, b) = (
+        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
+        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
+    );
+    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
+    let (buf_a, buf_b) = (a.alloc_buffer(4096).unwrap(), b.alloc_buffer(4096).unwrap());
+    let (mr_a, mr_b) = (
+        pd_a.register(&buf_a, AccessFlags::LOCAL_WRITE).unwrap(),
+        pd_b.register(&buf_b, AccessFlags::LOCAL_WRITE).unwrap(),
+    );
+    let qp_a = pd_a.create_qp(QpType::Ud, &cq_a, &cq_a, 16).unwrap();
+    let qp_b = pd_b.create_qp(QpType::Ud, &cq_b, &cq_b, 16).unwrap();
+    let eb = qp_b.endpoint().unwrap();
+    qp_a.connect(&eb, Mtu::Mtu1024).unwrap();
+    qp_b.connect(&qp_a.endpoint().unwrap(), Mtu::Mtu1024)
+        .unwrap();
+    qp_b.recv(&mr_b, 0, 40 + 256, 1).unwrap();
+    buf_a.write(0, b"datagram");
+    qp_a.send(&mr_a, 0, 8, Some(&eb), 5).unwrap();
+    let wc = cq_b.wait(Duration::from_secs(5)).unwrap();
+    assert_eq!(
+        (wc.status, wc.byte_len, wc.src_qp),
+        (WcStatus::Success, 48, qp_a.qpn())
+    );
+    let mut got = [0u8; 8];
+    buf_b.read(40, &mut got);
+    assert_eq!(&got, b"datagram");
+    let e = qp_a.send(&mr_a, 0, 8, None, 6).unwrap_err().to_string();
+    assert!(e.contains("needs the peer's endpoint"), "{e}");
+}
