@@ -8,6 +8,7 @@ mod demo;
 mod exit;
 mod fabric;
 mod pcap;
+mod pingpong;
 mod sim;
 mod tools;
 
@@ -109,6 +110,7 @@ fn run_tool(name: &str, args: &[String]) -> Option<anyhow::Result<u8>> {
         "sminfo" => tools::sminfo(args),
         "ibaddr" => tools::ibaddr(args),
         "ibroute" => tools::ibroute(args),
+        "ibv_rc_pingpong" | "ibv_uc_pingpong" | "ibv_ud_pingpong" => pingpong::main(name, args),
         _ => {
             use softib_perftest::{Mode, Test};
             let (test, mode) = match name {

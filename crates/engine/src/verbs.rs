@@ -161,7 +161,7 @@ impl WcStatus {
             WcStatus::MwBindErr => "memory management operation error",
             WcStatus::BadRespErr => "bad response error",
             WcStatus::LocAccessErr => "local access error",
-            WcStatus::RemInvReqErr => "invalid request error",
+            WcStatus::RemInvReqErr => "remote invalid request error",
             WcStatus::RemAccessErr => "remote access error",
             WcStatus::RemOpErr => "remote operation error",
             WcStatus::RetryExcErr => "transport retry counter exceeded",

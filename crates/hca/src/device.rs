@@ -68,6 +68,54 @@ pub(crate) struct RoceDev {
     pub capture: Option<PcapWriter>,
 }
 
+/// Frames on cables whose both ends live in this process, by the receiving end's address.
+///
+/// A fabric daemon hosts many nodes; a frame from one of its cable ends to another is handed
+/// over here instead of through the kernel's UDP stack. The cable itself is unchanged — its
+/// beacons still travel over UDP, so training, link state and a pulled cable behave exactly as
+/// across processes — only the frames skip two system calls each.
+#[derive(Debug, Default)]
+pub struct Switchboard {
+    queues: std::collections::BTreeMap<SocketAddr, std::collections::VecDeque<Vec<u8>>>,
+    pending: usize,
+}
+
+impl Switchboard {
+    /// Makes `addr` (a cable end of this process) reachable in-process.
+    pub fn register(&mut self, addr: SocketAddr) {
+        self.queues.entry(addr).or_default();
+    }
+
+    /// Sends `frame` on `cable`: in-process when the peer end is here, else over UDP.
+    pub fn send(&mut self, cable: &mut Cable, frame: &[u8]) -> io::Result<()> {
+        match self.queues.get_mut(&cable.peer_addr()) {
+            Some(q) if cable.state() == softib_net::cable::PhysState::LinkUp => {
+                q.push_back(frame.to_vec());
+                self.pending += 1;
+                Ok(())
+            }
+            // Not up: the cable counts and drops it, as it would any frame.
+            _ => cable.send(frame),
+        }
+    }
+
+    /// The frames waiting for the cable end at `local`.
+    pub fn take(&mut self, local: SocketAddr) -> std::collections::VecDeque<Vec<u8>> {
+        match self.queues.get_mut(&local) {
+            Some(q) if !q.is_empty() => {
+                self.pending -= q.len();
+                std::mem::take(q)
+            }
+            _ => std::collections::VecDeque::new(),
+        }
+    }
+
+    /// Whether frames are waiting anywhere.
+    pub fn is_busy(&self) -> bool {
+        self.pending > 0
+    }
+}
+
 /// One device of a host.
 pub(crate) enum Device {
     Ib(Box<IbDev>),
@@ -106,17 +154,23 @@ impl Device {
         std_now: StdInstant,
         now: Instant,
         buf: &mut [u8],
+        sb: &mut Switchboard,
     ) -> io::Result<bool> {
         match self {
-            Device::Ib(d) => d.receive(std_now, now, buf),
+            Device::Ib(d) => d.receive(std_now, now, buf, sb),
             Device::Roce(d) => d.receive(std_now, now, buf),
         }
     }
 
     /// Sends what the engine (and on IB the SMA) has to send.
-    pub fn transmit(&mut self, now: Instant, buf: &mut [u8]) -> io::Result<bool> {
+    pub fn transmit(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        sb: &mut Switchboard,
+    ) -> io::Result<bool> {
         match self {
-            Device::Ib(d) => d.transmit(now, buf),
+            Device::Ib(d) => d.transmit(now, buf, sb),
             Device::Roce(d) => d.transmit(now, buf),
         }
     }
@@ -252,7 +306,13 @@ fn capture(slot: &mut Option<PcapWriter>, frame: &[u8]) {
 }
 
 impl IbDev {
-    fn receive(&mut self, std_now: StdInstant, now: Instant, buf: &mut [u8]) -> io::Result<bool> {
+    fn receive(
+        &mut self,
+        std_now: StdInstant,
+        now: Instant,
+        buf: &mut [u8],
+        sb: &mut Switchboard,
+    ) -> io::Result<bool> {
         let mut busy = false;
         for pi in 1..self.cables.len() {
             let Some(cable) = self.cables[pi].as_mut() else {
@@ -261,6 +321,13 @@ impl IbDev {
             let port = pi as u8;
             let mut events = Vec::new();
             events.extend(cable.poll(std_now));
+            for frame in sb.take(cable.local_addr()) {
+                if cable.state() == softib_net::cable::PhysState::LinkUp {
+                    busy = true;
+                    capture(&mut self.capture, &frame);
+                    self.ca.handle_frame(now, port, &frame);
+                }
+            }
             if self.ready[pi] {
                 // Drained unless the batch limit stops us first (then: still ready).
                 self.ready[pi] = false;
@@ -294,14 +361,14 @@ impl IbDev {
         Ok(busy)
     }
 
-    fn transmit(&mut self, now: Instant, buf: &mut [u8]) -> io::Result<bool> {
+    fn transmit(&mut self, now: Instant, buf: &mut [u8], sb: &mut Switchboard) -> io::Result<bool> {
         let std_now = StdInstant::now();
         for (p, f) in self.faults.iter_mut().enumerate() {
             if let Some(Some(c)) = self.cables.get_mut(p) {
                 let cap = &mut self.capture;
                 f.poll(std_now, |(), frame| {
                     capture(cap, frame);
-                    c.send(frame)
+                    sb.send(c, frame)
                 })?;
             }
         }
@@ -312,7 +379,7 @@ impl IbDev {
                 let cap = &mut self.capture;
                 f.apply(std_now, (), &buf[..len], |(), frame| {
                     capture(cap, frame);
-                    c.send(frame)
+                    sb.send(c, frame)
                 })?;
             }
             sent += 1;

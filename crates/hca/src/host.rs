@@ -168,6 +168,8 @@ enum Slot {
 pub struct Daemon {
     hosts: Vec<HostRt>,
     switches: Vec<SwitchRt>,
+    /// In-process delivery between this daemon's own cable ends.
+    sb: crate::device::Switchboard,
     origin: StdInstant,
     buf: Vec<u8>,
 }
@@ -424,9 +426,25 @@ impl Daemon {
             let ready = vec![true; cables.len()];
             srt.push(SwitchRt { sw, cables, ready });
         }
+        let mut sb = crate::device::Switchboard::default();
+        for h in &hrt {
+            for d in &h.devs {
+                if let Device::Ib(ib) = d {
+                    for c in ib.cables.iter().flatten() {
+                        sb.register(c.local_addr());
+                    }
+                }
+            }
+        }
+        for s in &srt {
+            for c in s.cables.iter().flatten() {
+                sb.register(c.local_addr());
+            }
+        }
         Ok(Daemon {
             hosts: hrt,
             switches: srt,
+            sb,
             origin: now,
             buf: vec![0u8; 16 * 1024],
         })
@@ -464,7 +482,7 @@ impl Daemon {
         for si in 0..self.switches.len() {
             busy |= self.step_switch(si, std_now)?;
         }
-        Ok(busy)
+        Ok(busy || self.sb.is_busy())
     }
 
     fn step_host(&mut self, hi: usize, std_now: StdInstant, now: Instant) -> io::Result<bool> {
@@ -472,7 +490,7 @@ impl Daemon {
         let h = &mut self.hosts[hi];
         let mut busy = false;
         for d in &mut h.devs {
-            busy |= d.receive(std_now, now, buf)?;
+            busy |= d.receive(std_now, now, buf, &mut self.sb)?;
         }
         // Control sockets.
         if h.listener_ready {
@@ -489,7 +507,7 @@ impl Daemon {
         h.finish_parked(std_now);
         let now = self_now(&self.origin);
         for d in &mut h.devs {
-            busy |= d.transmit(now, buf)?;
+            busy |= d.transmit(now, buf, &mut self.sb)?;
         }
         Ok(busy)
     }
@@ -503,6 +521,19 @@ impl Daemon {
             let mut frames: Vec<(u8, Vec<u8>)> = Vec::new();
             if let Some(cable) = s.cables[port].as_mut() {
                 events.extend(cable.poll(std_now));
+                for frame in self.sb.take(cable.local_addr()) {
+                    if cable.state() != softib_net::cable::PhysState::LinkUp {
+                        continue;
+                    }
+                    busy = true;
+                    match s.sw.handle_packet(port as u8, &frame) {
+                        SwitchAction::Forward { out_port } => frames.push((out_port, frame)),
+                        SwitchAction::Transmit { out_port, packet } => {
+                            frames.push((out_port, packet))
+                        }
+                        SwitchAction::Local | SwitchAction::ToSm(_) | SwitchAction::Drop(_) => {}
+                    }
+                }
                 let ready = std::mem::replace(&mut s.ready[port], false);
                 for _ in 0..if ready { 256 } else { 0 } {
                     match cable.recv(std_now, buf)? {
@@ -540,7 +571,7 @@ impl Daemon {
             }
             for (out, frame) in frames {
                 if let Some(Some(c)) = s.cables.get_mut(usize::from(out)) {
-                    c.send(&frame)?;
+                    self.sb.send(c, &frame)?;
                 }
             }
         }
