@@ -1,0 +1,88 @@
+# Host side of the interop matrix (run by interop/matrix.sh through run-job.sh --host, inside
+# the namespace): every cell runs one tool pair, softib's on softib0 here and the guest's on
+# rxe0, once with each side as the server. Results: $INTEROP_OUT/matrix.txt, one line a cell;
+# each side's output in $INTEROP_OUT/cells/.
+set -u
+. "$INTEROP_DIR/lib.sh"
+
+MATRIX="$INTEROP_OUT/matrix.txt"
+CELLS="$INTEROP_OUT/cells"
+mkdir -p "$CELLS"
+: >"$MATRIX"
+T=${SOFTIB_INTEROP_CELL_TIMEOUT:-120}
+ONLY=${SOFTIB_INTEROP_ONLY:-}
+PORT=18515
+
+guest_wait_ready 300 || { echo "guest never became ready"; exit 3; }
+echo "guest ready"
+
+# Everything on the tap, as the wire carries it (rxe's real IP headers included).
+tshark -q -i tap0 -w "$INTEROP_OUT/tap0.pcap" -F pcap -a filesize:400000 >/dev/null 2>&1 &
+CAP=$!
+sleep 2
+
+n=0
+# cell NAME SERVER(guest|host) GUEST_TOOL_AND_FLAGS -- HOST_TOOL_AND_FLAGS
+cell() {
+    local name=$1 server=$2; shift 2
+    local gcmd="" hcmd=() seen=0 a
+    for a in "$@"; do
+        if [ "$a" = "--" ]; then seen=1; continue; fi
+        if [ $seen = 0 ]; then gcmd="$gcmd $a"; else hcmd+=("$a"); fi
+    done
+    if [ -n "$ONLY" ] && ! [[ "$name" =~ $ONLY ]]; then return; fi
+    n=$((n + 1))
+    local id
+    id=$(printf '%02d-%s' "$n" "$name")
+    local t0 hrc grc
+    t0=$(date +%s)
+    echo "== $id"
+    if [ "$server" = guest ]; then
+        guest "$id" "timeout $T$gcmd"
+        guest_run "$id-listen" 60 "until ss -Hltn 'sport = :$PORT' | grep -q .; do sleep 0.1; done"
+        timeout "$T" "$SOFTIB" "${hcmd[@]}" "$GUEST_IP" >"$CELLS/$id.host.txt" 2>&1
+        hrc=$?
+        guest_wait "$id" $((T + 10)); grc=$?
+    else
+        timeout "$T" "$SOFTIB" "${hcmd[@]}" >"$CELLS/$id.host.txt" 2>&1 &
+        local hp=$!
+        host_listening $PORT 30
+        guest "$id" "timeout $T$gcmd $HOST_IP"
+        guest_wait "$id" $((T + 10)); grc=$?
+        wait "$hp"; hrc=$?
+    fi
+    cp "$CMD_DIR/$id.out" "$CELLS/$id.guest.txt" 2>/dev/null
+    # rxe's counters after the cell (it drops a bad ICRC silently: rcvd_pkts tells).
+    guest_run "$id-stat" 20 "rdma statistic show link rxe0/1" && cp "$CMD_DIR/$id-stat.out" "$CELLS/$id.rxe-stat.txt"
+    local verdict=PASS
+    [ "$hrc" = 0 ] && [ "$grc" = 0 ] || verdict=FAIL
+    printf '%-34s %-4s %4ss  softib_rc=%s rxe_rc=%s\n' "$id" "$verdict" $(( $(date +%s) - t0 )) \
+        "$hrc" "$grc" | tee -a "$MATRIX"
+    # Let both sides close port 18515 before the next cell.
+    sleep 1
+}
+
+G="-d rxe0 -g 1"
+H="-d softib0 -g 1"
+for t in rc uc ud; do
+    extra="-n 100"
+    [ $t = ud ] && extra="-n 100 -s 512"
+    cell "ibv_${t}_pingpong.rxe-server" guest ibv_${t}_pingpong $G $extra -- ibv_${t}_pingpong $H $extra
+    cell "ibv_${t}_pingpong.softib-server" host ibv_${t}_pingpong $G $extra -- ibv_${t}_pingpong $H $extra
+done
+
+PG="-d rxe0 -x 1 -F"
+PH="-d softib0 -x 1 -F"
+for tool in ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw "ib_send_bw -c UD" \
+    ib_send_lat ib_write_lat ib_read_lat ib_atomic_lat; do
+    iters="-n 200"
+    name=${tool// -c /.}
+    cell "$name.rxe-server" guest $tool $PG $iters -- $tool $PH $iters
+    cell "$name.softib-server" host $tool $PG $iters -- $tool $PH $iters
+done
+
+kill -INT "$CAP" 2>/dev/null; wait "$CAP" 2>/dev/null
+guest_stop
+echo "matrix done: $(grep -c PASS "$MATRIX") passed, $(grep -c FAIL "$MATRIX") failed"
+grep -q FAIL "$MATRIX" && exit 1
+exit 0
