@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 
 use softib_wire::packet::parse_body;
-use softib_wire::{Qpn, Transport};
+use softib_wire::packet::TransportRepr;
+use softib_wire::{Gid, Lid, Qpn, Transport};
 
 use crate::config::{DeviceAttr, HcaConfig, PortAttr};
 use crate::counters::{DropCounters, DropReason, PortCounters};
@@ -81,6 +82,10 @@ pub struct Hca<M: Memory> {
     next_key_index: u32,
     timers: BTreeSet<(Instant, Qpn)>,
     schedule: VecDeque<Qpn>,
+    /// Multicast groups this HCA's UD QPs are attached to (`ibv_attach_mcast`): MGID → its
+    /// MLID and the attached QPs. A packet to QPN 0xFFFFFF is delivered to every QP attached
+    /// to the group its GRH's DGID names.
+    mcast: BTreeMap<Gid, (Lid, BTreeSet<Qpn>)>,
     /// The latest `now` any input carried: commands without a time of their own (posting,
     /// modifying) judge readiness by it.
     last_now: Instant,
@@ -116,6 +121,7 @@ impl<M: Memory> Hca<M> {
             next_key_index: 1,
             timers: BTreeSet::new(),
             schedule: VecDeque::new(),
+            mcast: BTreeMap::new(),
             last_now: Instant::ZERO,
         }
     }
@@ -510,6 +516,50 @@ impl<M: Memory> Hca<M> {
         if let Some(t) = qp.armed {
             self.timers.remove(&(t, qpn));
         }
+        // A destroyed QP leaves its groups (ibv_destroy_qp detaches, as the kernel does).
+        self.mcast.retain(|_, (_, qps)| {
+            qps.remove(&qpn);
+            !qps.is_empty()
+        });
+        Ok(())
+    }
+
+    /// Attaches a UD QP to the multicast group `mgid`/`mlid` (`ibv_attach_mcast`): packets
+    /// to QPN 0xFFFFFF whose GRH names `mgid` reach it. Attaching twice is not an error.
+    pub fn attach_mcast(&mut self, qpn: Qpn, mgid: Gid, mlid: Lid) -> Result<(), VerbsError> {
+        let qp = self.qps.get(&qpn).ok_or(VerbsError::NotFound("QP"))?;
+        if qp.qp_type() != QpType::Ud {
+            return Err(VerbsError::Invalid(
+                "only UD QPs can be attached to a multicast group",
+            ));
+        }
+        if mgid.0[0] != 0xFF {
+            return Err(VerbsError::Invalid(
+                "the MGID is not a multicast GID (its first byte must be 0xFF)",
+            ));
+        }
+        if !mlid.is_multicast() && mlid != Lid::UNASSIGNED {
+            return Err(VerbsError::Invalid(
+                "the MLID is not a multicast LID (0xC000..=0xFFFE)",
+            ));
+        }
+        let entry = self.mcast.entry(mgid).or_insert((mlid, BTreeSet::new()));
+        entry.0 = mlid;
+        entry.1.insert(qpn);
+        Ok(())
+    }
+
+    /// Detaches a QP from a multicast group (`ibv_detach_mcast`).
+    pub fn detach_mcast(&mut self, qpn: Qpn, mgid: Gid) -> Result<(), VerbsError> {
+        let Some((_, qps)) = self.mcast.get_mut(&mgid) else {
+            return Err(VerbsError::NotFound("multicast group"));
+        };
+        if !qps.remove(&qpn) {
+            return Err(VerbsError::NotFound("QP in the multicast group"));
+        }
+        if qps.is_empty() {
+            self.mcast.remove(&mgid);
+        }
         Ok(())
     }
 
@@ -814,9 +864,39 @@ impl<M: Memory> Hca<M> {
         }
         let qpn = t.bth.dest_qpn;
         if qpn == Qpn::MULTICAST {
-            self.res.drop_packet(DropReason::Multicast);
+            // IBA §10.5.2.4: a multicast packet carries a GRH; its DGID names the group.
+            let group = meta
+                .grh
+                .map(|g| {
+                    let mut gid = [0u8; 16];
+                    gid.copy_from_slice(&g[24..40]);
+                    Gid(gid)
+                })
+                .filter(|_| t.bth.opcode.transport() == Transport::Ud)
+                .and_then(|mgid| self.mcast.get(&mgid));
+            let Some((_, members)) = group else {
+                self.res.drop_packet(DropReason::Multicast);
+                return;
+            };
+            let members: Vec<Qpn> = members.iter().copied().collect();
+            for member in members {
+                self.deliver(now, port, meta, &t, payload, member);
+            }
             return;
         }
+        self.deliver(now, port, meta, &t, payload, qpn);
+    }
+
+    /// The part of `handle_packet` for one destination QP.
+    fn deliver(
+        &mut self,
+        now: Instant,
+        port: u8,
+        meta: &RxMeta,
+        t: &TransportRepr,
+        payload: &[u8],
+        qpn: Qpn,
+    ) {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             self.res.drop_packet(DropReason::UnknownQp);
             return;
@@ -849,9 +929,9 @@ impl<M: Memory> Hca<M> {
         }
         let is_request = t.bth.opcode.info().is_some_and(|i| i.kind.is_request());
         if is_request {
-            qp.responder_handle(now, &mut self.res, meta, &t, payload);
+            qp.responder_handle(now, &mut self.res, meta, t, payload);
         } else if qp.qp_type() == QpType::Rc {
-            qp.completer_handle(now, &mut self.res, &t, payload);
+            qp.completer_handle(now, &mut self.res, t, payload);
         } else {
             self.res.drop_packet(DropReason::WrongTransport);
         }

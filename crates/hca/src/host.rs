@@ -12,6 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -120,6 +121,10 @@ struct Client {
     /// Ports this client is a MAD agent on: (device, port, is the SM).
     agents: Vec<(u32, u8, bool)>,
     mads: VecDeque<Mad>,
+    /// Completion channels (eventfds the client passed), by handle.
+    channels: BTreeMap<u64, OwnedFd>,
+    /// Armed CQs: (device, CQ) → the channel to signal.
+    armed: BTreeMap<(u32, u32), u64>,
 }
 
 struct HostRt {
@@ -721,6 +726,8 @@ impl HostRt {
                             parked: None,
                             agents: Vec::new(),
                             mads: VecDeque::new(),
+                            channels: BTreeMap::new(),
+                            armed: BTreeMap::new(),
                         },
                     );
                 }
@@ -1079,6 +1086,7 @@ impl HostRt {
                 match hca.destroy_cq(CqHandle(cq)) {
                     Ok(()) => {
                         c.owned.cqs.remove(&(dev, cq));
+                        c.armed.remove(&(dev, cq));
                         Response::Ok
                     }
                     Err(e) => verbs_error(e),
@@ -1449,6 +1457,66 @@ impl HostRt {
                 self.set_sm(dev, port, info);
                 Response::Ok
             }
+            Request::AttachMcast { dev, qpn, gid, lid } => {
+                let hca = dev!(dev).hca_mut();
+                owned!(qps, dev, qpn, "QP");
+                match hca.attach_mcast(qpn, gid, lid) {
+                    Ok(()) => Response::Ok,
+                    Err(e) => verbs_error(e),
+                }
+            }
+            Request::DetachMcast { dev, qpn, gid } => {
+                let hca = dev!(dev).hca_mut();
+                owned!(qps, dev, qpn, "QP");
+                match hca.detach_mcast(qpn, gid) {
+                    Ok(()) => Response::Ok,
+                    Err(e) => verbs_error(e),
+                }
+            }
+            Request::CreateCompChannel => {
+                if c.channels.len() >= MAX_CQS_PER_CLIENT {
+                    return Some(err(
+                        ErrorKind::Exhausted,
+                        "too many completion channels for one client",
+                    ));
+                }
+                let Some(fd) = c.reader.fds.pop() else {
+                    return Some(err(
+                        ErrorKind::Protocol,
+                        "CreateCompChannel arrived without its eventfd",
+                    ));
+                };
+                let h = c.channels.keys().next_back().map_or(1, |k| k + 1);
+                c.channels.insert(h, fd);
+                Response::Handle(h)
+            }
+            Request::DestroyCompChannel { channel } => {
+                if c.armed.values().any(|&ch| ch == channel) {
+                    return Some(err(
+                        ErrorKind::Busy,
+                        "a CQ is still armed on this completion channel",
+                    ));
+                }
+                match c.channels.remove(&channel) {
+                    Some(_) => Response::Ok,
+                    None => err(
+                        ErrorKind::NotFound,
+                        format!("no completion channel {channel} belongs to this client"),
+                    ),
+                }
+            }
+            Request::ReqNotifyCq { dev, cq, channel } => {
+                let _ = dev!(dev);
+                owned!(cqs, dev, cq, "CQ");
+                if !c.channels.contains_key(&channel) {
+                    return Some(err(
+                        ErrorKind::NotFound,
+                        format!("no completion channel {channel} belongs to this client"),
+                    ));
+                }
+                c.armed.insert((dev, cq), channel);
+                Response::Ok
+            }
         };
         Some(r)
     }
@@ -1530,6 +1598,24 @@ impl HostRt {
             let Some(c) = self.clients.get_mut(&id) else {
                 continue;
             };
+            if !c.armed.is_empty() {
+                let devs = &mut self.devs;
+                let channels = &c.channels;
+                c.armed.retain(|&(dev, cq), ch| {
+                    let ready = devs
+                        .get_mut(dev as usize)
+                        .map(Device::hca_mut)
+                        .is_some_and(|h| h.cq_len(CqHandle(cq)) > 0);
+                    if ready {
+                        if let Some(fd) = channels.get(ch) {
+                            // An eventfd adds the 8-byte value to its counter; a full
+                            // counter (EAGAIN) is already readable, which is all we need.
+                            let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+                        }
+                    }
+                    !ready
+                });
+            }
             let response = match c.parked {
                 Some(Parked::PollCq {
                     dev,

@@ -24,6 +24,9 @@ use crate::ib::MadQp;
 pub const VERSION: u32 = 1;
 /// The largest frame either side accepts.
 pub const MAX_FRAME: usize = 4 << 20;
+/// The most request bytes the daemon buffers per client before serving them: one largest
+/// frame with its length prefix, plus one read.
+pub const MAX_BUFFERED: usize = MAX_FRAME + 4 + 64 * 1024;
 
 /// What an application asks.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -276,6 +279,45 @@ pub enum Request {
         /// SMInfo attribute bytes.
         sm_info: Option<Vec<u8>>,
     },
+    /// `ibv_attach_mcast`: a UD QP joins multicast group `gid`/`lid` on its device.
+    AttachMcast {
+        /// Device index.
+        dev: u32,
+        /// The QP.
+        qpn: Qpn,
+        /// The MGID.
+        gid: Gid,
+        /// The MLID.
+        lid: Lid,
+    },
+    /// `ibv_detach_mcast`.
+    DetachMcast {
+        /// Device index.
+        dev: u32,
+        /// The QP.
+        qpn: Qpn,
+        /// The MGID.
+        gid: Gid,
+    },
+    /// `ibv_create_comp_channel`: the eventfd the client made travels with this request (as
+    /// SCM_RIGHTS); the daemon writes to it when an armed CQ has completions.
+    CreateCompChannel,
+    /// `ibv_destroy_comp_channel`.
+    DestroyCompChannel {
+        /// The channel's handle.
+        channel: u64,
+    },
+    /// `ibv_req_notify_cq`: signal `channel` once `cq` holds a completion. One-shot, as in
+    /// verbs; a CQ that already holds completions when armed signals at once (a program that
+    /// polls after arming, as verbs programs must, sees no difference).
+    ReqNotifyCq {
+        /// Device index.
+        dev: u32,
+        /// The CQ.
+        cq: u32,
+        /// The channel's handle.
+        channel: u64,
+    },
 }
 
 /// Why a request failed.
@@ -497,14 +539,20 @@ pub struct FrameReader {
 }
 
 impl FrameReader {
-    /// Reads what is available. Returns `Ok(false)` at end of stream.
+    /// Reads what is available, but stops once a whole largest frame is buffered: a client
+    /// that writes faster than its requests are served is held back by its socket, not by the
+    /// daemon's memory (the socket stays readable, so the rest is read after those frames).
+    /// Returns `Ok(false)` at end of stream.
     pub fn fill(&mut self, stream: &UnixStream) -> io::Result<bool> {
         let mut chunk = [0u8; 64 * 1024];
         loop {
+            if self.buf.len() >= MAX_BUFFERED {
+                return Ok(true);
+            }
             match softib_net::fdpass::recv(stream, &mut chunk, &mut self.fds) {
                 Ok(0) => return Ok(false),
                 Ok(n) => {
-                    self.buf.extend_from_slice(&chunk[..n]);
+                    self.push(&chunk[..n]);
                     if n < chunk.len() {
                         return Ok(true);
                     }
@@ -513,6 +561,16 @@ impl FrameReader {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Appends bytes received from the stream (what [`FrameReader::fill`] does with each read).
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// How many bytes are buffered and not yet returned as frames.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
     }
 
     /// Whether bytes are buffered (a request may be complete without the socket being

@@ -17,6 +17,7 @@
 //! ([`softib_engine::verbs`], [`softib_engine::QpAttr`], ...), re-exported here.
 #![deny(missing_docs)]
 
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -36,9 +37,11 @@ pub use softib_wire::{Gid, Guid, Lid, Mtu, Psn, QKey, Qpn, RKey};
 
 use softib_hca::proto::{self, Request, Response};
 
+mod channel;
 pub mod embedded;
 mod objects;
 
+pub use channel::CompChannel;
 pub use objects::{CompletionQueue, Device, Endpoint, MemoryRegion, ProtectionDomain, QueuePair};
 
 /// The Q_Key softib's objects use on UD QPs (perftest's and the pingpong examples' 0x11111111).
@@ -402,6 +405,41 @@ impl Context {
             Response::Completions(v) => Ok(v),
             _ => Err(Error::Unexpected("not completions")),
         }
+    }
+
+    /// `ibv_attach_mcast`: UD QP `qpn` receives what is sent to multicast group `gid`/`lid`.
+    pub fn attach_mcast(&mut self, dev: u32, qpn: Qpn, gid: Gid, lid: Lid) -> Result<()> {
+        self.ok(&Request::AttachMcast { dev, qpn, gid, lid })
+    }
+
+    /// `ibv_detach_mcast`.
+    pub fn detach_mcast(&mut self, dev: u32, qpn: Qpn, gid: Gid) -> Result<()> {
+        self.ok(&Request::DetachMcast { dev, qpn, gid })
+    }
+
+    /// `ibv_create_comp_channel`: see [`CompChannel`].
+    pub fn create_comp_channel(&mut self) -> Result<CompChannel> {
+        let fd = CompChannel::new_fd()?;
+        match self.call_with_fds(&Request::CreateCompChannel, &[fd.as_fd()])? {
+            Response::Handle(handle) => Ok(CompChannel { fd, handle }),
+            _ => Err(Error::Unexpected("not a handle")),
+        }
+    }
+
+    /// `ibv_destroy_comp_channel`.
+    pub fn destroy_comp_channel(&mut self, channel: CompChannel) -> Result<()> {
+        self.ok(&Request::DestroyCompChannel {
+            channel: channel.handle,
+        })
+    }
+
+    /// `ibv_req_notify_cq`: `channel` becomes readable once `cq` holds a completion (one-shot).
+    pub fn req_notify_cq(&mut self, dev: u32, cq: CqHandle, channel: &CompChannel) -> Result<()> {
+        self.ok(&Request::ReqNotifyCq {
+            dev,
+            cq: cq.0,
+            channel: channel.handle,
+        })
     }
 
     /// Becomes a MAD agent on `port` (`sm`: the subnet manager, which receives SMP responses

@@ -23,10 +23,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::{
-    AccessFlags, AddressVector, AhHandle, AttrMask, Buffer, Context, CqHandle, DeviceInfo, Error,
-    ErrorKind, Gid, GlobalRoute, Lid, MrKeys, Mtu, PdHandle, PortInfo, Psn, QpAttr, QpCap,
-    QpInitAttr, QpState, QpType, Qpn, RKey, RecvWr, RemoteAddr, Result, SendFlags, SendWr, Sge,
-    UdDest, WorkCompletion, WrOpcode,
+    AccessFlags, AddressVector, AhHandle, AttrMask, Buffer, CompChannel, Context, CqHandle,
+    DeviceInfo, Error, ErrorKind, Gid, GlobalRoute, Lid, MrKeys, Mtu, PdHandle, PortInfo, Psn,
+    QpAttr, QpCap, QpInitAttr, QpState, QpType, Qpn, RKey, RecvWr, RemoteAddr, Result, SendFlags,
+    SendWr, Sge, UdDest, WorkCompletion, WrOpcode,
 };
 
 /// One device of this host, opened. Cloning shares the session.
@@ -99,6 +99,12 @@ impl Device {
             dev: self.clone(),
             handle,
         })
+    }
+
+    /// `ibv_create_comp_channel`: a file descriptor to wait on for CQs armed with
+    /// [`CompletionQueue::req_notify`] (see [`CompChannel`]).
+    pub fn create_comp_channel(&self) -> Result<CompChannel> {
+        self.ctx().create_comp_channel()
     }
 
     /// `ibv_create_cq`.
@@ -254,6 +260,16 @@ impl CompletionQueue {
     }
 }
 
+impl CompletionQueue {
+    /// `ibv_req_notify_cq`: `channel` becomes readable once this CQ holds a completion.
+    /// One-shot: arm again after each event, then poll once more.
+    pub fn req_notify(&self, channel: &CompChannel) -> Result<()> {
+        self.dev
+            .ctx()
+            .req_notify_cq(self.dev.index, self.handle, channel)
+    }
+}
+
 impl Drop for CompletionQueue {
     fn drop(&mut self) {
         let _ = self.dev.ctx().destroy_cq(self.dev.index, self.handle);
@@ -292,6 +308,18 @@ pub struct QueuePair {
 }
 
 impl QueuePair {
+    /// `ibv_attach_mcast` (UD QPs): receive what is sent to multicast group `mgid`/`mlid`.
+    pub fn attach_mcast(&self, mgid: Gid, mlid: Lid) -> Result<()> {
+        self.dev
+            .ctx()
+            .attach_mcast(self.dev.index, self.qpn, mgid, mlid)
+    }
+
+    /// `ibv_detach_mcast`.
+    pub fn detach_mcast(&self, mgid: Gid) -> Result<()> {
+        self.dev.ctx().detach_mcast(self.dev.index, self.qpn, mgid)
+    }
+
     /// The QP number.
     pub fn qpn(&self) -> Qpn {
         self.qpn

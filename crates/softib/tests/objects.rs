@@ -133,3 +133,41 @@ fn ud_send_reaches_the_peer_with_the_grh_area_in_front() {
     let e = qp_a.send(&mr_a, 0, 8, None, 6).unwrap_err().to_string();
     assert!(e.contains("needs the peer's endpoint"), "{e}");
 }
+
+#[test]
+fn a_completion_channel_becomes_readable_when_an_armed_cq_gets_a_completion() {
+    let hca = two_devices(2);
+    let (a, b) = (
+        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
+        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
+    );
+    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
+    let (buf_a, buf_b) = (a.alloc_buffer(4096).unwrap(), b.alloc_buffer(4096).unwrap());
+    let (mr_a, mr_b) = (
+        pd_a.register(&buf_a, AccessFlags::LOCAL_WRITE).unwrap(),
+        pd_b.register(&buf_b, AccessFlags::LOCAL_WRITE).unwrap(),
+    );
+    let qp_a = pd_a.create_qp(QpType::Ud, &cq_a, &cq_a, 16).unwrap();
+    let qp_b = pd_b.create_qp(QpType::Ud, &cq_b, &cq_b, 16).unwrap();
+    let eb = qp_b.endpoint().unwrap();
+    qp_a.connect(&eb, Mtu::Mtu1024).unwrap();
+    qp_b.connect(&qp_a.endpoint().unwrap(), Mtu::Mtu1024)
+        .unwrap();
+    let channel = b.create_comp_channel().unwrap();
+    cq_b.req_notify(&channel).unwrap();
+    assert_eq!(
+        channel.get_events(Some(Duration::from_millis(50))).unwrap(),
+        0,
+        "no completion yet, no event"
+    );
+    qp_b.recv(&mr_b, 0, 40 + 256, 1).unwrap();
+    qp_a.send(&mr_a, 0, 8, Some(&eb), 5).unwrap();
+    assert!(channel.get_events(Some(Duration::from_secs(5))).unwrap() >= 1);
+    assert_eq!(cq_b.poll(4).unwrap().len(), 1);
+    // One-shot: without arming again, the next completion raises no event.
+    qp_b.recv(&mr_b, 0, 40 + 256, 2).unwrap();
+    qp_a.send(&mr_a, 0, 8, Some(&eb), 6).unwrap();
+    cq_b.wait(Duration::from_secs(5)).unwrap();
+    assert_eq!(channel.try_get_events().unwrap(), None);
+}

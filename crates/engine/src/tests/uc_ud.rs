@@ -338,3 +338,55 @@ fn rc_pkey_mismatch_is_dropped_until_the_requester_gives_up() {
         "a P_Key violation is no QP error"
     );
 }
+
+// ---- UD multicast ----------------------------------------------------------------------------
+
+#[test]
+fn ud_multicast_reaches_every_attached_qp_and_only_those() {
+    use softib_wire::{Gid, Lid, Qpn};
+    let mut p = Pair::new();
+    let (qa, qb, mut to_group, _) = p.ud();
+    let qb2 = p.ud().1;
+    let outsider = p.ud().1;
+    let mgid = Gid([
+        0xFF, 0x12, 0x40, 0x1B, 0xFF, 0xFF, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF,
+    ]);
+    for q in [qb, qb2] {
+        p.b.hca.attach_mcast(q, mgid, Lid(0xC000)).unwrap();
+    }
+    // Attaching twice is allowed; RC QPs and unicast GIDs are refused.
+    p.b.hca.attach_mcast(qb, mgid, Lid(0xC000)).unwrap();
+    let (rc, _) = p.connect(QpType::Rc);
+    assert!(p.a.hca.attach_mcast(rc, mgid, Lid(0xC000)).is_err());
+    assert!(p.b.hca.attach_mcast(qb, Gid([0; 16]), Lid(0xC000)).is_err());
+    for (i, q) in [qb, qb2, outsider].into_iter().enumerate() {
+        p.b.post_recv(q, i as u64, BUF + 0x1_0000 * (i as u64 + 1), 2048);
+    }
+    let mut grh = [0u8; 40];
+    grh[24..].copy_from_slice(&mgid.0);
+    p.rx_meta.grh = Some(grh);
+    to_group.remote_qpn = Qpn::MULTICAST;
+    let sge = p.a.sge(BUF, 100);
+    p.a.post_ud(qa, 1, to_group, vec![sge]);
+    p.drive();
+    let mut got: Vec<u64> = p.b.completions().iter().map(|w| w.wr_id).collect();
+    got.sort();
+    assert_eq!(got, vec![0, 1], "both members, once each; not the outsider");
+
+    // Another group's packet, or one without a GRH, is dropped and counted.
+    p.rx_meta.grh = None;
+    p.a.post_ud(qa, 2, to_group, vec![sge]);
+    p.drive();
+    assert!(p.b.completions().is_empty());
+    assert_eq!(p.b.hca.drops().get(DropReason::Multicast), 1);
+
+    // A detached QP, and a destroyed one, no longer receive.
+    p.rx_meta.grh = Some(grh);
+    p.b.hca.detach_mcast(qb, mgid).unwrap();
+    assert!(p.b.hca.detach_mcast(qb, mgid).is_err());
+    p.b.hca.destroy_qp(qb2).unwrap();
+    p.a.post_ud(qa, 3, to_group, vec![sge]);
+    p.drive();
+    assert!(p.b.completions().is_empty());
+    assert_eq!(p.b.hca.drops().get(DropReason::Multicast), 2);
+}

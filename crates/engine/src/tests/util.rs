@@ -186,6 +186,8 @@ pub struct Pair {
     pub log: Vec<(bool, Vec<u8>)>,
     /// Whether `connect` creates QPs that signal every WR.
     pub sig_all: bool,
+    /// What the wire tells the receiver beyond the bytes (a GRH, say).
+    pub rx_meta: RxMeta,
 }
 
 impl Pair {
@@ -204,6 +206,7 @@ impl Pair {
             sent_b: 0,
             log: Vec::new(),
             sig_all: true,
+            rx_meta: RxMeta::default(),
         }
     }
 
@@ -283,8 +286,7 @@ impl Pair {
                 }
                 let p = self.wire.pop_front().unwrap();
                 let side = if p.to_b { &mut self.b } else { &mut self.a };
-                side.hca
-                    .handle_packet(self.now, 1, &RxMeta::default(), &p.bytes);
+                side.hca.handle_packet(self.now, 1, &self.rx_meta, &p.bytes);
             }
             self.a.hca.handle_timeout(self.now);
             self.b.hca.handle_timeout(self.now);
@@ -625,8 +627,7 @@ impl Pair {
         while let Some(p) = self.wire.pop_front() {
             self.now = self.now.max(p.at);
             let side = if p.to_b { &mut self.b } else { &mut self.a };
-            side.hca
-                .handle_packet(self.now, 1, &RxMeta::default(), &p.bytes);
+            side.hca.handle_packet(self.now, 1, &self.rx_meta, &p.bytes);
         }
     }
 }
