@@ -598,3 +598,69 @@ impl FrameReader {
         Ok(Some(body))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn frames_come_out_whole_however_the_bytes_arrive() {
+        let a = encode(&Request::ListDevices).unwrap();
+        let b = encode(&Request::AllocPd { dev: 7 }).unwrap();
+        let stream: Vec<u8> = [a.clone(), b.clone(), vec![9, 0, 0]].concat();
+        for piece in 1..=stream.len() {
+            let mut r = FrameReader::default();
+            let mut got = Vec::new();
+            for chunk in stream.chunks(piece) {
+                r.push(chunk);
+                while let Some(f) = r.next_frame().unwrap() {
+                    got.push(f);
+                }
+            }
+            assert_eq!(got, vec![a[4..].to_vec(), b[4..].to_vec()], "piece {piece}");
+            assert_eq!(r.buffered(), 3, "the incomplete length prefix stays");
+        }
+    }
+
+    #[test]
+    fn a_length_over_max_frame_is_refused_before_its_body_arrives() {
+        let mut r = FrameReader::default();
+        r.push(&u32::try_from(MAX_FRAME + 1).unwrap().to_le_bytes());
+        assert!(r.next_frame().unwrap_err().contains("allowed"));
+        let mut r = FrameReader::default();
+        r.push(&u32::MAX.to_le_bytes());
+        assert!(r.next_frame().is_err());
+    }
+
+    #[test]
+    fn a_fault_spec_no_parser_would_make_does_not_decode() {
+        // fuzz (control_proto): SetFaults with a delay of u64::MAX seconds decoded, and the
+        // port's next frame overflowed the clock and stopped the daemon.
+        use softib_net::fault::FaultSpec;
+        let set = |spec| Request::SetFaults {
+            dev: 0,
+            port: 1,
+            spec,
+        };
+        let huge = set(FaultSpec {
+            delay: std::time::Duration::MAX,
+            ..FaultSpec::default()
+        });
+        let frame = encode(&huge).unwrap();
+        let err = decode::<Request>(&frame[4..]).unwrap_err();
+        assert!(err.contains("malformed"), "{err}");
+        let nan = set(FaultSpec {
+            loss: f64::NAN,
+            ..FaultSpec::default()
+        });
+        assert!(decode::<Request>(&encode(&nan).unwrap()[4..]).is_err());
+        let fine = set(FaultSpec::parse(&["loss", "10%", "delay", "5ms"]).unwrap());
+        let Request::SetFaults { spec, .. } =
+            decode::<Request>(&encode(&fine).unwrap()[4..]).unwrap()
+        else {
+            panic!("not SetFaults");
+        };
+        assert_eq!(spec.loss, 0.1);
+    }
+}

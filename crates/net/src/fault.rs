@@ -10,8 +10,14 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::time::{Duration, Instant};
 
-/// What to do to a port's outgoing frames. Probabilities are in [0, 1].
+/// The longest delay a port may add (what `delay` accepts: under 60,000 s).
+pub const MAX_DELAY: Duration = Duration::from_secs(60_000);
+
+/// What to do to a port's outgoing frames. Probabilities are in [0, 1], the delay at most
+/// [`MAX_DELAY`]; deserializing checks both ([`FaultSpec::validate`]), so a spec that
+/// arrives on the control socket is as sane as one [`FaultSpec::parse`] made.
 #[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "FaultSpecFields")]
 pub struct FaultSpec {
     /// Drop a frame.
     pub loss: f64,
@@ -27,7 +33,57 @@ pub struct FaultSpec {
     pub seed: u64,
 }
 
+/// [`FaultSpec`]'s fields as they travel, before [`FaultSpec::validate`].
+#[derive(serde::Deserialize)]
+struct FaultSpecFields {
+    loss: f64,
+    dup: f64,
+    reorder: f64,
+    corrupt: f64,
+    delay: Duration,
+    seed: u64,
+}
+
+impl TryFrom<FaultSpecFields> for FaultSpec {
+    type Error = String;
+    fn try_from(f: FaultSpecFields) -> Result<FaultSpec, String> {
+        let spec = FaultSpec {
+            loss: f.loss,
+            dup: f.dup,
+            reorder: f.reorder,
+            corrupt: f.corrupt,
+            delay: f.delay,
+            seed: f.seed,
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
+}
+
 impl FaultSpec {
+    /// Checks that every probability is in [0, 1] (not NaN) and the delay at most
+    /// [`MAX_DELAY`]; the error names the first field that is not.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, p) in [
+            ("loss", self.loss),
+            ("dup", self.dup),
+            ("reorder", self.reorder),
+            ("corrupt", self.corrupt),
+        ] {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(format!("{name} {p}: a probability must be in [0, 1]"));
+            }
+        }
+        if self.delay > MAX_DELAY {
+            return Err(format!(
+                "delay {:?}: at most {} s",
+                self.delay,
+                MAX_DELAY.as_secs()
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether the spec changes nothing.
     pub fn is_none(&self) -> bool {
         self.loss == 0.0
@@ -237,11 +293,14 @@ impl<D: Copy> Faults<D> {
                 out.push(h);
             }
             for (d, o) in out {
-                if self.spec.delay.is_zero() {
-                    send(d, &o)?;
-                } else {
-                    self.stats.delayed += 1;
-                    self.delayed.push_back((now + self.spec.delay, d, o));
+                // A delay past what the clock can represent (only a spec that skipped
+                // `validate` has one) is not applied.
+                match now.checked_add(self.spec.delay) {
+                    Some(at) if !self.spec.delay.is_zero() => {
+                        self.stats.delayed += 1;
+                        self.delayed.push_back((at, d, o));
+                    }
+                    _ => send(d, &o)?,
                 }
             }
         }
@@ -318,6 +377,72 @@ mod tests {
         assert!(s.corrupted > 50 && changed as u64 <= s.corrupted, "{s:?}");
         let (out, s) = run("delay 5ms", 10);
         assert_eq!((out.len(), s.delayed), (10, 10));
+    }
+
+    #[test]
+    fn a_delay_past_the_clock_never_panics() {
+        // fuzz (control_proto): a SetFaults request with a delay of u64::MAX seconds made
+        // `now + delay` overflow the Instant and panic the daemon's loop.
+        let spec = FaultSpec {
+            delay: Duration::MAX,
+            ..FaultSpec::default()
+        };
+        assert!(spec.validate().unwrap_err().contains("delay"));
+        let mut f: Faults = Faults::new(spec);
+        let mut out = 0;
+        f.apply::<()>(Instant::now(), (), &[1, 2, 3], |(), _| {
+            out += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(out, 1, "sent at once, not held forever");
+        assert_eq!(f.next_deadline(), None);
+    }
+
+    #[test]
+    fn validate_refuses_what_parse_would_not_make() {
+        assert_eq!(FaultSpec::default().validate(), Ok(()));
+        let ok = FaultSpec::parse(&["loss", "100%", "delay", "59999s"]).unwrap();
+        assert_eq!(ok.validate(), Ok(()));
+        for (name, spec) in [
+            (
+                "loss",
+                FaultSpec {
+                    loss: f64::NAN,
+                    ..FaultSpec::default()
+                },
+            ),
+            (
+                "dup",
+                FaultSpec {
+                    dup: 1.5,
+                    ..FaultSpec::default()
+                },
+            ),
+            (
+                "reorder",
+                FaultSpec {
+                    reorder: -0.1,
+                    ..FaultSpec::default()
+                },
+            ),
+            (
+                "corrupt",
+                FaultSpec {
+                    corrupt: f64::INFINITY,
+                    ..FaultSpec::default()
+                },
+            ),
+            (
+                "delay",
+                FaultSpec {
+                    delay: MAX_DELAY + Duration::from_nanos(1),
+                    ..FaultSpec::default()
+                },
+            ),
+        ] {
+            assert!(spec.validate().unwrap_err().starts_with(name), "{name}");
+        }
     }
 
     #[test]
