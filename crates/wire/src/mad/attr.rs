@@ -794,6 +794,85 @@ impl LinearForwardingTable {
 
 smp_attribute!(LinearForwardingTable, AttrId::LINEAR_FORWARDING_TABLE);
 
+/// One block of a switch's MulticastForwardingTable (AttributeID 0x001B, IBA §14.2.5.12): for
+/// 32 consecutive MLIDs, a 16-bit PortMask each, covering 16 of the switch's ports. The
+/// AttributeModifier holds the block number in bits 0–8 (block `n` covers MLIDs
+/// `0xC000 + 32n ..= 0xC000 + 32n + 31`) and the PortMask position in bits 28–31 (position `p`
+/// covers ports `16p ..= 16p + 15`; bit `i` of a mask is port `16p + i`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct MulticastForwardingTable {
+    /// The PortMask of each MLID of the block.
+    pub port_masks: [u16; 32],
+}
+
+impl MulticastForwardingTable {
+    /// Length in bytes.
+    pub const LEN: usize = 64;
+    /// MLIDs per block.
+    pub const ENTRIES_PER_BLOCK: usize = 32;
+    /// Ports per PortMask.
+    pub const PORTS_PER_MASK: usize = 16;
+    /// The first multicast LID, the MLID of entry 0 of block 0.
+    pub const MLID_BASE: u16 = 0xC000;
+    /// The highest block number the AttributeModifier can name (9 bits).
+    pub const MAX_BLOCK: u16 = 0x1FF;
+    /// The highest PortMask position (4 bits).
+    pub const MAX_POSITION: u8 = 0xF;
+
+    /// The block number and the index in the block of multicast LID `mlid`, or `None` if
+    /// `mlid` is not in 0xC000..=0xFFFE.
+    pub fn position(mlid: Lid) -> Option<(u16, usize)> {
+        if !mlid.is_multicast() {
+            return None;
+        }
+        let off = mlid.0 - Self::MLID_BASE;
+        Some((off / 32, usize::from(off % 32)))
+    }
+
+    /// The MLID of entry `index` of block `block`.
+    pub fn mlid(block: u16, index: usize) -> Lid {
+        let off = u32::from(block) * 32 + (index as u32 % 32);
+        Lid(Self::MLID_BASE.wrapping_add(off as u16))
+    }
+
+    /// The PortMask position holding `port` and the bit of `port` in that mask.
+    pub fn port_position(port: u8) -> (u8, u16) {
+        (port / 16, 1u16 << (port % 16))
+    }
+
+    /// The AttributeModifier addressing block `block` (9 bits) at PortMask position
+    /// `position` (4 bits).
+    pub fn attr_mod(block: u16, position: u8) -> u32 {
+        (u32::from(position & 0x0F) << 28) | u32::from(block & Self::MAX_BLOCK)
+    }
+
+    /// The block number and the PortMask position an AttributeModifier names (reserved bits
+    /// 9–27 ignored).
+    pub fn from_attr_mod(attr_mod: u32) -> (u16, u8) {
+        ((attr_mod & 0x1FF) as u16, (attr_mod >> 28) as u8)
+    }
+
+    /// Parses an MFT block.
+    pub fn parse(bytes: &[u8]) -> Result<MulticastForwardingTable> {
+        let b = take(bytes, Self::LEN, "MulticastForwardingTable")?;
+        let mut port_masks = [0u16; 32];
+        for (i, m) in port_masks.iter_mut().enumerate() {
+            *m = read_u16(b, 2 * i);
+        }
+        Ok(MulticastForwardingTable { port_masks })
+    }
+
+    /// Writes the 32 PortMasks into `bytes`.
+    pub fn emit(&self, bytes: &mut [u8]) {
+        let b = &mut bytes[..Self::LEN];
+        for (i, m) in self.port_masks.iter().enumerate() {
+            write_u16(b, 2 * i, *m);
+        }
+    }
+}
+
+smp_attribute!(MulticastForwardingTable, AttrId::MULTICAST_FORWARDING_TABLE);
+
 /// One block of a port's GUIDInfo table (AttributeID 0x0014, IBA §14.2.5.5): 8 GUIDs; the
 /// AttributeModifier is the block number. Entry 0 of block 0 is the port GUID.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -1380,6 +1459,49 @@ pub(crate) mod tests {
         }
     }
 
+    // --- MulticastForwardingTable ---
+    /// Block 2 of an MFT, PortMask position 0: MLID 0xC040 to ports 1 and 3, MLID 0xC05F to
+    /// port 15, as an SMP data area (IBA §14.2.5.12).
+    fn mft_bytes() -> [u8; 64] {
+        let mut b = [0u8; 64];
+        b[0..2].copy_from_slice(&[0x00, 0x0a]); // entry 0: ports 1, 3
+        b[62..64].copy_from_slice(&[0x80, 0x00]); // entry 31: port 15
+        b
+    }
+
+    #[test]
+    fn mft_layout() {
+        let mft = MulticastForwardingTable::parse(&mft_bytes()).unwrap();
+        assert_eq!(mft.port_masks[0], 0x000a);
+        assert_eq!(mft.port_masks[31], 0x8000);
+        assert!(mft.port_masks[1..31].iter().all(|&m| m == 0));
+        let mut out = [0xa5u8; 64];
+        mft.emit(&mut out);
+        assert_eq!(out, mft_bytes());
+        assert_eq!(mft.to_data(), mft_bytes());
+        assert_eq!(
+            MulticastForwardingTable::parse(&mft_bytes()[..63]),
+            Err(Error::Truncated("MulticastForwardingTable"))
+        );
+    }
+
+    #[test]
+    fn mft_positions() {
+        type Mft = MulticastForwardingTable;
+        assert_eq!(Mft::position(Lid(0xC000)), Some((0, 0)));
+        assert_eq!(Mft::position(Lid(0xC05F)), Some((2, 31)));
+        assert_eq!(Mft::position(Lid(0xFFFE)), Some((0x1FF, 30)));
+        assert_eq!(Mft::position(Lid(0xFFFF)), None);
+        assert_eq!(Mft::position(Lid(0xBFFF)), None);
+        assert_eq!(Mft::mlid(2, 31), Lid(0xC05F));
+        assert_eq!(Mft::port_position(3), (0, 0x0008));
+        assert_eq!(Mft::port_position(17), (1, 0x0002));
+        assert_eq!(Mft::attr_mod(2, 0), 0x0000_0002);
+        assert_eq!(Mft::attr_mod(0x1FF, 2), 0x2000_01FF);
+        assert_eq!(Mft::from_attr_mod(0x2000_01FF), (0x1FF, 2));
+        assert_eq!(Mft::from_attr_mod(0xF0FF_FE05), (0x005, 0xF));
+    }
+
     // --- SMInfo ---
     fn sm_info_bytes() -> [u8; 21] {
         let mut b = [0u8; 21];
@@ -1443,6 +1565,7 @@ pub(crate) mod tests {
         assert_eq!(PortInfo::ATTR_ID, AttrId(0x0015));
         assert_eq!(PKeyTable::ATTR_ID, AttrId(0x0016));
         assert_eq!(LinearForwardingTable::ATTR_ID, AttrId(0x0019));
+        assert_eq!(MulticastForwardingTable::ATTR_ID, AttrId(0x001B));
         assert_eq!(SmInfo::ATTR_ID, AttrId(0x0020));
     }
 
@@ -1483,6 +1606,7 @@ pub(crate) mod tests {
         #[test]
         fn tables_roundtrip(b in arb_data()) {
             check_bits_preserved::<LinearForwardingTable>(&b, &[0xff; 64])?;
+            check_bits_preserved::<MulticastForwardingTable>(&b, &[0xff; 64])?;
             check_bits_preserved::<GuidInfo>(&b, &[0xff; 64])?;
             check_bits_preserved::<PKeyTable>(&b, &[0xff; 64])?;
         }
@@ -1509,6 +1633,7 @@ pub(crate) mod tests {
             let _ = PortInfo::parse(&b);
             let _ = SwitchInfo::parse(&b);
             let _ = LinearForwardingTable::parse(&b);
+            let _ = MulticastForwardingTable::parse(&b);
             let _ = GuidInfo::parse(&b);
             let _ = PKeyTable::parse(&b);
             let _ = SmInfo::parse(&b);

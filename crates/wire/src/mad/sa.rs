@@ -24,7 +24,7 @@ use super::attr::{NodeDescription, NodeInfo, PortInfo};
 use super::{AttrId, Method, MgmtClass};
 use crate::bytes::{read_u16, read_u32, read_u64, write_u16, write_u32, write_u64};
 use crate::mtu::Mtu;
-use crate::{Error, Gid, Lid, PKey, Result};
+use crate::{Error, Gid, Lid, PKey, QKey, Result};
 
 /// The ClassVersion of subnet administration (2).
 pub const CLASS_VERSION: u8 = 2;
@@ -876,6 +876,215 @@ pub mod port_info_comp {
     pub const LINK_SPEED_EXT_ENABLED: u64 = 1 << 57;
 }
 
+/// MCMemberRecord (AttributeID 0x0038, IBA §15.2.5.17, 52 bytes; 56 with the padding a table
+/// uses, see [`attr_offset_for`]): one port's membership of a multicast group, or, in a
+/// response, the group's parameters as the SA set them.
+///
+/// ```text
+///  0: MGID(128)
+/// 16: PortGID(128)
+/// 32: Q_Key(32)
+/// 36: MLID(16) MTUSelector(2) MTU(6) TClass(8)
+/// 40: P_Key(16) RateSelector(2) Rate(6) PacketLifeTimeSelector(2) PacketLifeTime(6)
+/// 44: SL(4) FlowLabel(20) HopLimit(8)
+/// 48: Scope(4) JoinState(4) ProxyJoin(1) Reserved(23)
+/// ```
+///
+/// A port joins with SubnAdmSet, leaves with SubnAdmDelete (§15.4.2.3); the SA's answer
+/// carries the whole record, MLID included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct McMemberRecord {
+    /// MGID: the multicast group's GID.
+    pub mgid: Gid,
+    /// PortGID: the GID of the port joining or leaving.
+    pub port_gid: Gid,
+    /// Q_Key of the group.
+    pub q_key: QKey,
+    /// MLID: the multicast LID the SA assigned to the group.
+    pub mlid: Lid,
+    /// MTUSelector (2 bits).
+    pub mtu_selector: Selector,
+    /// MTU (6 bits).
+    pub mtu: Mtu,
+    /// TClass.
+    pub tclass: u8,
+    /// P_Key of the group.
+    pub pkey: PKey,
+    /// RateSelector (2 bits).
+    pub rate_selector: Selector,
+    /// Rate (6 bits; 2 = 2.5 Gb/s, 3 = 10, 7 = 40, ...).
+    pub rate: u8,
+    /// PacketLifeTimeSelector (2 bits).
+    pub packet_life_time_selector: Selector,
+    /// PacketLifeTime (6 bits).
+    pub packet_life_time: u8,
+    /// SL (4 bits).
+    pub sl: u8,
+    /// FlowLabel (20 bits).
+    pub flow_label: u32,
+    /// HopLimit.
+    pub hop_limit: u8,
+    /// Scope (4 bits): the MGID's scope (2 = link-local).
+    pub scope: u8,
+    /// JoinState (4 bits, see [`join_state`]).
+    pub join_state: u8,
+    /// ProxyJoin: the join is made on behalf of another port.
+    pub proxy_join: bool,
+}
+
+impl Default for McMemberRecord {
+    fn default() -> Self {
+        McMemberRecord {
+            mgid: Gid::default(),
+            port_gid: Gid::default(),
+            q_key: QKey(0),
+            mlid: Lid(0),
+            mtu_selector: Selector::GreaterThan,
+            mtu: Mtu::from(0),
+            tclass: 0,
+            pkey: PKey(0),
+            rate_selector: Selector::GreaterThan,
+            rate: 0,
+            packet_life_time_selector: Selector::GreaterThan,
+            packet_life_time: 0,
+            sl: 0,
+            flow_label: 0,
+            hop_limit: 0,
+            scope: 0,
+            join_state: 0,
+            proxy_join: false,
+        }
+    }
+}
+
+impl McMemberRecord {
+    /// Length in bytes.
+    pub const LEN: usize = 52;
+
+    /// Parses an MCMemberRecord.
+    pub fn parse(bytes: &[u8]) -> Result<McMemberRecord> {
+        let b = bytes
+            .get(..Self::LEN)
+            .ok_or(Error::Truncated("MCMemberRecord"))?;
+        let sl_flow_hop = read_u32(b, 44);
+        Ok(McMemberRecord {
+            mgid: read_gid(b, 0),
+            port_gid: read_gid(b, 16),
+            q_key: QKey(read_u32(b, 32)),
+            mlid: Lid(read_u16(b, 36)),
+            mtu_selector: Selector::from(b[38] >> 6),
+            mtu: Mtu::from(b[38] & 0x3F),
+            tclass: b[39],
+            pkey: PKey(read_u16(b, 40)),
+            rate_selector: Selector::from(b[42] >> 6),
+            rate: b[42] & 0x3F,
+            packet_life_time_selector: Selector::from(b[43] >> 6),
+            packet_life_time: b[43] & 0x3F,
+            sl: (sl_flow_hop >> 28) as u8,
+            flow_label: (sl_flow_hop >> 8) & 0x000F_FFFF,
+            hop_limit: (sl_flow_hop & 0xFF) as u8,
+            scope: b[48] >> 4,
+            join_state: b[48] & 0x0F,
+            proxy_join: b[49] & 0x80 != 0,
+        })
+    }
+
+    /// Writes the MCMemberRecord into the first [`McMemberRecord::LEN`] bytes of `bytes`.
+    pub fn emit(&self, bytes: &mut [u8]) {
+        let b = &mut bytes[..Self::LEN];
+        let sel = |s: Selector, v: u8| ((u8::from(s) & 0x03) << 6) | (v & 0x3F);
+        b[0..16].copy_from_slice(&self.mgid.0);
+        b[16..32].copy_from_slice(&self.port_gid.0);
+        write_u32(b, 32, self.q_key.0);
+        write_u16(b, 36, self.mlid.0);
+        b[38] = sel(self.mtu_selector, self.mtu.into());
+        b[39] = self.tclass;
+        write_u16(b, 40, self.pkey.0);
+        b[42] = sel(self.rate_selector, self.rate);
+        b[43] = sel(self.packet_life_time_selector, self.packet_life_time);
+        write_u32(
+            b,
+            44,
+            (u32::from(self.sl & 0x0F) << 28)
+                | ((self.flow_label & 0x000F_FFFF) << 8)
+                | u32::from(self.hop_limit),
+        );
+        b[48] = ((self.scope & 0x0F) << 4) | (self.join_state & 0x0F);
+        b[49] = u8::from(self.proxy_join) << 7;
+        b[50] = 0;
+        b[51] = 0;
+    }
+}
+
+/// MCMemberRecord.JoinState bits (IBA §15.2.5.17 table 216).
+pub mod join_state {
+    /// FullMember: sends and receives.
+    pub const FULL_MEMBER: u8 = 0x1;
+    /// NonMember: receives only, and does not keep the group alive.
+    pub const NON_MEMBER: u8 = 0x2;
+    /// SendOnlyNonMember: sends only.
+    pub const SEND_ONLY_NON_MEMBER: u8 = 0x4;
+    /// SendOnlyFullMember (IBA 1.3): sends only, keeps the group alive.
+    pub const SEND_ONLY_FULL_MEMBER: u8 = 0x8;
+}
+
+/// The MGID of the IPoIB IPv4 broadcast group of partition `pkey` (RFC 4391 §4):
+/// `ff12:401b:PPPP:0000:0000:0000:ffff:ffff`, link-local scope, the P_Key with the full-member
+/// bit set. For the default partition: `ff12:401b:ffff:0000:0000:0000:ffff:ffff`.
+pub fn ipoib_broadcast_mgid(pkey: PKey) -> Gid {
+    let p = (pkey.0 | 0x8000).to_be_bytes();
+    Gid([
+        0xff, 0x12, 0x40, 0x1b, p[0], p[1], 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff,
+    ])
+}
+
+/// MCMemberRecord ComponentMask bits (IBA §15.2.5.17; opensm `IB_MCR_COMPMASK_*`).
+pub mod mcmember_comp {
+    /// MGID.
+    pub const MGID: u64 = 1 << 0;
+    /// PortGID.
+    pub const PORT_GID: u64 = 1 << 1;
+    /// Q_Key.
+    pub const Q_KEY: u64 = 1 << 2;
+    /// MLID.
+    pub const MLID: u64 = 1 << 3;
+    /// MTUSelector.
+    pub const MTU_SELECTOR: u64 = 1 << 4;
+    /// MTU.
+    pub const MTU: u64 = 1 << 5;
+    /// TClass.
+    pub const TCLASS: u64 = 1 << 6;
+    /// P_Key.
+    pub const P_KEY: u64 = 1 << 7;
+    /// RateSelector.
+    pub const RATE_SELECTOR: u64 = 1 << 8;
+    /// Rate.
+    pub const RATE: u64 = 1 << 9;
+    /// PacketLifeTimeSelector.
+    pub const PACKET_LIFE_TIME_SELECTOR: u64 = 1 << 10;
+    /// PacketLifeTime.
+    pub const PACKET_LIFE_TIME: u64 = 1 << 11;
+    /// SL.
+    pub const SL: u64 = 1 << 12;
+    /// FlowLabel.
+    pub const FLOW_LABEL: u64 = 1 << 13;
+    /// HopLimit.
+    pub const HOP_LIMIT: u64 = 1 << 14;
+    /// Scope.
+    pub const SCOPE: u64 = 1 << 15;
+    /// JoinState.
+    pub const JOIN_STATE: u64 = 1 << 16;
+    /// ProxyJoin.
+    pub const PROXY_JOIN: u64 = 1 << 17;
+    /// What every join and leave must carry (opensm's `JOIN_MC_COMP_MASK`): MGID, PortGID,
+    /// JoinState.
+    pub const JOIN: u64 = MGID | PORT_GID | JOIN_STATE;
+    /// What a join must carry to create a group that does not exist yet (IBA §15.4.2.3,
+    /// o15-0.2.x; opensm's `REQUIRED_MC_CREATE_COMP`): MGID, PortGID, JoinState, Q_Key, P_Key,
+    /// SL, FlowLabel, TClass.
+    pub const CREATE: u64 = MGID | PORT_GID | JOIN_STATE | Q_KEY | P_KEY | SL | FLOW_LABEL | TCLASS;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -883,6 +1092,7 @@ mod tests {
     use crate::mad::{Body, MAD_LEN};
     use crate::Guid;
     use proptest::prelude::*;
+    use std::string::ToString;
     use std::vec::Vec;
 
     /// saquery's PathRecord query (SubnAdmGetTable, DGID|SGID|NumbPath) as it leaves the
@@ -1194,6 +1404,94 @@ mod tests {
         assert_eq!(port_info_comp::LINK_SPEED_EXT_ENABLED, 1 << 57);
     }
 
+    /// The IPoIB broadcast group's record as an SA answers a join of port GUID
+    /// 0x0002c90300000001: MLID 0xC000, Q_Key 0x0B1B, 2048-byte MTU, 10 Gb/s, full member.
+    fn mc_member_record_bytes() -> [u8; 52] {
+        let mut r = [0u8; 52];
+        r[0..16].copy_from_slice(&[
+            0xff, 0x12, 0x40, 0x1b, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff,
+        ]); // MGID
+        r[16..32].copy_from_slice(&sgid().0); // PortGID
+        r[32..36].copy_from_slice(&[0x00, 0x00, 0x0b, 0x1b]); // Q_Key
+        r[36..38].copy_from_slice(&[0xc0, 0x00]); // MLID
+        r[38] = 0x84; // MTUSelector Exactly, MTU 2048
+        r[39] = 0x00; // TClass
+        r[40..42].copy_from_slice(&[0xff, 0xff]); // P_Key
+        r[42] = 0x83; // RateSelector Exactly, Rate 10 Gb/s
+        r[43] = 0x92; // PacketLifeTimeSelector Exactly, PacketLifeTime 18
+        r[44..48].copy_from_slice(&[0x51, 0x23, 0x45, 0x40]); // SL 5, FlowLabel 0x12345, HL 64
+        r[48] = 0x21; // Scope 2 (link-local), JoinState FullMember
+        r[49] = 0x80; // ProxyJoin
+        r
+    }
+
+    fn mc_member_record() -> McMemberRecord {
+        McMemberRecord {
+            mgid: ipoib_broadcast_mgid(PKey::DEFAULT),
+            port_gid: sgid(),
+            q_key: QKey(0x0b1b),
+            mlid: Lid(0xc000),
+            mtu_selector: Selector::Exactly,
+            mtu: Mtu::Mtu2048,
+            tclass: 0,
+            pkey: PKey::DEFAULT,
+            rate_selector: Selector::Exactly,
+            rate: 3,
+            packet_life_time_selector: Selector::Exactly,
+            packet_life_time: 18,
+            sl: 5,
+            flow_label: 0x12345,
+            hop_limit: 64,
+            scope: 2,
+            join_state: join_state::FULL_MEMBER,
+            proxy_join: true,
+        }
+    }
+
+    #[test]
+    fn mc_member_record_layout() {
+        assert_eq!(
+            McMemberRecord::parse(&mc_member_record_bytes()),
+            Ok(mc_member_record())
+        );
+        let mut out = [0xa5u8; 52];
+        mc_member_record().emit(&mut out);
+        assert_eq!(out, mc_member_record_bytes());
+        assert_eq!(attr_offset_for(McMemberRecord::LEN), 7);
+        assert_eq!(
+            McMemberRecord::parse(&[0u8; 51]),
+            Err(Error::Truncated("MCMemberRecord"))
+        );
+        assert_eq!(
+            ipoib_broadcast_mgid(PKey(0x7fff)).to_string(),
+            "ff12:401b:ffff:0000:0000:0000:ffff:ffff"
+        );
+        assert_eq!(ipoib_broadcast_mgid(PKey(0x8001)).0[4..6], [0x80, 0x01]);
+    }
+
+    /// A join as the Linux IPoIB driver sends it (SubnAdmSet, MGID|PortGID|JoinState plus
+    /// the creation components), parsed from a whole SA MAD.
+    #[test]
+    fn mc_member_join_request() {
+        let mut rec = [0u8; McMemberRecord::LEN];
+        let join = McMemberRecord {
+            mlid: Lid(0),
+            ..mc_member_record()
+        };
+        join.emit(&mut rec);
+        let comp = mcmember_comp::CREATE;
+        let repr = Repr::request(Method::Set, 9, AttrId::MC_MEMBER_RECORD, comp, &rec);
+        let mut bytes = [0u8; MAD_LEN];
+        repr.emit(&mut Packet::new_unchecked(&mut bytes[..]));
+        assert_eq!(bytes[3], 0x02); // SubnAdmSet
+        assert_eq!(&bytes[16..18], &[0x00, 0x38]);
+        assert_eq!(&bytes[48..56], &[0, 0, 0, 0, 0, 0x01, 0x30, 0xc7]);
+        let parsed = Repr::parse(&Packet::new_unchecked(&bytes[..])).unwrap();
+        assert_eq!(McMemberRecord::parse(parsed.data), Ok(join));
+        assert_eq!(mcmember_comp::JOIN, 0x10003);
+        assert_eq!(mcmember_comp::PROXY_JOIN, 0x20000);
+    }
+
     fn arb_bytes(n: usize) -> impl Strategy<Value = Vec<u8>> {
         proptest::collection::vec(any::<u8>(), n)
     }
@@ -1258,6 +1556,19 @@ mod tests {
         }
 
         #[test]
+        fn mc_member_record_roundtrip(b in arb_bytes(52)) {
+            let r = McMemberRecord::parse(&b).unwrap();
+            let mut out = [0xa5u8; 52];
+            r.emit(&mut out);
+            let mut expect = [0u8; 52];
+            expect.copy_from_slice(&b);
+            expect[49] &= 0x80; // Reserved(23) after ProxyJoin
+            expect[50..].fill(0);
+            prop_assert_eq!(out, expect);
+            prop_assert_eq!(McMemberRecord::parse(&out), Ok(r));
+        }
+
+        #[test]
         fn port_info_record_roundtrip(b in arb_bytes(68)) {
             let r = PortInfoRecord::parse(&b).unwrap();
             let mut out = [0xa5u8; 68];
@@ -1276,6 +1587,7 @@ mod tests {
             let _ = PathRecord::parse(&b);
             let _ = NodeRecord::parse(&b);
             let _ = PortInfoRecord::parse(&b);
+            let _ = McMemberRecord::parse(&b);
             for off in [0u16, 1, 9, 14, 0xffff] {
                 let _ = records(&b, off).count();
             }
