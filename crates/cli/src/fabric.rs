@@ -72,6 +72,10 @@ pub struct UpArgs {
     /// Start no SM: ports stay Initializing until one runs.
     #[arg(long)]
     pub no_sm: bool,
+    /// Give every host a network namespace of its own (needs root), so that each host's IP
+    /// interfaces (`softib ipoib add ib0 ...`) are its own; `exec` runs commands inside it.
+    #[arg(long)]
+    pub netns: bool,
 }
 
 /// `softib fabric run`.
@@ -246,6 +250,9 @@ fn up(a: &UpArgs) -> Result<u8> {
         .map(|n| n.id.clone())
         .collect();
     wait_for_sockets(&dir, &hosts, pid as i32)?;
+    if a.netns {
+        create_netns(&dir, &hosts)?;
+    }
     println!(
         "fabric up: {} hosts, {} switches, {} cables in {} (daemon pid {pid})",
         hosts.len(),
@@ -276,6 +283,56 @@ fn up(a: &UpArgs) -> Result<u8> {
         );
     }
     Ok(exit::OK)
+}
+
+/// The network namespace of `host` in the fabric at `dir`: unique per fabric directory, so
+/// that two fabrics on one machine do not share names.
+fn netns_name(dir: &Path, host: &str) -> String {
+    // FNV-1a of the directory: short and stable.
+    let mut h: u32 = 0x811c_9dc5;
+    for b in dir.as_os_str().as_encoded_bytes() {
+        h = (h ^ u32::from(*b)).wrapping_mul(0x0100_0193);
+    }
+    format!("sib{:04x}-{host}", h & 0xffff)
+}
+
+/// The hosts of the fabric at `dir` that have namespaces: host → namespace.
+fn read_netns(dir: &Path) -> Vec<(String, String)> {
+    std::fs::read_to_string(dir.join("netns"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(h, n)| (h.to_string(), n.to_string()))
+        .collect()
+}
+
+fn ip(args: &[&str]) -> Result<()> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .context("running `ip` (iproute2 is needed for --netns)")?;
+    if !out.status.success() {
+        bail!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+fn create_netns(dir: &Path, hosts: &[String]) -> Result<()> {
+    let mut lines = String::new();
+    for h in hosts {
+        let name = netns_name(dir, h);
+        // A namespace left behind by a fabric that was not taken down goes first.
+        let _ = ip(&["netns", "del", &name]);
+        ip(&["netns", "add", &name]).context("--netns needs root (CAP_SYS_ADMIN)")?;
+        ip(&["-n", &name, "link", "set", "lo", "up"])?;
+        lines.push_str(&format!("{h} {name}\n"));
+        std::fs::write(dir.join("netns"), &lines)?;
+    }
+    Ok(())
 }
 
 /// Starts `opensm -g GUID` as `node` in the background; its pid goes to `DIR/sm-<guid>.pid`.
@@ -392,15 +449,31 @@ fn exec(a: &ExecArgs) -> Result<u8> {
         .command
         .split_first()
         .ok_or_else(|| anyhow!("no command given after --"))?;
-    let mut cmd = if TOOLS.contains(&prog.as_str()) || prog == "softib" {
-        let mut c = Command::new(std::env::current_exe()?);
-        if prog != "softib" {
-            c.arg(prog);
+    let ns = read_netns(&dir)
+        .into_iter()
+        .find(|(h, _)| *h == a.node)
+        .map(|(_, n)| n);
+    let (exe, first): (std::ffi::OsString, Option<&str>) =
+        if TOOLS.contains(&prog.as_str()) || prog == "softib" || prog == "ipoib" {
+            (
+                std::env::current_exe()?.into_os_string(),
+                (prog != "softib").then_some(prog.as_str()),
+            )
+        } else {
+            (prog.into(), None)
+        };
+    // In a host with a namespace of its own, `ip netns exec` enters it and runs the command.
+    let mut cmd = match &ns {
+        Some(n) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", n]).arg(&exe);
+            c
         }
-        c
-    } else {
-        Command::new(prog)
+        None => Command::new(&exe),
     };
+    if let Some(f) = first {
+        cmd.arg(f);
+    }
     cmd.args(rest).env("SOFTIB_RUNTIME_DIR", &hdir);
     // An SM run as a host of this fabric keeps its guid2lid with the fabric.
     if std::env::var_os("OSM_CACHE_DIR").is_none() {
@@ -486,6 +559,11 @@ fn down(dir: &Path) -> Result<u8> {
                 let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
             }
             eprintln!("{name}: pid {pid} did not stop within 5 s; killed");
+        }
+    }
+    for (_, ns) in read_netns(dir) {
+        if let Err(e) = ip(&["netns", "del", &ns]) {
+            eprintln!("{e:#}");
         }
     }
     std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;

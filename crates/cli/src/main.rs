@@ -7,6 +7,7 @@ mod daemon;
 mod demo;
 mod exit;
 mod fabric;
+mod ipoib;
 mod pcap;
 mod pingpong;
 mod sim;
@@ -55,6 +56,11 @@ enum Command {
     },
     /// Capture a device's traffic into a pcap file (native IB or RoCEv2, with valid ICRCs).
     Capture(daemon::CaptureArgs),
+    /// IP over InfiniBand: an IP interface (TUN) on an IB port, like the kernel's ib0.
+    Ipoib {
+        #[command(subcommand)]
+        command: ipoib::IpoibCommand,
+    },
     /// Bring up, use and stop whole InfiniBand fabrics from a topology file.
     Fabric {
         #[command(subcommand)]
@@ -158,6 +164,7 @@ fn main() -> ExitCode {
         Command::Link { command } => daemon::link(command),
         Command::Capture(args) => daemon::capture(&args),
         Command::Res { verbose } => daemon::res(verbose),
+        Command::Ipoib { command } => ipoib::run(command),
         Command::InstallLinks { dir } => install_links(&dir),
     };
     exit::finish(result)

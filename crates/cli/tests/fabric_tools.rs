@@ -5,114 +5,13 @@
 //! in parallel. A failure prints the daemon's log.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use softib_fabric::Topology;
 
-const SOFTIB: &str = env!("CARGO_BIN_EXE_softib");
-
-fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(path)
-}
-
-/// A fabric brought up for one test and taken down when it ends.
-struct Fabric {
-    dir: PathBuf,
-}
-
-impl Fabric {
-    fn up(topology: &str, name: &str, extra: &[&str]) -> Fabric {
-        let dir = std::env::temp_dir().join(format!("softib-it-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let out = Command::new(SOFTIB)
-            .args(["fabric", "up"])
-            .arg(repo(topology))
-            .arg("--dir")
-            .arg(&dir)
-            .args(extra)
-            .output()
-            .unwrap();
-        let f = Fabric { dir };
-        assert!(
-            out.status.success(),
-            "fabric up failed: {}\n{}",
-            text(&out.stderr),
-            f.log()
-        );
-        f
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
-    }
-
-    fn exec(&self, node: &str, cmd: &[&str]) -> Output {
-        Command::new(SOFTIB)
-            .args(["fabric", "exec", node, "--dir"])
-            .arg(&self.dir)
-            .arg("--")
-            .args(cmd)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    }
-
-    fn ok(&self, node: &str, cmd: &[&str]) -> String {
-        let out = self.exec(node, cmd);
-        assert!(
-            out.status.success(),
-            "{cmd:?} on {node} failed ({:?}):\n{}\n{}\ndaemon log:\n{}",
-            out.status,
-            text(&out.stdout),
-            text(&out.stderr),
-            self.log()
-        );
-        text(&out.stdout)
-    }
-
-    fn status(&self) -> String {
-        let out = Command::new(SOFTIB)
-            .args(["fabric", "status", "--dir"])
-            .arg(&self.dir)
-            .output()
-            .unwrap();
-        text(&out.stdout)
-    }
-
-    fn wait_all_active(&self, hosts: usize, timeout: Duration) {
-        let t0 = Instant::now();
-        loop {
-            let s = self.status();
-            let active = s.matches(" Active ").count();
-            if active >= hosts && !s.contains("Initializing") {
-                return;
-            }
-            assert!(
-                t0.elapsed() < timeout,
-                "ports not Active after {timeout:?}:\n{s}\ndaemon log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Fabric {
-    fn drop(&mut self) {
-        let _ = Command::new(SOFTIB)
-            .args(["fabric", "down", "--dir"])
-            .arg(&self.dir)
-            .output();
-    }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+mod common;
+use common::{repo, stop, text, wait_status, Fabric, SOFTIB};
 
 /// The BW rows of a perftest table: (bytes, iterations, peak, average, msg rate).
 fn bw_rows(out: &str) -> Vec<(u64, u64, f64, f64, f64)> {
@@ -489,29 +388,6 @@ fn opensm(f: &Fabric, node: &str, guid: &str, extra: &[&str]) -> std::process::C
         .stderr(Stdio::null())
         .spawn()
         .unwrap()
-}
-
-fn stop(mut c: std::process::Child) {
-    if let Some(p) = rustix::process::Pid::from_raw(c.id() as i32) {
-        let _ = rustix::process::kill_process(p, rustix::process::Signal::TERM);
-    }
-    let _ = c.wait();
-}
-
-fn wait_status(f: &Fabric, what: &str, timeout: Duration, ok: impl Fn(&str) -> bool) -> String {
-    let t0 = Instant::now();
-    loop {
-        let s = f.status();
-        if ok(&s) {
-            return s;
-        }
-        assert!(
-            t0.elapsed() < timeout,
-            "waited {timeout:?} for {what}:\n{s}\n{}",
-            f.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[test]

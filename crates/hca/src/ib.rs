@@ -365,7 +365,10 @@ impl<M: Memory> IbCa<M> {
             self.stats.rx_port_not_active += 1;
             return;
         }
-        if lrh.dlid == Lid::PERMISSIVE || !self.sma.accepts_dlid(port, lrh.dlid) {
+        // A multicast DLID goes to the engine, which delivers it to the QPs attached to the
+        // group (or drops and counts it).
+        let ours = lrh.dlid.is_multicast() || self.sma.accepts_dlid(port, lrh.dlid);
+        if lrh.dlid == Lid::PERMISSIVE || !ours {
             self.stats.rx_dlid_mismatch += 1;
             return;
         }

@@ -13,6 +13,7 @@ pub mod fault;
 pub mod fdpass;
 pub mod pcap;
 pub mod shm;
+pub mod tun;
 
 pub use cable::{Cable, CableEvent, CableRecv, CableStats, PhysState};
 

@@ -1,0 +1,133 @@
+//! What the integration tests share: a fabric brought up for one test (`softib fabric up`)
+//! and taken down when it ends, and small helpers.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const SOFTIB: &str = env!("CARGO_BIN_EXE_softib");
+
+pub fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(path)
+}
+
+/// A fabric brought up for one test and taken down when it ends.
+pub struct Fabric {
+    pub dir: PathBuf,
+}
+
+impl Fabric {
+    pub fn up(topology: &str, name: &str, extra: &[&str]) -> Fabric {
+        let dir = std::env::temp_dir().join(format!("softib-it-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = Command::new(SOFTIB)
+            .args(["fabric", "up"])
+            .arg(repo(topology))
+            .arg("--dir")
+            .arg(&dir)
+            .args(extra)
+            .output()
+            .unwrap();
+        let f = Fabric { dir };
+        assert!(
+            out.status.success(),
+            "fabric up failed: {}\n{}",
+            text(&out.stderr),
+            f.log()
+        );
+        f
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
+    }
+
+    pub fn exec(&self, node: &str, cmd: &[&str]) -> Output {
+        Command::new(SOFTIB)
+            .args(["fabric", "exec", node, "--dir"])
+            .arg(&self.dir)
+            .arg("--")
+            .args(cmd)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    pub fn ok(&self, node: &str, cmd: &[&str]) -> String {
+        let out = self.exec(node, cmd);
+        assert!(
+            out.status.success(),
+            "{cmd:?} on {node} failed ({:?}):\n{}\n{}\ndaemon log:\n{}",
+            out.status,
+            text(&out.stdout),
+            text(&out.stderr),
+            self.log()
+        );
+        text(&out.stdout)
+    }
+
+    pub fn status(&self) -> String {
+        let out = Command::new(SOFTIB)
+            .args(["fabric", "status", "--dir"])
+            .arg(&self.dir)
+            .output()
+            .unwrap();
+        text(&out.stdout)
+    }
+
+    pub fn wait_all_active(&self, hosts: usize, timeout: Duration) {
+        let t0 = Instant::now();
+        loop {
+            let s = self.status();
+            let active = s.matches(" Active ").count();
+            if active >= hosts && !s.contains("Initializing") {
+                return;
+            }
+            assert!(
+                t0.elapsed() < timeout,
+                "ports not Active after {timeout:?}:\n{s}\ndaemon log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Fabric {
+    fn drop(&mut self) {
+        let _ = Command::new(SOFTIB)
+            .args(["fabric", "down", "--dir"])
+            .arg(&self.dir)
+            .output();
+    }
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+pub fn stop(mut c: std::process::Child) {
+    if let Some(p) = rustix::process::Pid::from_raw(c.id() as i32) {
+        let _ = rustix::process::kill_process(p, rustix::process::Signal::TERM);
+    }
+    let _ = c.wait();
+}
+
+pub fn wait_status(f: &Fabric, what: &str, timeout: Duration, ok: impl Fn(&str) -> bool) -> String {
+    let t0 = Instant::now();
+    loop {
+        let s = f.status();
+        if ok(&s) {
+            return s;
+        }
+        assert!(
+            t0.elapsed() < timeout,
+            "waited {timeout:?} for {what}:\n{s}\n{}",
+            f.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
