@@ -7,7 +7,7 @@
 //! [`Sma`] is one node's management state: NodeInfo and NodeDescription; per port a PortInfo
 //! (LID, LMC, MasterSMLID, CapabilityMask, PortState/PortPhysicalState, M_Key and its protect
 //! bits, GID prefix, MTU, width and speed fields), a GUIDInfo table and a P_KeyTable; for a
-//! switch also SwitchInfo and the LinearForwardingTable; and the SMInfo of an SM running on
+//! switch also SwitchInfo, the LinearForwardingTable and the MulticastForwardingTable; and the SMInfo of an SM running on
 //! the node, if one does.
 //!
 //! # What it answers ([`Sma::handle_smp`])
@@ -21,7 +21,14 @@
 //! | PortInfo | yes | yes | port; 0 = the arrival port on a CA, port 0 on a switch |
 //! | P_KeyTable | yes | yes | block (32 P_Keys) in bits 0–15, port in bits 16–23 (switches) |
 //! | LinearForwardingTable (switches) | yes | yes | block (64 LIDs) |
+//! | MulticastForwardingTable (switches) | yes | yes | block (32 MLIDs) in bits 0–8, PortMask position (16 ports) in bits 28–31 |
 //! | SMInfo (when an SM runs here) | yes | yes | Set: the SM control code 1–5 |
+//!
+//! The MulticastForwardingTable holds MulticastFDBCap entries, MLID 0xC000 upward; a block
+//! beyond them, a position beyond the switch's ports, or a Set naming a port the switch does
+//! not have is an invalid value. SwitchInfo.MulticastFDBTop is stored as the SM sets it (above
+//! 0xC000 + MulticastFDBCap − 1 is an invalid value); the switch enforces it only when port 0's
+//! CapabilityMask has IsMulticastFDBTopSupported, as IBA §14.2.5.4 ties the field to that bit.
 //!
 //! Status codes (IBA §13.4.7 table 110): a BaseVersion or ClassVersion other than 1 gets "bad
 //! version"; a request method other than Get and Set gets "method not supported"; an attribute
@@ -65,13 +72,15 @@
 use std::collections::VecDeque;
 
 use softib_wire::mad::attr::{
-    GuidInfo, LinearForwardingTable, NodeDescription, NodeInfo, NodeType, PKeyTable, PortInfo,
-    PortPhysicalState, PortState, SmInfo, SmpAttribute, SwitchInfo,
+    capability_mask, GuidInfo, LinearForwardingTable, MulticastForwardingTable, NodeDescription,
+    NodeInfo, NodeType, PKeyTable, PortInfo, PortPhysicalState, PortState, SmInfo, SmpAttribute,
+    SwitchInfo,
 };
 use softib_wire::mad::smp::{self, DATA_LEN, MAX_HOPS};
 use softib_wire::mad::{status, AttrId, Method};
 use softib_wire::{Guid, Lid, Mtu, PKey};
 
+use crate::switch::PortMask;
 use crate::topology::{LinkRate, Node, NodeKind};
 
 /// The highest unicast LID (IBA §4.1.3): LIDs above are multicast or permissive.
@@ -117,7 +126,7 @@ pub struct SmaConfig {
     pub link_speed_supported: u8,
     /// Switches: LinearFDBCap, the LFT entries supported.
     pub linear_fdb_cap: u16,
-    /// Switches: MulticastFDBCap (stored and reported; multicast is not forwarded).
+    /// Switches: MulticastFDBCap, the MFT entries supported (MLIDs 0xC000 upward).
     pub multicast_fdb_cap: u16,
     /// Switches: whether port 0 is an enhanced port 0.
     pub enhanced_port0: bool,
@@ -399,6 +408,8 @@ struct SwitchState {
     info: SwitchInfo,
     /// The egress port per LID, grown on demand; absent entries are "no route".
     lft: Vec<u8>,
+    /// The PortMask per MLID (index = MLID − 0xC000), grown on demand; absent = no ports.
+    mft: Vec<PortMask>,
 }
 
 /// How the M_Key check ended.
@@ -478,6 +489,7 @@ impl Sma {
                 multicast_fdb_top: 0,
             },
             lft: Vec::new(),
+            mft: Vec::new(),
         });
         Sma {
             description: NodeDescription::new(&config.description),
@@ -597,6 +609,26 @@ impl Sma {
             Some(&p) if p != LinearForwardingTable::NO_PORT => Some(p),
             _ => None,
         }
+    }
+
+    /// The MFT entry of multicast LID `mlid` (switches): the ports a packet to it leaves by
+    /// (port 0 is the switch itself). Empty when `mlid` is not multicast, beyond
+    /// MulticastFDBCap, unset, or above MulticastFDBTop where the switch enforces that.
+    pub fn mft_ports(&self, mlid: Lid) -> PortMask {
+        let Some(sw) = self.switch.as_ref() else {
+            return PortMask::EMPTY;
+        };
+        if !mlid.is_multicast() {
+            return PortMask::EMPTY;
+        }
+        let top_enforced = self.port_info(0).is_some_and(|i| {
+            i.capability_mask & capability_mask::IS_MULTICAST_FDB_TOP_SUPPORTED != 0
+        });
+        if top_enforced && mlid.0 > sw.info.multicast_fdb_top {
+            return PortMask::EMPTY;
+        }
+        let index = usize::from(mlid.0 - MulticastForwardingTable::MLID_BASE);
+        sw.mft.get(index).copied().unwrap_or_default()
     }
 
     /// The GUIDInfo entries of `port` (a switch's port 0 only).
@@ -754,6 +786,7 @@ impl Sma {
             AttrId::PORT_INFO => self.port_info_attr(in_port, request, check),
             AttrId::SWITCH_INFO if self.is_switch() => self.switch_info_attr(request),
             AttrId::LINEAR_FORWARDING_TABLE if self.is_switch() => self.lft_attr(request),
+            AttrId::MULTICAST_FORWARDING_TABLE if self.is_switch() => self.mft_attr(request),
             AttrId::GUID_INFO => self.guid_info_attr(in_port, request),
             AttrId::P_KEY_TABLE => self.pkey_table_attr(in_port, request),
             AttrId::SM_INFO if self.sm_info.is_some() => self.sm_info_attr(in_port, request),
@@ -989,6 +1022,13 @@ impl Sma {
             {
                 return Err(status::INVALID_ATTR_VALUE);
             }
+            let mcast_end = u32::from(MulticastForwardingTable::MLID_BASE)
+                + u32::from(sw.info.multicast_fdb_cap);
+            if new.multicast_fdb_top >= MulticastForwardingTable::MLID_BASE
+                && u32::from(new.multicast_fdb_top) >= mcast_end
+            {
+                return Err(status::INVALID_ATTR_VALUE);
+            }
             let i = &mut sw.info;
             i.linear_fdb_top = new.linear_fdb_top;
             i.default_port = new.default_port;
@@ -1036,6 +1076,49 @@ impl Sma {
         let mut out = LinearForwardingTable::default();
         if let Some(stored) = sw.lft.get(start..start + per) {
             out.ports.copy_from_slice(stored);
+        }
+        Ok(out.to_data())
+    }
+
+    fn mft_attr(&mut self, request: &smp::Repr) -> Result<[u8; DATA_LEN], u16> {
+        let num_ports = self.config.num_ports;
+        let sw = self
+            .switch
+            .as_mut()
+            .ok_or(status::UNSUPPORTED_METHOD_ATTR)?;
+        let per = MulticastForwardingTable::ENTRIES_PER_BLOCK;
+        let (block, position) = MulticastForwardingTable::from_attr_mod(request.header.attr_mod);
+        let start = usize::from(block) * per;
+        if start >= usize::from(sw.info.multicast_fdb_cap)
+            || usize::from(position) * MulticastForwardingTable::PORTS_PER_MASK
+                > usize::from(num_ports)
+        {
+            return Err(status::INVALID_ATTR_VALUE);
+        }
+        if request.header.method == Method::Set {
+            let new = MulticastForwardingTable::parse(&request.data)
+                .map_err(|_| status::INVALID_ATTR_VALUE)?;
+            // Bits of ports the switch does not have must be clear.
+            let first = u32::from(position) * 16;
+            let valid: u16 = (0..16u32)
+                .filter(|i| first + i <= u32::from(num_ports))
+                .fold(0, |m, i| m | (1 << i));
+            if new.port_masks.iter().any(|&m| m & !valid != 0) {
+                return Err(status::INVALID_ATTR_VALUE);
+            }
+            let end = (start + per).min(usize::from(sw.info.multicast_fdb_cap));
+            if sw.mft.len() < end {
+                sw.mft.resize(end, PortMask::EMPTY);
+            }
+            for (entry, &m) in sw.mft[start..end].iter_mut().zip(new.port_masks.iter()) {
+                entry.set_mask16(position, m);
+            }
+        }
+        let mut out = MulticastForwardingTable::default();
+        for (i, m) in out.port_masks.iter_mut().enumerate() {
+            if let Some(entry) = sw.mft.get(start + i) {
+                *m = entry.mask16(position);
+            }
         }
         Ok(out.to_data())
     }

@@ -31,6 +31,68 @@ use crate::sma::{DrAction, Outgoing, Sma, SmaConfig, SmiOutput};
 use crate::smp_packet;
 use crate::topology::Node;
 
+/// A set of switch ports 0..=255, as the MulticastForwardingTable holds one per MLID (IBA
+/// §14.2.5.12) and [`SwitchAction::Replicate`] names the egress ports of a multicast packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct PortMask([u64; 4]);
+
+impl PortMask {
+    /// The empty set.
+    pub const EMPTY: PortMask = PortMask([0; 4]);
+
+    /// The set of `ports`.
+    pub fn from_ports(ports: impl IntoIterator<Item = u8>) -> PortMask {
+        let mut m = PortMask::EMPTY;
+        for p in ports {
+            m.insert(p);
+        }
+        m
+    }
+
+    /// Adds `port`.
+    pub fn insert(&mut self, port: u8) {
+        self.0[usize::from(port / 64)] |= 1u64 << (port % 64);
+    }
+
+    /// Removes `port`.
+    pub fn remove(&mut self, port: u8) {
+        self.0[usize::from(port / 64)] &= !(1u64 << (port % 64));
+    }
+
+    /// Whether `port` is in the set.
+    pub fn contains(&self, port: u8) -> bool {
+        self.0[usize::from(port / 64)] & (1u64 << (port % 64)) != 0
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().all(|&w| w == 0)
+    }
+
+    /// The number of ports in the set.
+    pub fn len(&self) -> usize {
+        self.0.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    /// The ports, ascending.
+    pub fn iter(&self) -> impl Iterator<Item = u8> + '_ {
+        (0..=255u8).filter(move |&p| self.contains(p))
+    }
+
+    /// The 16-bit PortMask of MFT position `position` (ports `16 * position ..`).
+    pub fn mask16(&self, position: u8) -> u16 {
+        let bit = usize::from(position & 0x0F) * 16;
+        (self.0[bit / 64] >> (bit % 64)) as u16
+    }
+
+    /// Replaces the ports of MFT position `position` by the 16-bit PortMask `mask`.
+    pub fn set_mask16(&mut self, position: u8, mask: u16) {
+        let bit = usize::from(position & 0x0F) * 16;
+        let w = &mut self.0[bit / 64];
+        *w = (*w & !(0xFFFFu64 << (bit % 64))) | (u64::from(mask) << (bit % 64));
+    }
+}
+
 /// IBA PortCounters (§16.1.3.5) of one switch port, kept with 64 bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PortCounters {

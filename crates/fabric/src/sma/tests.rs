@@ -570,6 +570,113 @@ fn lft_blocks_and_lookup() {
     assert_eq!(sma.lft_port(Lid(6)), Some(35));
 }
 
+#[test]
+fn mft_blocks_positions_and_lookup() {
+    let mut sma = switch();
+    assert_eq!(sma.switch_info().unwrap().multicast_fdb_cap, 1024);
+    // Block 0, position 0 (ports 0..=15): MLID 0xC000 to ports 1 and 2, 0xC001 to port 1.
+    let mut p0 = MulticastForwardingTable::default();
+    p0.port_masks[0] = 0b110; // ports 1, 2
+    p0.port_masks[1] = 0b010; // port 1
+    assert_eq!(
+        ask(
+            &mut sma,
+            1,
+            &set(&p0, MulticastForwardingTable::attr_mod(0, 0))
+        )
+        .0,
+        status::SUCCESS
+    );
+    // Position 2 holds ports 32..=47.
+    let mut p2 = MulticastForwardingTable::default();
+    p2.port_masks[0] = 1 << 3; // port 35
+    assert_eq!(
+        ask(
+            &mut sma,
+            1,
+            &set(&p2, MulticastForwardingTable::attr_mod(0, 2))
+        )
+        .0,
+        status::SUCCESS
+    );
+    assert_eq!(sma.mft_ports(Lid(0xC000)), PortMask::from_ports([1, 2, 35]));
+    assert_eq!(sma.mft_ports(Lid(0xC001)), PortMask::from_ports([1]));
+    assert!(sma.mft_ports(Lid(0xC002)).is_empty());
+    assert!(sma.mft_ports(Lid(5)).is_empty());
+    assert!(sma.mft_ports(Lid(0xFFFF)).is_empty());
+    // Get reads back one position at a time.
+    let (st, data) = ask(
+        &mut sma,
+        1,
+        &get(AttrId::MULTICAST_FORWARDING_TABLE, 0x2000_0000),
+    );
+    assert_eq!(st, status::SUCCESS);
+    assert_eq!(MulticastForwardingTable::parse(&data).unwrap(), p2);
+    let (_, data) = ask(&mut sma, 1, &get(AttrId::MULTICAST_FORWARDING_TABLE, 0));
+    assert_eq!(MulticastForwardingTable::parse(&data).unwrap(), p0);
+    // Rewriting position 0 leaves position 2 alone.
+    p0.port_masks[0] = 0;
+    ask(&mut sma, 1, &set(&p0, 0));
+    assert_eq!(sma.mft_ports(Lid(0xC000)), PortMask::from_ports([35]));
+    // The last block is 1024 / 32 - 1 = 31; positions go to 36 / 16 = 2.
+    assert_eq!(
+        ask(&mut sma, 1, &get(AttrId::MULTICAST_FORWARDING_TABLE, 31)).0,
+        status::SUCCESS
+    );
+    for bad in [32, 0x3000_0000, 0x1FF] {
+        assert_eq!(
+            ask(&mut sma, 1, &get(AttrId::MULTICAST_FORWARDING_TABLE, bad)).0,
+            status::INVALID_ATTR_VALUE,
+            "{bad:#x}"
+        );
+    }
+    // Port 37 (bit 5 of position 2) does not exist: nothing changes.
+    let mut bad = MulticastForwardingTable::default();
+    bad.port_masks[0] = 1 << 5;
+    assert_eq!(
+        ask(
+            &mut sma,
+            1,
+            &set(&bad, MulticastForwardingTable::attr_mod(0, 2))
+        )
+        .0,
+        status::INVALID_ATTR_VALUE
+    );
+    assert_eq!(sma.mft_ports(Lid(0xC000)), PortMask::from_ports([35]));
+    // A CA has no MFT.
+    let mut ca = ca();
+    assert_eq!(
+        ask(&mut ca, 1, &get(AttrId::MULTICAST_FORWARDING_TABLE, 0)).0,
+        status::UNSUPPORTED_METHOD_ATTR
+    );
+}
+
+#[test]
+fn multicast_fdb_top_is_stored_and_checked() {
+    let mut sma = switch();
+    let mut si = *sma.switch_info().unwrap();
+    si.multicast_fdb_top = 0xC01F;
+    assert_eq!(ask(&mut sma, 1, &set(&si, 0)).0, status::SUCCESS);
+    assert_eq!(sma.switch_info().unwrap().multicast_fdb_top, 0xC01F);
+    // 0xBFFF ("no entries") is fine; beyond MulticastFDBCap is not.
+    si.multicast_fdb_top = 0xBFFF;
+    assert_eq!(ask(&mut sma, 1, &set(&si, 0)).0, status::SUCCESS);
+    si.multicast_fdb_top = 0xC400;
+    assert_eq!(ask(&mut sma, 1, &set(&si, 0)).0, status::INVALID_ATTR_VALUE);
+    assert_eq!(sma.switch_info().unwrap().multicast_fdb_top, 0xBFFF);
+    // Without IsMulticastFDBTopSupported the top is not enforced.
+    let mut mft = MulticastForwardingTable::default();
+    mft.port_masks[0] = 0b10;
+    ask(&mut sma, 1, &set(&mft, 0));
+    assert_eq!(sma.mft_ports(Lid(0xC000)), PortMask::from_ports([1]));
+    let cap = sma.port_info(0).unwrap().capability_mask;
+    sma.set_capability_mask(0, cap | capability_mask::IS_MULTICAST_FDB_TOP_SUPPORTED);
+    assert!(sma.mft_ports(Lid(0xC000)).is_empty());
+    si.multicast_fdb_top = 0xC000;
+    ask(&mut sma, 1, &set(&si, 0));
+    assert_eq!(sma.mft_ports(Lid(0xC000)), PortMask::from_ports([1]));
+}
+
 // ---- GUIDInfo, P_KeyTable, SMInfo -----------------------------------------------------------
 
 #[test]
@@ -1008,14 +1115,14 @@ fn any_smp() -> impl Strategy<Value = smp::Repr> {
 proptest! {
     #[test]
     fn never_panics_on_any_smp(
-        smps in proptest::collection::vec((any_smp(), 0u8..40, 0u8..8), 1..30),
+        smps in proptest::collection::vec((any_smp(), 0u8..40, 0u8..9), 1..30),
         use_switch in any::<bool>(),
     ) {
         let mut sma = if use_switch { switch() } else { ca() };
         for (smp, port, attr) in smps {
             let mut smp = smp;
             // Aim at real attributes most of the time.
-            let ids = [0x10u16, 0x11, 0x12, 0x14, 0x15, 0x16, 0x19, 0x20];
+            let ids = [0x10u16, 0x11, 0x12, 0x14, 0x15, 0x16, 0x19, 0x1B, 0x20];
             smp.header.attr_id = AttrId(ids[usize::from(attr)]);
             let _ = sma.handle_smp(port, &smp);
             let _ = sma.process_dr(port, &smp);
@@ -1024,6 +1131,7 @@ proptest! {
             while sma.poll_event().is_some() {}
         }
         let _ = sma.lft_port(Lid(5));
+        let _ = sma.mft_ports(Lid(0xC000));
     }
 
     #[test]
