@@ -4,7 +4,8 @@
 //! back to back port 1 ↔ port 1 and port 2 ↔ port 2: two subnets. Their ports train and sit in
 //! Initializing; a benchmark explains why it cannot run; `opensm` is started on each subnet;
 //! the ports go Active; `ibnodes` lists both CAs; `ib_send_bw -a -c UD` runs across port 2,
-//! then RC `ib_write_bw` and `ib_write_lat`. Everything runs under a temporary directory and
+//! then RC `ib_write_bw` and `ib_write_lat`; as root, `ib0` and `ib1` come up on both hosts
+//! (IPoIB, each host in a network namespace) and ping across both subnets. Everything runs under a temporary directory and
 //! is stopped and removed at the end, also when a step fails.
 
 use std::path::{Path, PathBuf};
@@ -57,6 +58,9 @@ impl Drop for Demo {
             }
             let _ = c.kill();
             let _ = c.wait();
+        }
+        for (_, ns) in crate::fabric::read_netns(&self.dir) {
+            let _ = crate::fabric::ip(&["netns", "del", &ns]);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -167,6 +171,77 @@ impl Demo {
         if code != 0 || scode != 0 {
             bail!("{tool}: client exit code {code}, server exit code {scode}");
         }
+        Ok(())
+    }
+
+    /// Runs `cmd` as `host` inside the host's network namespace (`softib` is this binary).
+    fn must_ns(&self, host: &str, cmd: &[&str]) -> Result<()> {
+        println!("{} {}", prompt(host), cmd.join(" "));
+        let ns = crate::fabric::netns_name(&self.dir, host);
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &ns]);
+        match cmd.split_first() {
+            Some((&"softib", rest)) => c.arg(&self.exe).args(rest),
+            Some((prog, rest)) => c.arg(prog).args(rest),
+            None => bail!("no command"),
+        };
+        let status = c
+            .env("SOFTIB_RUNTIME_DIR", self.host(host))
+            .status()
+            .with_context(|| format!("running {} on {host}", cmd.join(" ")))?;
+        if !status.success() {
+            bail!("{} on {host} failed ({status})", cmd.join(" "));
+        }
+        Ok(())
+    }
+
+    /// The seed's IP interfaces: ib0 on port 1 and ib1 on port 2 of each host, each host in a
+    /// network namespace of its own so that its addresses are its own, then ping across each
+    /// subnet.
+    fn ipoib(&mut self) -> Result<()> {
+        let root = rustix::process::geteuid().is_root();
+        let tun = Path::new("/dev/net/tun").exists();
+        let ip = Command::new("ip").arg("-V").output().is_ok();
+        if !(root && tun && ip) {
+            banner(
+                "IP over InfiniBand: skipped (it needs root for network namespaces and TUN \
+                 devices, and iproute2's `ip`); run `sudo softib demo` to see it",
+            );
+            return Ok(());
+        }
+        banner("IP over InfiniBand, as in the seed: ib0 (port 1) and ib1 (port 2) on each host, each host in its own network namespace");
+        let hosts = ["test213".to_string(), "test214".to_string()];
+        crate::fabric::create_netns(&self.dir, &hosts)?;
+        for (host, last) in [("test213", 2), ("test214", 3)] {
+            for (ifname, port, subnet) in [("ib0", "1", 0), ("ib1", "2", 1)] {
+                self.must_ns(
+                    host,
+                    &["softib", "ipoib", "add", ifname, "--dev", "mlx4_0", "--port", port],
+                )?;
+                let addr = format!("192.168.{subnet}.{last}/24");
+                self.must_ns(host, &["ip", "addr", "add", &addr, "dev", ifname])?;
+                self.must_ns(host, &["ip", "link", "set", ifname, "up"])?;
+            }
+        }
+        self.must_ns("test213", &["ip", "-brief", "addr", "show"])?;
+        let ping = Command::new("sh")
+            .args(["-c", "command -v ping"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !ping {
+            println!(
+                "{}",
+                style(
+                    "2",
+                    "(`ping` is not installed — apt-get install iputils-ping — so no ping)"
+                )
+            );
+            return Ok(());
+        }
+        // The first packet waits for IPoIB ARP and an SA PathRecord; -w bounds the whole run.
+        self.must_ns("test213", &["ping", "-c", "3", "-i", "0.2", "-w", "10", "192.168.0.3"])?;
+        self.must_ns("test213", &["ping", "-c", "3", "-i", "0.2", "-w", "10", "192.168.1.3"])?;
+        self.must_ns("test214", &["softib", "ipoib", "show"])?;
         Ok(())
     }
 
@@ -300,6 +375,8 @@ pub fn run(args: &DemoArgs) -> Result<u8> {
     banner("RC RDMA write bandwidth and latency across port 1");
     demo.perftest("ib_write_bw", &["-d", "mlx4_0", "-i", "1"], p)?;
     demo.perftest("ib_write_lat", &["-d", "mlx4_0", "-i", "1"], p)?;
+
+    demo.ipoib()?;
 
     if args.keep {
         println!(

@@ -287,7 +287,7 @@ fn up(a: &UpArgs) -> Result<u8> {
 
 /// The network namespace of `host` in the fabric at `dir`: unique per fabric directory, so
 /// that two fabrics on one machine do not share names.
-fn netns_name(dir: &Path, host: &str) -> String {
+pub fn netns_name(dir: &Path, host: &str) -> String {
     // FNV-1a of the directory: short and stable.
     let mut h: u32 = 0x811c_9dc5;
     for b in dir.as_os_str().as_encoded_bytes() {
@@ -297,7 +297,7 @@ fn netns_name(dir: &Path, host: &str) -> String {
 }
 
 /// The hosts of the fabric at `dir` that have namespaces: host → namespace.
-fn read_netns(dir: &Path) -> Vec<(String, String)> {
+pub fn read_netns(dir: &Path) -> Vec<(String, String)> {
     std::fs::read_to_string(dir.join("netns"))
         .unwrap_or_default()
         .lines()
@@ -306,7 +306,7 @@ fn read_netns(dir: &Path) -> Vec<(String, String)> {
         .collect()
 }
 
-fn ip(args: &[&str]) -> Result<()> {
+pub fn ip(args: &[&str]) -> Result<()> {
     let out = Command::new("ip")
         .args(args)
         .output()
@@ -321,7 +321,7 @@ fn ip(args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-fn create_netns(dir: &Path, hosts: &[String]) -> Result<()> {
+pub fn create_netns(dir: &Path, hosts: &[String]) -> Result<()> {
     let mut lines = String::new();
     for h in hosts {
         let name = netns_name(dir, h);
