@@ -28,6 +28,12 @@ pub const MAX_FRAME: usize = 4 << 20;
 /// frame with its length prefix, plus one read.
 pub const MAX_BUFFERED: usize = MAX_FRAME + 4 + 64 * 1024;
 
+/// The most descriptors a client may have sent that no request has claimed yet. Each request
+/// that carries one (`AttachBuffer`, `CreateCompChannel`) claims it when it is served, and a
+/// client has one request in flight, so more is a client stuffing the daemon's descriptor
+/// table: its connection is closed.
+pub const MAX_PENDING_FDS: usize = 16;
+
 /// What an application asks.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Request {
@@ -551,6 +557,16 @@ impl FrameReader {
             }
             match softib_net::fdpass::recv(stream, &mut chunk, &mut self.fds) {
                 Ok(0) => return Ok(false),
+                Ok(_) if self.fds.len() > MAX_PENDING_FDS => {
+                    self.fds.clear();
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "more than {MAX_PENDING_FDS} descriptors sent without requests \
+                             that claim them"
+                        ),
+                    ));
+                }
                 Ok(n) => {
                     self.push(&chunk[..n]);
                     if n < chunk.len() {
@@ -631,6 +647,28 @@ mod tests {
         let mut r = FrameReader::default();
         r.push(&u32::MAX.to_le_bytes());
         assert!(r.next_frame().is_err());
+    }
+
+    #[test]
+    fn a_qpn_or_psn_beyond_24_bits_does_not_decode() {
+        // A ModifyQp could carry a dest_qp_num or PSN with the upper 8 bits set, which no
+        // constructor makes and the engine compares unmasked.
+        use softib_wire::{Psn, Qpn};
+        let raw = |v: u32| postcard::to_stdvec(&v).unwrap();
+        assert_eq!(decode::<Qpn>(&raw(0xFF_FFFF)), Ok(Qpn::MULTICAST));
+        assert!(decode::<Qpn>(&raw(0x100_0000)).is_err());
+        assert_eq!(decode::<Psn>(&raw(0x12_3456)), Ok(Psn::new(0x12_3456)));
+        assert!(decode::<Psn>(&raw(u32::MAX)).is_err());
+        // What the library sends still round-trips.
+        let q = Request::QueryQp {
+            dev: 0,
+            qpn: Qpn::new(0xAB_CDEF),
+        };
+        let frame = encode(&q).unwrap();
+        assert!(matches!(
+            decode::<Request>(&frame[4..]),
+            Ok(Request::QueryQp { qpn, .. }) if qpn.value() == 0xAB_CDEF
+        ));
     }
 
     #[test]

@@ -9,8 +9,22 @@ use core::fmt;
 
 /// A 24-bit Packet Sequence Number. The upper 8 bits of the inner value are always zero.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Psn(u32);
+
+/// Deserializes the plain 24-bit value (as the derived form would, for formats that write a
+/// newtype as its content) and refuses one with any of the upper 8 bits set, so a value read
+/// from a control socket keeps the invariant [`Psn::new`] keeps.
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for Psn {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Psn, D::Error> {
+        let v = <u32 as serde::Deserialize>::deserialize(d)?;
+        if v > 0x00FF_FFFF {
+            return Err(<D::Error as serde::de::Error>::custom("a PSN has 24 bits"));
+        }
+        Ok(Psn(v))
+    }
+}
 
 impl Psn {
     /// The largest PSN value, 2^24 - 1.

@@ -26,8 +26,22 @@ impl fmt::Display for Lid {
 
 /// A Queue Pair Number: 24 bits (IBA §9.2, BTH DestQP). QP0 is the SMI, QP1 the GSI.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Qpn(u32);
+
+/// Deserializes the plain 24-bit value (as the derived form would, for formats that write a
+/// newtype as its content) and refuses one with any of the upper 8 bits set, so a value read
+/// from a control socket keeps the invariant [`Qpn::new`] keeps.
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for Qpn {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Qpn, D::Error> {
+        let v = <u32 as serde::Deserialize>::deserialize(d)?;
+        if v > 0x00FF_FFFF {
+            return Err(<D::Error as serde::de::Error>::custom("a QPN has 24 bits"));
+        }
+        Ok(Qpn(v))
+    }
+}
 
 impl Qpn {
     /// The subnet management interface's QP.
