@@ -17,11 +17,18 @@
 //!    PortRcvSwitchRelayErrors. Entry 0 means the switch itself ([`SwitchAction::Local`]).
 //!    A packet goes back out of its ingress port only when the LFT says so. The egress port must
 //!    be Active, else PortXmitDiscards;
-//! 5. counts PortXmitPkts and PortXmitData on the egress port.
+//! 5. a data packet whose DLID is multicast (0xC000..=0xFFFE) is replicated (IBA §18.2.4.2):
+//!    it leaves by every port of the MulticastForwardingTable entry of its MLID except the port
+//!    it arrived on (and port 0, the switch itself, which has no multicast consumer); an egress
+//!    port that is not Active counts PortXmitDiscards and is skipped. No entry: dropped as
+//!    [`SwitchDrop::Multicast`] and counted in PortRcvSwitchRelayErrors; an entry with no other
+//!    Active port: [`SwitchDrop::MulticastNoEgress`] (the normal fate of a packet from the only
+//!    member on a branch, not an error counter);
+//! 6. counts PortXmitPkts and PortXmitData on each egress port.
 //!
-//! Data packets are not copied: [`SwitchAction::Forward`] tells the caller to send the bytes it
-//! gave. Only SMPs the switch rewrites or answers are new bytes. Not done: multicast (MFT),
-//! SL-to-VL mapping, partition enforcement, flow control and credits.
+//! Data packets are not copied: [`SwitchAction::Forward`] and [`SwitchAction::Replicate`] tell
+//! the caller to send the bytes it gave. Only SMPs the switch rewrites or answers are new bytes.
+//! Not done: SL-to-VL mapping, partition enforcement, flow control and credits.
 
 use softib_wire::crc::{self, VCRC_LEN};
 use softib_wire::mad::smp;
@@ -154,8 +161,10 @@ switch_drops! {
     IngressNotActive => "ingress_not_active",
     /// The DLID is 0, or permissive on a data VL.
     BadDlid => "bad_dlid",
-    /// The DLID is multicast; multicast forwarding is not implemented.
+    /// The DLID is multicast and the MFT holds no port for it (or it is a VL15 packet).
     Multicast => "multicast",
+    /// The MFT entry of the MLID names no Active port but the ingress port.
+    MulticastNoEgress => "multicast_no_egress",
     /// The LFT holds no port for the DLID (above LinearFDBTop, or 255).
     NoRoute => "no_route",
     /// The egress port is not Active (data) or its link is not up (VL15).
@@ -176,6 +185,12 @@ pub enum SwitchAction {
         out_port: u8,
         /// The whole packet, LRH through VCRC.
         packet: Vec<u8>,
+    },
+    /// Send the received bytes, unchanged, out of each port of `out_ports` (a multicast
+    /// packet; never the ingress port, never port 0).
+    Replicate {
+        /// The egress ports.
+        out_ports: PortMask,
     },
     /// A data packet for the switch itself (its LFT entry is port 0), e.g. a GMP for a
     /// management agent; the caller decides.
@@ -348,6 +363,9 @@ impl Switch {
         if !self.sma.note_data_received(in_port) {
             return self.drop_packet(SwitchDrop::IngressNotActive);
         }
+        if lrh.dlid.is_multicast() {
+            return self.replicate(in_port, lrh);
+        }
         match self.route(lrh.dlid) {
             Err(reason) => {
                 self.port_counters(in_port).rcv_switch_relay_errors += 1;
@@ -364,6 +382,33 @@ impl Switch {
                 SwitchAction::Forward { out_port }
             }
         }
+    }
+
+    /// A multicast data packet: every Active port of the MLID's MFT entry but the ingress port.
+    fn replicate(&mut self, in_port: u8, lrh: &LrhRepr) -> SwitchAction {
+        let entry = self.sma.mft_ports(lrh.dlid);
+        if entry.is_empty() {
+            self.port_counters(in_port).rcv_switch_relay_errors += 1;
+            return self.drop_packet(SwitchDrop::Multicast);
+        }
+        let mut out_ports = PortMask::EMPTY;
+        for p in entry.iter() {
+            if p == 0 || p == in_port || p > self.sma.num_ports() {
+                continue;
+            }
+            if self.sma.port_state(p) != Some(softib_wire::mad::attr::PortState::Active) {
+                self.port_counters(p).xmit_discards += 1;
+                continue;
+            }
+            out_ports.insert(p);
+        }
+        if out_ports.is_empty() {
+            return self.drop_packet(SwitchDrop::MulticastNoEgress);
+        }
+        for p in out_ports.iter() {
+            self.count_xmit(p, lrh.pkt_len);
+        }
+        SwitchAction::Replicate { out_ports }
     }
 
     /// Sends a directed-route SMP from the SM running on this switch (its port 0): returns the

@@ -2,7 +2,8 @@
 //! its SMA (CAs) or a [`Switch`], every cable is trained at its rate, and packets — real bytes,
 //! LRH through VCRC — move from port to peer port in FIFO order until nothing is in flight.
 //!
-//! It is deliberately simple: no time, no loss, one packet at a time. The deterministic
+//! It is deliberately simple: no time, no loss, one packet at a time (a multicast packet a
+//! switch replicates becomes several, followed to their ends by [`TestFabric::send_multicast`]). The deterministic
 //! simulator (`softib-sim`) is where faults and timing live; this is for checking that the
 //! agents and the switch data plane fit together (directed-route walks, discovery by BFS,
 //! forwarding after the LFTs are programmed).
@@ -77,7 +78,11 @@ impl CaNode {
             if !self.sma.note_data_received(in_port) {
                 return Step::End(Outcome::Dropped("port_not_active"));
             }
-            if lrh.dlid == Lid::PERMISSIVE || !self.sma.accepts_dlid(in_port, lrh.dlid) {
+            // Multicast: the port takes every packet to an MLID (the HCA's QP attachments
+            // decide who gets it; that is not modelled here).
+            if !lrh.dlid.is_multicast()
+                && (lrh.dlid == Lid::PERMISSIVE || !self.sma.accepts_dlid(in_port, lrh.dlid))
+            {
                 return Step::End(Outcome::Dropped("dlid_not_ours"));
             }
             self.inbox.push(Received {
@@ -148,6 +153,7 @@ pub struct Hop {
 
 enum Step {
     Send { out_port: u8, packet: Vec<u8> },
+    SendMany { out_ports: Vec<u8>, packet: Vec<u8> },
     End(Outcome),
 }
 
@@ -301,18 +307,47 @@ impl TestFabric {
         self.run(node, port, packet)
     }
 
+    /// Sends `packet` out of port `port` of `node` and follows every copy the switches make
+    /// of it (multicast); returns where and how each copy's journey ended, in the order they
+    /// ended. A unicast packet gives one entry, as [`TestFabric::send_packet`].
+    pub fn send_multicast(
+        &mut self,
+        node: usize,
+        port: u8,
+        packet: Vec<u8>,
+    ) -> Vec<(usize, Outcome)> {
+        self.trace.clear();
+        self.run_all(node, port, packet, false)
+    }
+
     /// Moves `packet`, leaving `node` by `out_port`, through the fabric until it ends.
     fn run(&mut self, node: usize, out_port: u8, packet: Vec<u8>) -> (usize, Outcome) {
+        self.run_all(node, out_port, packet, true)
+            .into_iter()
+            .next()
+            .unwrap_or((node, Outcome::Lost))
+    }
+
+    /// Moves `packet` and its copies through the fabric; stops at the first end if `first`.
+    fn run_all(
+        &mut self,
+        node: usize,
+        out_port: u8,
+        packet: Vec<u8>,
+        first: bool,
+    ) -> Vec<(usize, Outcome)> {
+        let mut ends = Vec::new();
         let mut queue = VecDeque::new();
         match self.wire(node, out_port) {
             Some(end) => queue.push_back((end, packet)),
-            None => return (node, Outcome::Lost),
+            None => return vec![(node, Outcome::Lost)],
         }
         let mut steps = 0;
         while let Some((at, packet)) = queue.pop_front() {
             steps += 1;
             if steps > Self::MAX_STEPS {
-                return (at.node, Outcome::Looped);
+                ends.push((at.node, Outcome::Looped));
+                return ends;
             }
             let dr = smp_packet::parse(&packet)
                 .ok()
@@ -327,6 +362,10 @@ impl TestFabric {
                 FabricNode::Ca(ca) => ca.handle_packet(at.port, packet),
                 FabricNode::Switch(sw) => match sw.handle_packet(at.port, &packet) {
                     SwitchAction::Forward { out_port } => Step::Send { out_port, packet },
+                    SwitchAction::Replicate { out_ports } => Step::SendMany {
+                        out_ports: out_ports.iter().collect(),
+                        packet,
+                    },
                     SwitchAction::Transmit { out_port, packet } => Step::Send { out_port, packet },
                     SwitchAction::Local => Step::End(Outcome::Local),
                     SwitchAction::ToSm(smp) => Step::End(Outcome::ToSm(smp)),
@@ -334,15 +373,42 @@ impl TestFabric {
                 },
             };
             self.apply_events(at.node);
+            let end = |ends: &mut Vec<(usize, Outcome)>, e: (usize, Outcome)| {
+                ends.push(e);
+                first
+            };
             match step {
                 Step::Send { out_port, packet } => match self.wire(at.node, out_port) {
-                    Some(end) => queue.push_back((end, packet)),
-                    None => return (at.node, Outcome::Lost),
+                    Some(peer) => queue.push_back((peer, packet)),
+                    None => {
+                        if end(&mut ends, (at.node, Outcome::Lost)) {
+                            return ends;
+                        }
+                    }
                 },
-                Step::End(outcome) => return (at.node, outcome),
+                Step::SendMany { out_ports, packet } => {
+                    for out_port in out_ports {
+                        match self.wire(at.node, out_port) {
+                            Some(peer) => queue.push_back((peer, packet.clone())),
+                            None => {
+                                if end(&mut ends, (at.node, Outcome::Lost)) {
+                                    return ends;
+                                }
+                            }
+                        }
+                    }
+                }
+                Step::End(outcome) => {
+                    if end(&mut ends, (at.node, outcome)) {
+                        return ends;
+                    }
+                }
             }
         }
-        (node, Outcome::Lost)
+        if ends.is_empty() {
+            ends.push((node, Outcome::Lost));
+        }
+        ends
     }
 
     /// The far end of the cable on `node`'s `port`, if there is one and both ends are up.

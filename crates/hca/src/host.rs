@@ -533,6 +533,11 @@ impl Daemon {
                     busy = true;
                     match s.sw.handle_packet(port as u8, &frame) {
                         SwitchAction::Forward { out_port } => frames.push((out_port, frame)),
+                        SwitchAction::Replicate { out_ports } => {
+                            for out in out_ports.iter() {
+                                frames.push((out, frame.clone()));
+                            }
+                        }
                         SwitchAction::Transmit { out_port, packet } => {
                             frames.push((out_port, packet))
                         }
@@ -549,6 +554,11 @@ impl Daemon {
                             match s.sw.handle_packet(port as u8, &buf[..n]) {
                                 SwitchAction::Forward { out_port } => {
                                     frames.push((out_port, buf[..n].to_vec()))
+                                }
+                                SwitchAction::Replicate { out_ports } => {
+                                    for out in out_ports.iter() {
+                                        frames.push((out, buf[..n].to_vec()));
+                                    }
                                 }
                                 SwitchAction::Transmit { out_port, packet } => {
                                     frames.push((out_port, packet))

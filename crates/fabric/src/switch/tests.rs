@@ -5,7 +5,8 @@ use crate::testing::data_packet;
 use crate::topology::{LinkRate, Topology};
 use proptest::prelude::*;
 use softib_wire::mad::attr::{
-    LinearForwardingTable, NodeInfo, PortInfo, PortPhysicalState, PortState, SmpAttribute,
+    LinearForwardingTable, MulticastForwardingTable, NodeInfo, PortInfo, PortPhysicalState,
+    PortState, SmpAttribute,
 };
 use softib_wire::mad::{status, AttrId, Method};
 
@@ -113,6 +114,80 @@ fn no_route_is_dropped_and_counted() {
         );
     }
     assert_eq!(sw.counters(2).unwrap().rcv_switch_relay_errors, 7);
+}
+
+#[test]
+fn multicast_is_replicated_by_the_mft() {
+    let mut sw = sw1();
+    // MLID 0xC000 to ports 0, 1, 2 and 35 (ports 32..=47 are position 2); 0xC001 to port 1.
+    let mut p0 = MulticastForwardingTable::default();
+    p0.port_masks[0] = 0b111;
+    p0.port_masks[1] = 0b010;
+    sm_set(&mut sw, &p0, MulticastForwardingTable::attr_mod(0, 0));
+    let mut p2 = MulticastForwardingTable::default();
+    p2.port_masks[0] = 1 << 3;
+    sm_set(&mut sw, &p2, MulticastForwardingTable::attr_mod(0, 2));
+    let p = packet_to(0xC000);
+    // Every port of the entry but the ingress port and port 0.
+    assert_eq!(
+        sw.handle_packet(1, &p),
+        SwitchAction::Replicate {
+            out_ports: PortMask::from_ports([2, 35])
+        }
+    );
+    assert_eq!(
+        sw.handle_packet(35, &p),
+        SwitchAction::Replicate {
+            out_ports: PortMask::from_ports([1, 2])
+        }
+    );
+    // From a port outside the entry: all of it.
+    assert_eq!(
+        sw.handle_packet(36, &p),
+        SwitchAction::Replicate {
+            out_ports: PortMask::from_ports([1, 2, 35])
+        }
+    );
+    let c2 = sw.counters(2).unwrap();
+    assert_eq!((c2.xmit_pkts, c2.xmit_data), (3, 3 * words(&p)));
+    assert_eq!(sw.counters(35).unwrap().xmit_pkts, 2);
+    // The only port of 0xC001 is the ingress port: nothing leaves, no relay error.
+    assert_eq!(
+        sw.handle_packet(1, &packet_to(0xC001)),
+        SwitchAction::Drop(SwitchDrop::MulticastNoEgress)
+    );
+    assert_eq!(sw.counters(1).unwrap().rcv_switch_relay_errors, 0);
+    // No entry: dropped and counted as before.
+    assert_eq!(
+        sw.handle_packet(1, &packet_to(0xC002)),
+        SwitchAction::Drop(SwitchDrop::Multicast)
+    );
+    assert_eq!(sw.counters(1).unwrap().rcv_switch_relay_errors, 1);
+    // An egress port that is not Active is skipped and counts a discard.
+    sw.sma_mut().link_down(2);
+    assert_eq!(
+        sw.handle_packet(1, &p),
+        SwitchAction::Replicate {
+            out_ports: PortMask::from_ports([35])
+        }
+    );
+    assert_eq!(sw.counters(2).unwrap().xmit_discards, 1);
+}
+
+#[test]
+fn port_mask_bits() {
+    let mut m = PortMask::from_ports([0, 1, 15, 16, 35, 64, 255]);
+    assert_eq!(m.len(), 7);
+    assert_eq!(m.mask16(0), 0x8003);
+    assert_eq!(m.mask16(1), 0x0001);
+    assert_eq!(m.mask16(2), 0x0008);
+    assert_eq!(m.mask16(4), 0x0001);
+    assert_eq!(m.mask16(15), 0x8000);
+    m.set_mask16(2, 0x0003);
+    assert!(m.contains(32) && m.contains(33) && !m.contains(35));
+    m.remove(255);
+    assert_eq!(m.iter().collect::<Vec<_>>(), [0, 1, 15, 16, 32, 33, 64]);
+    assert!(PortMask::EMPTY.is_empty());
 }
 
 #[test]
@@ -314,7 +389,7 @@ fn an_sm_on_the_switch() {
 fn not_a_switch_config() {
     let t = Topology::parse(TOPO_B).unwrap();
     assert!(Switch::from_node(t.node_by_id("node1").unwrap()).is_none());
-    assert_eq!(SwitchDrop::ALL.len(), 11);
+    assert_eq!(SwitchDrop::ALL.len(), 12);
     assert_eq!(SwitchDrop::NoRoute.name(), "no_route");
 }
 
