@@ -16,6 +16,17 @@ What each target gets:
   crc_incremental  the datagrams prefixed by cut points at the IP/UDP/BTH/ICRC boundaries
   mad_parse        the 256-byte MADs found on QP1 (CM MADs of rdma_cm), plus a few synthetic
                    SMP, SA and PMA MADs with a valid common header
+  sa_query         the SA MADs of mad_parse (synthetic and captured) and SA queries of every
+                   attribute the SA answers (Get and GetTable, with and without ComponentMask
+                   bits, PathRecords between real LIDs of topology B), each behind a 2-byte SLID
+  perftest_exchange  the byte stream each side of perftest's out-of-band TCP connection (port
+                   18515) sent in the captures (upstream perftest 6.06), and the same streams
+                   relabelled 6.29 and 6.30 with a legacy negotiation block or a key=value
+                   negotiation inserted after the MTU message
+  topology_parse   topologies/*.net, crates/fabric/tests/data/*.net and the ibnetdiscover
+                   outputs in ../shared/golden/ (real infiniband-diags on ibsim)
+  control_proto    not here: `cargo test -p softib-hca --test hostile_control -- --ignored
+                   write_control_seeds` writes encoded requests of a real session
   engine_rx        synthetic (no capture needed): step sequences that deliver valid transport
                    bodies (BTH .. pad) of every opcode softib implements to the QPs the target
                    creates, at the PSNs they expect or sent, then pump the loopback wire; the
@@ -494,13 +505,112 @@ def engine_seeds():
     return out
 
 
+# ---- sa_query, perftest_exchange, topology_parse ------------------------------------------------
+
+def sa_queries():
+    """SA requests (LID-prefixed) for every attribute the SA answers."""
+    out = []
+
+    def sa(method, attr, comp_mask=0, data=b"", tid=0x1234):
+        header = struct.pack(">BBBBHHQHHI", 1, 0x03, 2, method, 0, 0, tid, attr, 0, 0)
+        rmpp = bytes(12)
+        sa_hdr = struct.pack(">QHHQ", 0, 0, 0, comp_mask)
+        return (header + rmpp + sa_hdr + data).ljust(256, b"\x00")[:256]
+
+    def path(slid, dlid):
+        rec = bytearray(64)
+        rec[40:42] = dlid.to_bytes(2, "big")  # DLID (PathRecord byte 40)
+        rec[42:44] = slid.to_bytes(2, "big")  # SLID
+        return bytes(rec)
+
+    for attr in (0x0011, 0x0012, 0x0035, 0x0018, 0x0001):
+        for method in (0x01, 0x12):
+            out.append(sa(method, attr))
+    # NodeRecord by LID, PortInfoRecord by LID and port, PathRecord between LIDs 1..6.
+    for lid in range(1, 7):
+        out.append(sa(0x01, 0x0011, 1, lid.to_bytes(2, "big")))
+        out.append(sa(0x12, 0x0012, 1 | 2, lid.to_bytes(2, "big") + b"\x00\x01"))
+        for dlid in range(1, 7):
+            out.append(sa(0x12, 0x0035, (1 << 4) | (1 << 5), path(lid, dlid)))
+    # Methods and versions the SA refuses.
+    out.append(sa(0x02, 0x0011))
+    out.append(sa(0x81, 0x0011))
+    return [struct.pack(">H", 1 + i % 6) + m for i, m in enumerate(out)]
+
+
+def tcp_streams(dirs, port):
+    """Per capture and direction, the TCP payload bytes to or from `port`, in sequence order."""
+    out = []
+    for d in dirs:
+        for name in sorted(os.listdir(d)):
+            if not name.endswith(".pcap"):
+                continue
+            flows = {}
+            for linktype, frame in pcap_packets(os.path.join(d, name)):
+                dgram = ip_datagram(linktype, frame)
+                if not dgram or dgram[0] >> 4 != 4 or dgram[9] != 6:
+                    continue
+                ihl = (dgram[0] & 0x0F) * 4
+                total = int.from_bytes(dgram[2:4], "big")
+                tcp = dgram[ihl:total]
+                if len(tcp) < 20:
+                    continue
+                sport, dport, seq = struct.unpack(">HHI", tcp[:8])
+                if port not in (sport, dport):
+                    continue
+                payload = tcp[(tcp[12] >> 4) * 4:]
+                if payload:
+                    flows.setdefault((dgram[12:16], sport), {})[seq] = payload
+            for segs in flows.values():
+                out.append(b"".join(segs[k] for k in sorted(segs)))
+    return out
+
+
+def perftest_streams(dirs):
+    """Real exchanges, plus the same relabelled 6.29 (legacy block) and 6.30 (key=value)."""
+    real = [s for s in tcp_streams(dirs, 18515) if len(s) >= 26]
+    out = list(real)
+    for s in real[:4]:
+        head, rest = s[16:26], s[26:]  # sysdata (4+4), MTU (2)
+        block = bytearray(312)
+        struct.pack_into(">7i", block, 0, 0, 0, 1, 1, 0, 0, 0)
+        struct.pack_into(">QQ", block, 32, 65536, 5000)
+        struct.pack_into(">8i", block, 48, 0, 1, 0, 0, 0, 0, 0, 0)
+        out.append(b"6.29".ljust(16, b"\x00") + head + bytes(block) + rest)
+        kv = "".join(f"{k}={v:08x};" for k, v in (
+            ("test_method", 0), ("connection_type", 0), ("verb", 2), ("tst", 1),
+            ("atomicType", 0), ("test_type", 0), ("report_fmt", 0))).encode()
+        kv += b"size=0000000000010000;iters=0000000000001388;max_qp_rd_atom=00000010;"
+        out.append(b"6.30".ljust(16, b"\x00") + head + struct.pack(">ii", 0, len(kv)) + kv + rest)
+    return out
+
+
+def topology_texts():
+    out = []
+    folders = [os.path.join(REPO, "topologies"), os.path.join(REPO, "crates", "fabric", "tests", "data")]
+    for folder in folders:
+        if os.path.isdir(folder):
+            for name in sorted(os.listdir(folder)):
+                if name.endswith(".net"):
+                    with open(os.path.join(folder, name), "rb") as f:
+                        out.append(f.read())
+    golden = os.path.join(os.path.dirname(REPO), "shared", "golden")
+    for root, _, files in os.walk(golden):
+        for name in sorted(files):
+            if "ibnetdiscover" in name and "stderr" not in name:
+                with open(os.path.join(root, name), "rb") as f:
+                    out.append(f.read())
+    return out
+
+
 def main(argv):
     dirs = argv[1:] or [d for d in DEFAULT_DIRS if os.path.isdir(d)][:1]
     seeds = {t: set() for t in ("wire_packet", "wire_roundtrip", "crc_incremental", "mad_parse")}
     seeds["engine_rx"] = set(engine_seeds())
+    seeds["topology_parse"] = set(topology_texts())
     if not dirs:
-        write_seeds({"engine_rx": seeds["engine_rx"]})
-        sys.exit("no capture directory found; pass one as an argument (engine_rx seeds written)")
+        write_seeds({t: seeds[t] for t in ("engine_rx", "topology_parse")})
+        sys.exit("no capture directory found; pass one as an argument (engine_rx and topology_parse seeds written)")
     shapes = {}
     for d in dirs:
         for name in sorted(os.listdir(d)):
@@ -525,6 +635,11 @@ def main(argv):
                 cuts = struct.pack("<HHH", ip_len, ip_len + 8, len(dgram) - 4)
                 seeds["crc_incremental"].add(cuts + dgram)
     seeds["mad_parse"].update(synthetic_mads())
+    seeds["sa_query"] = set(sa_queries())
+    seeds["sa_query"].update(
+        struct.pack(">H", 3) + m for m in seeds["mad_parse"] if m[1] == 0x03
+    )
+    seeds["perftest_exchange"] = set(perftest_streams(dirs))
     write_seeds(seeds)
 
 
