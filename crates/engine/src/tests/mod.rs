@@ -692,6 +692,7 @@ fn ud_message_larger_than_the_mtu_fails_locally() {
     assert_eq!(p.a.hca.qp(qa).unwrap().state, QpState::Sqe);
 }
 
+mod access;
 mod rc;
 mod states;
 mod uc_ud;
