@@ -8,6 +8,11 @@
 //! | PortInfoRecord | yes | yes | EndportLID, PortNum, LID, MasterSMLID, CapabilityMask (as a subset), PortState |
 //! | PathRecord | yes | yes | SGID/DGID, SLID/DLID, P_Key, SL, MTU, Rate and PacketLifeTime with their selectors, ServiceID (echoed) |
 //! | SMInfoRecord | yes | yes | — |
+//! | MCMemberRecord | yes | yes | MGID, MLID, PortGID, Q_Key, P_Key, TClass, SL, FlowLabel, HopLimit, MTU/Rate/PacketLifeTime with selectors, Scope, JoinState |
+//!
+//! MCMemberRecord joins (SubnAdmSet) and leaves (SubnAdmDelete) change the SM's multicast
+//! groups, so [`crate::sm::SubnetManager::handle_sa`] answers them itself; queries are answered
+//! here from the groups in the view (see [`crate::sm::mcast`]).
 //!
 //! A NodeRecord is given per end port (a switch's port 0, each CA port), as opensm does; a
 //! PortInfoRecord per end port, and per switch external port only when PortNum is in the
@@ -33,12 +38,13 @@ use std::collections::BTreeMap;
 use softib_wire::mad::attr::{NodeInfo, PortInfo, SmInfo};
 use softib_wire::mad::class_port_info;
 use softib_wire::mad::sa::{
-    self, node_comp, path_comp, port_info_comp, rmpp_flags, NodeRecord, PathRecord, PortInfoRecord,
-    RmppHeader, RmppType, Selector,
+    self, node_comp, path_comp, port_info_comp, rmpp_flags, McMemberRecord, NodeRecord, PathRecord,
+    PortInfoRecord, RmppHeader, RmppType, Selector,
 };
 use softib_wire::mad::{status, AttrId, Method, MgmtClass, BASE_VERSION, MAD_LEN};
 use softib_wire::{Gid, Guid, Lid, Mtu, PKey, QKey, Qpn};
 
+use crate::sm::mcast::McGroups;
 use crate::subnet::{rate_of, PortRef, Subnet};
 use crate::topology::LinkSpeed;
 
@@ -58,6 +64,8 @@ pub struct SaView<'a> {
     pub sm_lid: Lid,
     /// The subnet prefix.
     pub subnet_prefix: u64,
+    /// The multicast groups.
+    pub groups: &'a McGroups,
 }
 
 /// Answers an SA request MAD (see the module docs). `slid` is the requester's LID.
@@ -124,6 +132,23 @@ fn answer(view: &SaView<'_>, req: &sa::Repr<'_>) -> Answer {
             },
             Err(_) => return Answer::error(sa::STATUS_REQ_INVALID),
         },
+        AttrId::MC_MEMBER_RECORD => match McMemberRecord::parse(req.data) {
+            Ok(t) => {
+                let trusted = req.sm_key != 0 && req.sm_key == view.sm_info.sm_key;
+                let recs = view
+                    .groups
+                    .query(&t, req.comp_mask, trusted)
+                    .into_iter()
+                    .map(|r| {
+                        let mut b = vec![0u8; McMemberRecord::LEN];
+                        r.emit(&mut b);
+                        b
+                    })
+                    .collect();
+                (McMemberRecord::LEN, recs)
+            }
+            Err(_) => return Answer::error(sa::STATUS_REQ_INVALID),
+        },
         AttrId::SM_INFO_RECORD => {
             let mut r = vec![0u8; SM_INFO_RECORD_LEN];
             r[..2].copy_from_slice(&view.sm_lid.0.to_be_bytes());
@@ -145,6 +170,25 @@ fn answer(view: &SaView<'_>, req: &sa::Repr<'_>) -> Answer {
         record_len,
         records,
     }
+}
+
+/// The response MAD of `req` carrying `status` and, on success, `record` (for the SA
+/// requests the SM answers itself: MCMemberRecord Set and Delete).
+pub(crate) fn respond(
+    req: &sa::Repr<'_>,
+    status: u16,
+    record_len: usize,
+    record: Option<Vec<u8>>,
+) -> Vec<u8> {
+    let answer = match record {
+        Some(r) if status == status::SUCCESS => Answer {
+            status,
+            record_len,
+            records: vec![r],
+        },
+        _ => Answer::error(status),
+    };
+    emit(req, answer)
 }
 
 /// The response MAD(s) of `req`.
@@ -341,7 +385,7 @@ struct PathProps {
 }
 
 /// A port's data rate in tenths of Gb/s (4xQDR = 400).
-fn rate_tenths(pi: &PortInfo) -> u32 {
+pub(crate) fn rate_tenths(pi: &PortInfo) -> u32 {
     let Some(r) = rate_of(pi) else { return 25 };
     let lane = match r.speed {
         LinkSpeed::Sdr => 25,
@@ -381,7 +425,7 @@ const RATES: [(u8, u32); 21] = [
 ];
 
 /// The largest rate code not above `tenths`.
-fn rate_code(tenths: u32) -> u8 {
+pub(crate) fn rate_code(tenths: u32) -> u8 {
     RATES
         .iter()
         .filter(|&&(_, r)| r <= tenths)
@@ -389,8 +433,18 @@ fn rate_code(tenths: u32) -> u8 {
         .map_or(2, |&(c, _)| c)
 }
 
-fn rate_of_code(code: u8) -> Option<u32> {
+/// The rate of rate code `code`, in tenths of Gb/s.
+pub(crate) fn rate_of_code(code: u8) -> Option<u32> {
     RATES.iter().find(|&&(c, _)| c == code).map(|&(_, r)| r)
+}
+
+/// The rate code of the fastest rate strictly below `tenths` (opensm `ib_path_rate_get_prev`).
+pub(crate) fn rate_below(tenths: u32) -> Option<u8> {
+    RATES
+        .iter()
+        .filter(|&&(_, r)| r < tenths)
+        .max_by_key(|&&(_, r)| r)
+        .map(|&(c, _)| c)
 }
 
 fn mtu_min(a: Mtu, b: Mtu) -> Mtu {

@@ -24,7 +24,9 @@
 //!    Set with its LID, LMC 0, MasterSMLID, MasterSMSL 0, the subnet prefix and M_Key 0,
 //!    PortState NoChange ("SUBNET LID CONFIG"), skipped when nothing would change.
 //! 4. Routing ([`Routing`]): SwitchInfo (LinearFDBTop, LifeTimeValue, PortStateChange cleared)
-//!    and the LFT blocks that changed, per switch ("SWITCH TABLE CONFIG").
+//!    and the LFT blocks that changed, per switch ("SWITCH TABLE CONFIG"); then multicast
+//!    ([`mcast`]): the MulticastForwardingTable blocks (per PortMask position) that changed
+//!    ("SWITCHES CONFIGURED FOR MULTICAST").
 //! 5. Every cabled port in Init is Set Armed, then every Armed port Active ("SET LINKS TO ARMED
 //!    STATE", "SET LINKS TO ACTIVE STATE"), then "SUBNET UP".
 //! 6. Light sweeps every `sweep_interval`: SwitchInfo of every switch and PortInfo of every
@@ -36,25 +38,35 @@
 //! ("Entering DISCOVERING state", "Entering MASTER state", "Entering STANDBY state"). As the
 //! golden runs show, "SUBNET UP" goes to the log only.
 //!
-//! Not done: LMC > 0, M_Key protection, P_Key tables and multicast, SMInfo handover
+//! Multicast: the SA's MCMemberRecord joins and leaves ([`SubnetManager::handle_sa`]) change
+//! the groups ([`mcast::McGroups`], the IPoIB broadcast group pre-created); when the member
+//! ports change, the master SM reprograms the MFTs at once if it is idle, else as soon as the
+//! current sweep is done; every heavy sweep recomputes them too.
+//!
+//! Not done: LMC > 0, M_Key protection, P_Key tables, SMInfo handover
 //! (a master that finds a higher SM simply goes Standby at its next heavy sweep), traps (the
 //! runtime calls [`SubnetManager::request_sweep`] for one).
 
+pub mod mcast;
 mod routing;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use softib_wire::mad::attr::{
-    capability_mask, LinearForwardingTable, PortInfo, PortPhysicalState, PortState, SmInfo,
-    SmState, SwitchInfo,
+    capability_mask, LinearForwardingTable, MulticastForwardingTable, PortInfo, PortPhysicalState,
+    PortState, SmInfo, SmState, SwitchInfo,
 };
-use softib_wire::mad::{attr_name, smp, status, AttrId, MgmtClass};
+use softib_wire::mad::sa::McMemberRecord;
+use softib_wire::mad::{attr_name, smp, status, AttrId, Method, MgmtClass, BASE_VERSION};
 use softib_wire::{Guid, Lid};
 
 use crate::discover::{Discovery, DiscoveryConfig, Done, Requester, DEFAULT_MAX_WIRE_SMPS};
 use crate::sa;
 use crate::subnet::{PortRef, Subnet};
+use crate::switch::PortMask;
+
+use mcast::{McGroups, PortCaps};
 
 /// The routing engine (opensm `-R`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -158,6 +170,8 @@ enum Job {
     SetSwitchInfo { node: usize },
     /// LFT block Set.
     SetLft { node: usize },
+    /// MFT block Set.
+    SetMft { node: usize },
     /// Light sweep: SwitchInfo of a switch.
     LightSwitchInfo { node: usize },
     /// Light sweep: PortInfo of a CA port.
@@ -177,6 +191,8 @@ enum Phase {
     LidConfig,
     /// SwitchInfo and LFT Sets in flight.
     SwitchConfig,
+    /// MFT Sets in flight: part of a heavy sweep (`sweep`) or after a membership change.
+    McastConfig { sweep: bool },
     /// PortState Armed Sets in flight.
     Arming,
     /// PortState Active Sets in flight.
@@ -203,6 +219,12 @@ pub struct SubnetManager {
     guid2lid: BTreeMap<Guid, Lid>,
     /// The LFT last programmed into each switch, by node GUID.
     lfts: BTreeMap<Guid, Vec<u8>>,
+    /// The multicast groups the SA keeps.
+    groups: McGroups,
+    /// The MFT entries last programmed into each switch, by node GUID.
+    mfts: BTreeMap<Guid, BTreeMap<Lid, PortMask>>,
+    /// Group membership changed since the MFTs were last computed.
+    mcast_dirty: bool,
     /// Other SMs answering the election: port GUID → (SMInfo, node).
     others: BTreeMap<Guid, (SmInfo, usize)>,
     /// Standby: the master's port GUID and the route to its node.
@@ -252,6 +274,9 @@ impl SubnetManager {
             subnet: Subnet::default(),
             guid2lid,
             lfts: BTreeMap::new(),
+            groups: McGroups::with_ipoib_broadcast(),
+            mfts: BTreeMap::new(),
+            mcast_dirty: false,
             others: BTreeMap::new(),
             master: None,
             sm_lid: Lid(0),
@@ -373,6 +398,16 @@ impl SubnetManager {
         self.lfts.get(&switch).map(Vec::as_slice)
     }
 
+    /// The multicast groups (MCMemberRecord joins, the pre-created IPoIB broadcast group).
+    pub fn mc_groups(&self) -> &McGroups {
+        &self.groups
+    }
+
+    /// The MFT entries the SM programmed into a switch, by node GUID: MLID → ports.
+    pub fn mft(&self, switch: Guid) -> Option<&BTreeMap<Lid, PortMask>> {
+        self.mfts.get(&switch)
+    }
+
     /// Whether the last heavy sweep got to SUBNET UP and nothing is being reconfigured.
     pub fn is_subnet_up(&self) -> bool {
         self.subnet_up
@@ -397,15 +432,116 @@ impl SubnetManager {
     /// one MAD, or for a GetTableResp that needs several the RMPP DATA segments one after the
     /// other (a multiple of 256 bytes), or `None` when nothing is to be sent (not a request,
     /// or too short to answer).
+    ///
+    /// MCMemberRecord SubnAdmSet (join) and SubnAdmDelete (leave) change the multicast groups
+    /// (see [`mcast`]); when the member ports change, the MFT Sets follow through
+    /// [`SubnetManager::poll_transmit`].
     pub fn handle_sa(&mut self, slid: Lid, request: &[u8]) -> Option<Vec<u8>> {
+        if let Some(resp) = self.handle_mcmember_change(slid, request) {
+            return Some(resp);
+        }
         let view = sa::SaView {
             subnet: &self.subnet,
             lfts: &self.lfts,
             sm_info: self.sm_info(),
             sm_lid: self.sm_lid,
             subnet_prefix: self.config.subnet_prefix,
+            groups: &self.groups,
         };
         sa::handle(&view, slid, request)
+    }
+
+    /// Answers an MCMemberRecord Set or Delete; `None` for any other MAD.
+    fn handle_mcmember_change(&mut self, slid: Lid, request: &[u8]) -> Option<Vec<u8>> {
+        let packet = softib_wire::mad::sa::Packet::new_checked(request).ok()?;
+        let req = softib_wire::mad::sa::Repr::parse(&packet).ok()?;
+        let h = &req.header;
+        if h.mgmt_class != MgmtClass::SubnAdm
+            || h.attr_id != AttrId::MC_MEMBER_RECORD
+            || !matches!(h.method, Method::Set | Method::Delete)
+        {
+            return None;
+        }
+        let result = if h.base_version != BASE_VERSION
+            || h.class_version != softib_wire::mad::sa::CLASS_VERSION
+        {
+            Err(status::BAD_VERSION)
+        } else {
+            self.mcmember_change(slid, &req)
+        };
+        let (code, record) = match result {
+            Ok(r) => {
+                let mut b = vec![0u8; McMemberRecord::LEN];
+                r.emit(&mut b);
+                (status::SUCCESS, Some(b))
+            }
+            Err(code) => (code, None),
+        };
+        let resp = sa::respond(&req, code, McMemberRecord::LEN, record);
+        self.advance();
+        Some(resp)
+    }
+
+    /// A join or leave (see [`mcast`]); errors are SA status codes.
+    fn mcmember_change(
+        &mut self,
+        slid: Lid,
+        req: &softib_wire::mad::sa::Repr<'_>,
+    ) -> Result<McMemberRecord, u16> {
+        use softib_wire::mad::sa as wsa;
+        let rec = McMemberRecord::parse(req.data).map_err(|_| wsa::STATUS_REQ_INVALID)?;
+        if req.comp_mask & wsa::mcmember_comp::PORT_GID == 0 {
+            return Err(wsa::STATUS_INSUFFICIENT_COMPONENTS);
+        }
+        if rec.port_gid.prefix() != self.config.subnet_prefix {
+            return Err(wsa::STATUS_INVALID_GID);
+        }
+        let guid = Guid(rec.port_gid.interface_id());
+        let target = self.port_by_guid(guid).ok_or(wsa::STATUS_REQ_INVALID)?;
+        let requester = self
+            .subnet
+            .node_by_lid(slid)
+            .ok_or(wsa::STATUS_REQ_INVALID)?;
+        let requester_guid = self.subnet.nodes[requester.node].port_guid(requester.port);
+        let change = if req.header.method == Method::Set {
+            let pi = self.subnet.nodes[target.node]
+                .port(target.port)
+                .copied()
+                .ok_or(wsa::STATUS_REQ_INVALID)?;
+            let caps = PortCaps {
+                guid,
+                mtu: pi.mtu_cap,
+                rate: sa::rate_code(sa::rate_tenths(&pi)),
+            };
+            self.groups
+                .join(&rec, req.comp_mask, caps, requester_guid != Some(guid))?
+        } else {
+            self.groups.leave(&rec, req.comp_mask, guid)?
+        };
+        let verb = if req.header.method == Method::Set {
+            "joined"
+        } else {
+            "left"
+        };
+        self.log(
+            LogLevel::VERBOSE,
+            format!(
+                "mcmr: port 0x{:016x} {verb} MGID {} (MLID 0x{:04X}, JoinState 0x{:x})",
+                guid.0, rec.mgid, change.record.mlid.0, rec.join_state
+            ),
+        );
+        if change.ports_changed {
+            self.mcast_dirty = true;
+        }
+        Ok(change.record)
+    }
+
+    /// The end port with port GUID `guid`: a CA port, or a switch's port 0.
+    fn port_by_guid(&self, guid: Guid) -> Option<PortRef> {
+        self.end_ports()
+            .into_iter()
+            .find(|&(_, g)| g == guid)
+            .map(|(p, _)| p)
     }
 
     // --- Internals ------------------------------------------------------------------------
@@ -465,6 +601,10 @@ impl SubnetManager {
             let finished = match &self.phase {
                 Phase::Discovering(d) => d.is_done(),
                 Phase::Idle => {
+                    if self.mcast_dirty && self.state == SmState::Master {
+                        self.configure_multicast(false);
+                        continue;
+                    }
                     if self.sweep_requested {
                         if self.state == SmState::Standby {
                             self.sweep_requested = false;
@@ -497,7 +637,12 @@ impl SubnetManager {
                 Phase::Discovering(d) => self.discovered(*d),
                 Phase::Electing => self.elect(),
                 Phase::LidConfig => self.configure_switches(),
-                Phase::SwitchConfig => self.set_port_states(PortState::Armed),
+                Phase::SwitchConfig => self.configure_multicast(true),
+                Phase::McastConfig { sweep: true } => {
+                    self.log(LogLevel::VERBOSE, "SWITCHES CONFIGURED FOR MULTICAST");
+                    self.set_port_states(PortState::Armed)
+                }
+                Phase::McastConfig { sweep: false } => {}
                 Phase::Arming => self.set_port_states(PortState::Active),
                 Phase::Activating => self.subnet_is_up(),
                 Phase::LightSweep { changed } => {
@@ -592,6 +737,11 @@ impl SubnetManager {
                 }
             }
             Job::SetLft { .. } => {}
+            Job::SetMft { node } => {
+                if !ok {
+                    self.forget_mft(node);
+                }
+            }
             Job::LightSwitchInfo { node } => {
                 let changed = match SwitchInfo::parse(&resp.data) {
                     Ok(si) if ok => {
@@ -653,6 +803,7 @@ impl SubnetManager {
         match job {
             Job::LightSwitchInfo { .. } | Job::LightPortInfo { .. } => self.note_light_change(true),
             Job::PollMaster => self.master_gone(),
+            Job::SetMft { node } => self.forget_mft(node),
             // A Set lost for good: the next sweep will find the port as it is and try again.
             _ => {}
         }
@@ -740,6 +891,7 @@ impl SubnetManager {
                 self.lfts.remove(&g);
             }
         }
+        self.mfts.retain(|&g, _| subnet.node_by_guid(g).is_some());
         self.subnet = subnet;
         self.act_count = self.act_count.wrapping_add(1);
         // Other SMs: every end port with IsSM but ours.
@@ -1000,6 +1152,99 @@ impl SubnetManager {
         self.phase = Phase::SwitchConfig;
     }
 
+    /// Programs the MFTs: the blocks and PortMask positions whose entries differ from what each
+    /// switch was last given (all of a switch the SM has not programmed yet). `sweep`: as
+    /// part of a heavy sweep, after the unicast tables.
+    fn configure_multicast(&mut self, sweep: bool) {
+        if sweep {
+            self.log(LogLevel::VERBOSE, "SWITCHES CONFIGURED FOR UNICAST");
+        }
+        self.mcast_dirty = false;
+        for g in self.groups.iter().filter(|_| sweep) {
+            if g.members.is_empty() {
+                let line = format!(
+                    "mcast_mgr_build_spanning_tree: MLID 0x{:04X} has 0 members - nothing to do",
+                    g.mlid().0
+                );
+                self.log.push_back(LogLine {
+                    level: LogLevel::VERBOSE,
+                    text: line,
+                });
+            }
+        }
+        let want = mcast::compute_mfts(&self.subnet, &self.groups);
+        let per = MulticastForwardingTable::ENTRIES_PER_BLOCK;
+        let mut sets = Vec::new();
+        let mut errors = Vec::new();
+        for (node, n) in self.subnet.nodes.iter().enumerate() {
+            if !n.is_switch() {
+                continue;
+            }
+            let guid = n.info.node_guid;
+            let cap = n.switch_info.map_or(0, |si| si.multicast_fdb_cap);
+            let mut new = want.get(&node).cloned().unwrap_or_default();
+            new.retain(|&mlid, _| {
+                let fits = mlid.0 - MulticastForwardingTable::MLID_BASE < cap;
+                if !fits {
+                    errors.push(format!(
+                        "ERR: MLID 0x{:04X} is beyond MulticastFDBCap {cap} of switch 0x{:016x}",
+                        mlid.0, guid.0
+                    ));
+                }
+                fits
+            });
+            let old = self.mfts.get(&guid);
+            let known = old.is_some();
+            let empty = BTreeMap::new();
+            let old = old.unwrap_or(&empty);
+            let blocks: BTreeSet<u16> = new
+                .keys()
+                .chain(old.keys())
+                .filter_map(|&m| MulticastForwardingTable::position(m).map(|(b, _)| b))
+                .collect();
+            let positions = n.info.num_ports / 16;
+            for block in blocks {
+                for position in 0..=positions {
+                    let mut table = MulticastForwardingTable::default();
+                    let mut differs = false;
+                    for (i, slot) in table.port_masks.iter_mut().enumerate().take(per) {
+                        let mlid = MulticastForwardingTable::mlid(block, i);
+                        let now = new.get(&mlid).map_or(0, |m| m.mask16(position));
+                        let was = old.get(&mlid).map_or(0, |m| m.mask16(position));
+                        *slot = now;
+                        differs |= now != was || (!known && now != 0);
+                    }
+                    if differs {
+                        sets.push((n.dr_path.clone(), table, block, position, node));
+                    }
+                }
+            }
+            if known || !new.is_empty() {
+                self.mfts.insert(guid, new);
+            }
+        }
+        for e in errors {
+            self.log(LogLevel::ERROR, e);
+        }
+        for (path, table, block, position, node) in sets {
+            self.requester.set(
+                &path,
+                &table,
+                MulticastForwardingTable::attr_mod(block, position),
+                0,
+                Job::SetMft { node },
+            );
+        }
+        self.phase = Phase::McastConfig { sweep };
+    }
+
+    /// An MFT Set failed or was lost: program the whole switch next time.
+    fn forget_mft(&mut self, node: usize) {
+        if let Some(n) = self.subnet.nodes.get(node) {
+            self.mfts.remove(&n.info.node_guid);
+        }
+    }
+
     /// The cabled ports of the subnet, by node in discovery order.
     fn cabled_ports(&self) -> Vec<PortRef> {
         let mut v: Vec<PortRef> = self.subnet.links.iter().flat_map(|l| [l.a, l.b]).collect();
@@ -1010,7 +1255,6 @@ impl SubnetManager {
 
     fn set_port_states(&mut self, state: PortState) {
         let (banner, from, name) = if state == PortState::Armed {
-            self.log(LogLevel::VERBOSE, "SWITCHES CONFIGURED FOR UNICAST");
             (
                 "LINKS PORTS CONFIGURED - SET LINKS TO ARMED STATE",
                 PortState::Init,
