@@ -11,10 +11,11 @@ use softib_fabric::testing::{data_packet, Outcome, TestFabric};
 use softib_fabric::topology::{Endpoint, LinkRate, LinkSpeed, LinkWidth, Node, Topology};
 use softib_wire::mad::attr::{capability_mask, PortState, SmState};
 use softib_wire::mad::sa::{
-    self, node_comp, path_comp, port_info_comp, NodeRecord, PathRecord, PortInfoRecord,
+    self, ipoib_broadcast_mgid, join_state, mcmember_comp, node_comp, path_comp, port_info_comp,
+    McMemberRecord, NodeRecord, PathRecord, PortInfoRecord,
 };
 use softib_wire::mad::{smp, status, AttrId, Method, MAD_LEN};
-use softib_wire::{Gid, Guid, Lid, Mtu};
+use softib_wire::{Gid, Guid, Lid, Mtu, PKey, QKey};
 
 const TOPO_A: &str = include_str!("data/topoA.net");
 const TOPO_B: &str = include_str!("data/topoB.net");
@@ -1159,4 +1160,541 @@ fn sa_errors_and_garbage() {
     let bogus = smp::Repr::dr_get(0xdead, AttrId::NODE_INFO, 0, 0, &[]).unwrap();
     sm.handle_response(Duration::from_secs(1), &bogus.response(0, [0; 64]));
     assert_eq!(sm.unknown_tids(), 1);
+}
+
+// ---- Multicast ------------------------------------------------------------------------------
+
+/// The port GID of a CA port of topology B (subnet prefix fe80::).
+fn port_gid(f: &TestFabric, id: &str) -> Gid {
+    let guid = f.topology().nodes()[idx(f, id)].port_guid(1).unwrap();
+    Gid::from_prefix_guid(0xfe80_0000_0000_0000, guid)
+}
+
+/// An MCMemberRecord request (Set = join, Delete = leave) from CA `id`'s port 1 for `rec`,
+/// answered by the SM: (status, the record of the answer).
+fn mcmember(
+    f: &TestFabric,
+    sm: &mut SubnetManager,
+    id: &str,
+    method: Method,
+    mask: u64,
+    rec: &McMemberRecord,
+) -> (u16, Option<McMemberRecord>) {
+    let mut b = [0u8; McMemberRecord::LEN];
+    rec.emit(&mut b);
+    let slid = Lid(lid(f, id, 1));
+    let resp = sm
+        .handle_sa(slid, &query(method, AttrId::MC_MEMBER_RECORD, mask, &b))
+        .unwrap();
+    assert_eq!(resp.len(), MAD_LEN);
+    let r = sa::Repr::parse(&sa::Packet::new_checked(&resp[..]).unwrap()).unwrap();
+    assert_eq!(r.header.tid, 0x1234);
+    assert_eq!(Some(r.header.method), method.response());
+    let rec = (r.header.status == status::SUCCESS).then(|| McMemberRecord::parse(r.data).unwrap());
+    (r.header.status, rec)
+}
+
+/// A join of the IPoIB broadcast group as the Linux IPoIB driver sends it: MGID, PortGID,
+/// JoinState (FullMember), plus Q_Key, P_Key, SL, FlowLabel, TClass, the creation components.
+fn broadcast_join(f: &TestFabric, id: &str) -> McMemberRecord {
+    McMemberRecord {
+        mgid: ipoib_broadcast_mgid(PKey::DEFAULT),
+        port_gid: port_gid(f, id),
+        q_key: QKey(0x0b1b),
+        pkey: PKey::DEFAULT,
+        join_state: join_state::FULL_MEMBER,
+        ..McMemberRecord::default()
+    }
+}
+
+/// Where copies of a multicast packet from CA `from` (port 1) to `mlid` ended: the CAs that
+/// received one, by name (sorted), and whether anything else happened (loops, losses).
+fn multicast_from(f: &mut TestFabric, from: &str, mlid: u16) -> (Vec<String>, Vec<Outcome>) {
+    let slid = Lid(lid(f, from, 1));
+    let ends = f.send_multicast(
+        idx(f, from),
+        1,
+        data_packet(slid, Lid(mlid), 0xFF_FFFF, b"mcast"),
+    );
+    let mut got = Vec::new();
+    let mut other = Vec::new();
+    for (node, outcome) in ends {
+        match outcome {
+            Outcome::Delivered { port: 1 } => got.push(f.topology().nodes()[node].id.clone()),
+            o => other.push(o),
+        }
+    }
+    got.sort();
+    (got, other)
+}
+
+/// The MFT entry of `mlid` on switch `id`, as the switch holds it.
+fn mft(f: &TestFabric, id: &str, mlid: u16) -> Vec<u8> {
+    f.switch(idx(f, id))
+        .unwrap()
+        .sma()
+        .mft_ports(Lid(mlid))
+        .iter()
+        .collect()
+}
+
+#[test]
+fn multicast_groups_and_forwarding_on_topo_b() {
+    let mut f = fabric(TOPO_B);
+    let mut hosts = [host(&mut f, "node1", 1, quiet())];
+    let mut now = Duration::ZERO;
+    let settle = |f: &mut TestFabric, hosts: &mut [Host], now: &mut Duration| {
+        let until = *now + Duration::from_secs(60);
+        run(f, hosts, now, until, &mut no_loss());
+    };
+    settle(&mut f, &mut hosts, &mut now);
+    assert!(hosts[0].sm.is_subnet_up());
+    let log = logs(&mut hosts[0].sm);
+    let texts: Vec<&str> = log.iter().map(|(_, t)| t.as_str()).collect();
+    let unicast = texts
+        .iter()
+        .position(|t| *t == "SWITCHES CONFIGURED FOR UNICAST");
+    let multicast = texts
+        .iter()
+        .position(|t| *t == "SWITCHES CONFIGURED FOR MULTICAST");
+    assert!(unicast.is_some() && unicast < multicast, "{texts:#?}");
+    assert!(
+        texts.contains(&"mcast_mgr_build_spanning_tree: MLID 0xC000 has 0 members - nothing to do")
+    );
+
+    // saquery -m: the pre-created broadcast group as opensm shows it (golden
+    // A-stock/postsm-saquery-MCMR.txt), no members, and no MFT entry anywhere.
+    let zero = [0u8; McMemberRecord::LEN];
+    let resp = hosts[0]
+        .sm
+        .handle_sa(
+            Lid(3),
+            &query(Method::GetTable, AttrId::MC_MEMBER_RECORD, 0, &zero),
+        )
+        .unwrap();
+    let (st, recs) = records(&resp);
+    assert_eq!((st, recs.len()), (status::SUCCESS, 1));
+    let bytes = &recs[0];
+    assert_eq!(
+        &bytes[..16],
+        &[0xff, 0x12, 0x40, 0x1b, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff]
+    );
+    assert_eq!(
+        &bytes[32..44],
+        &[0, 0, 0x0b, 0x1b, 0xc0, 0x00, 0x84, 0, 0xff, 0xff, 0x83, 0x92]
+    );
+    assert_eq!(bytes[48], 0x20);
+    assert!(mft(&f, "sw1", 0xC000).is_empty() && mft(&f, "sw2", 0xC000).is_empty());
+
+    // node1 and node3 join: answered with the group's record; the MFTs follow.
+    for id in ["node1", "node3"] {
+        let (st, rec) = mcmember(
+            &f,
+            &mut hosts[0].sm,
+            id,
+            Method::Set,
+            mcmember_comp::CREATE,
+            &broadcast_join(&f, id),
+        );
+        assert_eq!(st, status::SUCCESS);
+        let rec = rec.unwrap();
+        assert_eq!(
+            (rec.mlid, rec.q_key, rec.mtu, rec.rate),
+            (Lid(0xC000), QKey(0xb1b), Mtu::Mtu2048, 3)
+        );
+        assert_eq!(
+            (rec.pkey, rec.sl, rec.packet_life_time),
+            (PKey::DEFAULT, 0, 18)
+        );
+        assert_eq!((rec.port_gid, rec.join_state), (port_gid(&f, id), 1));
+    }
+    settle(&mut f, &mut hosts, &mut now);
+    // One of the two parallel ISLs carries the group (the tree has no loop).
+    assert_eq!(mft(&f, "sw1", 0xC000), [1, 35]);
+    assert_eq!(mft(&f, "sw2", 0xC000), [1, 35]);
+    assert_eq!(
+        multicast_from(&mut f, "node1", 0xC000),
+        (vec!["node3".to_string()], vec![])
+    );
+    assert_eq!(
+        multicast_from(&mut f, "node3", 0xC000),
+        (vec!["node1".to_string()], vec![])
+    );
+
+    // All four: each member's packet reaches every other member exactly once.
+    for id in ["node2", "node4"] {
+        let join = McMemberRecord {
+            port_gid: port_gid(&f, id),
+            mgid: ipoib_broadcast_mgid(PKey::DEFAULT),
+            join_state: join_state::FULL_MEMBER,
+            ..McMemberRecord::default()
+        };
+        let (st, _) = mcmember(
+            &f,
+            &mut hosts[0].sm,
+            id,
+            Method::Set,
+            mcmember_comp::JOIN,
+            &join,
+        );
+        assert_eq!(st, status::SUCCESS);
+    }
+    settle(&mut f, &mut hosts, &mut now);
+    assert_eq!(mft(&f, "sw1", 0xC000), [1, 2, 35]);
+    assert_eq!(mft(&f, "sw2", 0xC000), [1, 2, 35]);
+    let all = ["node1", "node2", "node3", "node4"];
+    for from in all {
+        let want: Vec<String> = all
+            .iter()
+            .filter(|&&n| n != from)
+            .map(|n| n.to_string())
+            .collect();
+        assert_eq!(
+            multicast_from(&mut f, from, 0xC000),
+            (want, vec![]),
+            "from {from}"
+        );
+    }
+    // A trusted GetTable (the SM's SM_Key... 0 here, so untrusted) still gives one group
+    // record; with PortGID, that member's.
+    let mut t = broadcast_join(&f, "node4");
+    t.join_state = 0;
+    let mut b = [0u8; McMemberRecord::LEN];
+    t.emit(&mut b);
+    let resp = hosts[0]
+        .sm
+        .handle_sa(
+            Lid(3),
+            &query(
+                Method::Get,
+                AttrId::MC_MEMBER_RECORD,
+                mcmember_comp::MGID | mcmember_comp::PORT_GID,
+                &b,
+            ),
+        )
+        .unwrap();
+    let (st, recs) = records(&resp);
+    assert_eq!((st, recs.len()), (status::SUCCESS, 1));
+    let r = McMemberRecord::parse(&recs[0]).unwrap();
+    assert_eq!((r.port_gid, r.join_state), (port_gid(&f, "node4"), 1));
+
+    // node4 leaves: sw2 no longer sends to port 2.
+    let (st, rec) = mcmember(
+        &f,
+        &mut hosts[0].sm,
+        "node4",
+        Method::Delete,
+        mcmember_comp::JOIN,
+        &broadcast_join(&f, "node4"),
+    );
+    assert_eq!((st, rec.map(|r| r.join_state)), (status::SUCCESS, Some(0)));
+    settle(&mut f, &mut hosts, &mut now);
+    assert_eq!(mft(&f, "sw2", 0xC000), [1, 35]);
+    assert_eq!(
+        multicast_from(&mut f, "node2", 0xC000).0,
+        ["node1", "node3"]
+    );
+    // Leaving again is invalid.
+    let (st, _) = mcmember(
+        &f,
+        &mut hosts[0].sm,
+        "node4",
+        Method::Delete,
+        mcmember_comp::JOIN,
+        &broadcast_join(&f, "node4"),
+    );
+    assert_eq!(st, sa::STATUS_REQ_INVALID);
+
+    // A new group: created by a join with the creation components, MLID 0xC001.
+    let mgid = Gid([
+        0xff, 0x12, 0x60, 0x1b, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
+    ]);
+    let mut create = broadcast_join(&f, "node2");
+    create.mgid = mgid;
+    create.q_key = QKey(0x1234);
+    // Without Q_Key, P_Key, SL, FlowLabel, TClass it cannot be created.
+    let (st, _) = mcmember(
+        &f,
+        &mut hosts[0].sm,
+        "node2",
+        Method::Set,
+        mcmember_comp::JOIN,
+        &create,
+    );
+    assert_eq!(st, sa::STATUS_INSUFFICIENT_COMPONENTS);
+    // Nor by a non-full member.
+    let mut send_only = create;
+    send_only.join_state = join_state::SEND_ONLY_NON_MEMBER;
+    let (st, _) = mcmember(
+        &f,
+        &mut hosts[0].sm,
+        "node2",
+        Method::Set,
+        mcmember_comp::CREATE,
+        &send_only,
+    );
+    assert_eq!(st, sa::STATUS_REQ_INVALID);
+    let (st, rec) = mcmember(
+        &f,
+        &mut hosts[0].sm,
+        "node2",
+        Method::Set,
+        mcmember_comp::CREATE,
+        &create,
+    );
+    assert_eq!(st, status::SUCCESS);
+    let rec = rec.unwrap();
+    // MTU and rate: the joining port's (2048, 40 Gb/s), as opensm gives when not asked.
+    assert_eq!(
+        (rec.mlid, rec.q_key, rec.mtu, rec.rate),
+        (Lid(0xC001), QKey(0x1234), Mtu::Mtu2048, 7)
+    );
+    // A join that does not match the group's Q_Key.
+    let mut wrong = create;
+    wrong.port_gid = port_gid(&f, "node4");
+    wrong.q_key = QKey(0x9999);
+    let (st, _) = mcmember(
+        &f,
+        &mut hosts[0].sm,
+        "node4",
+        Method::Set,
+        mcmember_comp::CREATE,
+        &wrong,
+    );
+    assert_eq!(st, sa::STATUS_REQ_INVALID);
+    // JoinState 0, and a PortGID outside the subnet prefix.
+    let mut zero_state = create;
+    zero_state.join_state = 0;
+    let (st, _) = mcmember(
+        &f,
+        &mut hosts[0].sm,
+        "node2",
+        Method::Set,
+        mcmember_comp::CREATE,
+        &zero_state,
+    );
+    assert_eq!(st, sa::STATUS_REQ_INVALID);
+    let mut foreign = create;
+    foreign.port_gid = Gid::from_prefix_guid(0xfe80_0000_0000_0001, Guid(0x1));
+    let (st, _) = mcmember(
+        &f,
+        &mut hosts[0].sm,
+        "node2",
+        Method::Set,
+        mcmember_comp::CREATE,
+        &foreign,
+    );
+    assert_eq!(st, sa::STATUS_INVALID_GID);
+    // node3 joins as a non-member (receives only).
+    let mut nm = create;
+    nm.port_gid = port_gid(&f, "node3");
+    nm.join_state = join_state::NON_MEMBER;
+    let (st, _) = mcmember(
+        &f,
+        &mut hosts[0].sm,
+        "node3",
+        Method::Set,
+        mcmember_comp::JOIN,
+        &nm,
+    );
+    assert_eq!(st, status::SUCCESS);
+    settle(&mut f, &mut hosts, &mut now);
+    assert_eq!(mft(&f, "sw1", 0xC001), [2, 35]);
+    assert_eq!(mft(&f, "sw2", 0xC001), [1, 35]);
+    assert_eq!(multicast_from(&mut f, "node2", 0xC001).0, ["node3"]);
+    // The broadcast group is untouched.
+    assert_eq!(mft(&f, "sw1", 0xC000), [1, 2, 35]);
+
+    // The last full member leaves: the group is gone (with its non-member), MLID freed.
+    let (st, _) = mcmember(
+        &f,
+        &mut hosts[0].sm,
+        "node2",
+        Method::Delete,
+        mcmember_comp::JOIN,
+        &create,
+    );
+    assert_eq!(st, status::SUCCESS);
+    assert!(hosts[0].sm.mc_groups().get(&mgid).is_none());
+    settle(&mut f, &mut hosts, &mut now);
+    assert!(mft(&f, "sw1", 0xC001).is_empty() && mft(&f, "sw2", 0xC001).is_empty());
+    let resp = hosts[0]
+        .sm
+        .handle_sa(
+            Lid(3),
+            &query(Method::GetTable, AttrId::MC_MEMBER_RECORD, 0, &zero),
+        )
+        .unwrap();
+    assert_eq!(records(&resp).1.len(), 1);
+
+    // Everyone leaves the broadcast group: it stays (pre-created), with no MFT entries.
+    for id in ["node1", "node2", "node3"] {
+        let (st, _) = mcmember(
+            &f,
+            &mut hosts[0].sm,
+            id,
+            Method::Delete,
+            mcmember_comp::JOIN,
+            &broadcast_join(&f, id),
+        );
+        assert_eq!(st, status::SUCCESS, "{id}");
+    }
+    settle(&mut f, &mut hosts, &mut now);
+    assert!(hosts[0]
+        .sm
+        .mc_groups()
+        .get(&ipoib_broadcast_mgid(PKey::DEFAULT))
+        .is_some());
+    assert!(mft(&f, "sw1", 0xC000).is_empty() && mft(&f, "sw2", 0xC000).is_empty());
+    let (others, _) = multicast_from(&mut f, "node1", 0xC000);
+    assert!(others.is_empty());
+    assert!(logs(&mut hosts[0].sm)
+        .iter()
+        .all(|(l, _)| *l != LogLevel::ERROR));
+}
+
+#[test]
+fn multicast_tree_follows_a_pulled_cable() {
+    let mut f = fabric(TOPO_B);
+    let config = SmConfig {
+        sweep_interval: Some(Duration::from_secs(10)),
+        ..SmConfig::default()
+    };
+    let mut hosts = [host(&mut f, "node1", 1, config)];
+    let mut now = Duration::ZERO;
+    run(
+        &mut f,
+        &mut hosts,
+        &mut now,
+        Duration::from_secs(5),
+        &mut no_loss(),
+    );
+    for id in ["node1", "node2", "node3", "node4"] {
+        let (st, _) = mcmember(
+            &f,
+            &mut hosts[0].sm,
+            id,
+            Method::Set,
+            mcmember_comp::CREATE,
+            &broadcast_join(&f, id),
+        );
+        assert_eq!(st, status::SUCCESS);
+    }
+    run(
+        &mut f,
+        &mut hosts,
+        &mut now,
+        Duration::from_secs(6),
+        &mut no_loss(),
+    );
+    assert_eq!(mft(&f, "sw1", 0xC000), [1, 2, 35]);
+    // Pull the ISL on port 35: after the sweeps the tree crosses port 36.
+    let (sw1, sw2) = (idx(&f, "sw1"), idx(&f, "sw2"));
+    f.sma_mut(sw1).link_down(35);
+    f.sma_mut(sw2).link_down(35);
+    run(
+        &mut f,
+        &mut hosts,
+        &mut now,
+        Duration::from_secs(30),
+        &mut no_loss(),
+    );
+    assert_eq!(mft(&f, "sw1", 0xC000), [1, 2, 36]);
+    assert_eq!(mft(&f, "sw2", 0xC000), [1, 2, 36]);
+    let all = ["node1", "node2", "node3", "node4"];
+    for from in all {
+        let want: Vec<String> = all
+            .iter()
+            .filter(|&&n| n != from)
+            .map(|n| n.to_string())
+            .collect();
+        assert_eq!(
+            multicast_from(&mut f, from, 0xC000),
+            (want, vec![]),
+            "from {from}"
+        );
+    }
+    // Plug it back: port 35 again.
+    let rate = LinkRate {
+        width: LinkWidth::X4,
+        speed: LinkSpeed::Qdr,
+    };
+    f.sma_mut(sw1).link_up(35, rate);
+    f.sma_mut(sw2).link_up(35, rate);
+    run(
+        &mut f,
+        &mut hosts,
+        &mut now,
+        Duration::from_secs(50),
+        &mut no_loss(),
+    );
+    assert_eq!(mft(&f, "sw1", 0xC000), [1, 2, 35]);
+    assert_eq!(
+        multicast_from(&mut f, "node4", 0xC000).0,
+        ["node1", "node2", "node3"]
+    );
+}
+
+#[test]
+fn multicast_on_a_ring_of_switches_reaches_each_member_once() {
+    // Five switches in a cycle: flooding along every cable would loop forever.
+    let mut f = TestFabric::new(ring(5));
+    let mut hosts = [host(&mut f, "h0_0", 1, quiet())];
+    converge(&mut f, &mut hosts);
+    let cas: Vec<String> = f
+        .topology()
+        .nodes()
+        .iter()
+        .filter(|n| !n.is_switch())
+        .map(|n| n.id.clone())
+        .collect();
+    // Every host but h2_1 joins; h2_1 sends without being a member and is not on the tree.
+    let members: Vec<&String> = cas.iter().filter(|id| *id != "h2_1").collect();
+    for id in &members {
+        let rec = McMemberRecord {
+            mgid: ipoib_broadcast_mgid(PKey::DEFAULT),
+            port_gid: Gid::from_prefix_guid(
+                0xfe80_0000_0000_0000,
+                f.topology().nodes()[idx(&f, id)].port_guid(1).unwrap(),
+            ),
+            join_state: join_state::FULL_MEMBER,
+            ..McMemberRecord::default()
+        };
+        let (st, _) = mcmember(
+            &f,
+            &mut hosts[0].sm,
+            id,
+            Method::Set,
+            mcmember_comp::JOIN,
+            &rec,
+        );
+        assert_eq!(st, status::SUCCESS, "{id}");
+    }
+    converge(&mut f, &mut hosts);
+    for from in &members {
+        let mut want: Vec<String> = members
+            .iter()
+            .filter(|m| **m != *from)
+            .map(|m| m.to_string())
+            .collect();
+        want.sort();
+        let (got, other) = multicast_from(&mut f, from, 0xC000);
+        assert_eq!(got, want, "from {from}");
+        // Copies end only at members; nothing loops or falls off a cable.
+        assert!(
+            other
+                .iter()
+                .all(|o| matches!(o, Outcome::Dropped("multicast_no_egress"))),
+            "from {from}: {other:?}"
+        );
+    }
+    // The tree leaves exactly one ring cable unused: some switch sends to only one ISL.
+    let isl_ports = |id: &str| {
+        mft(&f, id, 0xC000)
+            .into_iter()
+            .filter(|p| *p == 1 || *p == 2)
+            .count()
+    };
+    let total: usize = (0..5).map(|i| isl_ports(&format!("sw{i}"))).sum();
+    assert_eq!(total, 8, "4 tree cables, each counted at both ends");
 }
