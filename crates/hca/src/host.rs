@@ -32,7 +32,9 @@ use softib_wire::Qpn;
 
 use crate::device::{Device, IbDev};
 use crate::ib::{IbCa, Identity, MadIn, MadQp};
-use crate::proto::{self, ErrorKind, FrameReader, Mad, Request, Response};
+use crate::proto::{
+    self, ErrorKind, FrameReader, Mad, Request, Response, CQ_RING_SLOTS_MAX, CQ_RING_SLOT_LEN,
+};
 use crate::shm_memory::ShmMemory;
 
 /// One end of a cable: which port, this end's address, the peer's.
@@ -125,6 +127,11 @@ struct Client {
     channels: BTreeMap<u64, OwnedFd>,
     /// Armed CQs: (device, CQ) → the channel to signal.
     armed: BTreeMap<(u32, u32), u64>,
+    /// Completion rings: (device, CQ) → the ring the daemon moves that CQ's completions into,
+    /// which the client polls without a request.
+    cq_rings: BTreeMap<(u32, u32), softib_net::ring::Ring>,
+    /// A ring broke (the client scribbled on it): the client is dropped.
+    broken: bool,
 }
 
 struct HostRt {
@@ -514,6 +521,8 @@ impl Daemon {
         for d in &mut h.devs {
             busy |= d.transmit(now, buf, &mut self.sb)?;
         }
+        // Send completions made while transmitting reach the rings now, not next time round.
+        h.feed_rings();
         Ok(busy)
     }
 
@@ -738,6 +747,8 @@ impl HostRt {
                             mads: VecDeque::new(),
                             channels: BTreeMap::new(),
                             armed: BTreeMap::new(),
+                            cq_rings: BTreeMap::new(),
+                            broken: false,
                         },
                     );
                 }
@@ -1097,6 +1108,7 @@ impl HostRt {
                     Ok(()) => {
                         c.owned.cqs.remove(&(dev, cq));
                         c.armed.remove(&(dev, cq));
+                        c.cq_rings.remove(&(dev, cq));
                         Response::Ok
                     }
                     Err(e) => verbs_error(e),
@@ -1221,6 +1233,22 @@ impl HostRt {
             } => {
                 let hca = dev!(dev).hca_mut();
                 owned!(cqs, dev, cq, "CQ");
+                if let Some(ring) = c.cq_rings.get(&(dev, cq)) {
+                    // Completions travel in the ring; this request only waits for one.
+                    if feed_ring(hca, cq, ring).is_err() {
+                        return Some(err(ErrorKind::Protocol, "the completion ring is broken"));
+                    }
+                    if ring.is_empty() == Ok(true) && wait_us > 0 {
+                        c.parked = Some(Parked::PollCq {
+                            dev,
+                            cq,
+                            max,
+                            until: StdInstant::now() + StdDuration::from_micros(u64::from(wait_us)),
+                        });
+                        return None;
+                    }
+                    return Some(Response::Completions(Vec::new()));
+                }
                 if hca.cq_len(CqHandle(cq)) == 0 && wait_us > 0 {
                     c.parked = Some(Parked::PollCq {
                         dev,
@@ -1483,6 +1511,29 @@ impl HostRt {
                     Err(e) => verbs_error(e),
                 }
             }
+            Request::AttachCqRing { dev, cq, slots } => {
+                let _ = dev!(dev);
+                owned!(cqs, dev, cq, "CQ");
+                let Some(fd) = c.reader.fds.pop() else {
+                    return Some(err(
+                        ErrorKind::Protocol,
+                        "AttachCqRing arrived without its memfd",
+                    ));
+                };
+                if slots == 0 || slots > CQ_RING_SLOTS_MAX as u32 {
+                    return Some(err(
+                        ErrorKind::Invalid,
+                        format!("a completion ring has 1 to {CQ_RING_SLOTS_MAX} slots"),
+                    ));
+                }
+                match softib_net::ring::Ring::from_fd(fd, slots, CQ_RING_SLOT_LEN) {
+                    Ok(ring) => {
+                        c.cq_rings.insert((dev, cq), ring);
+                        Response::Ok
+                    }
+                    Err(e) => err(ErrorKind::Invalid, format!("cannot map the ring: {e}")),
+                }
+            }
             Request::CreateCompChannel => {
                 if c.channels.len() >= MAX_CQS_PER_CLIENT {
                     return Some(err(
@@ -1601,8 +1652,44 @@ impl HostRt {
         }
     }
 
+    /// Moves completions from the engine's CQs into the clients' completion rings (as far as
+    /// the rings have room; the rest waits in the engine's CQ, which overflows as a CQ does).
+    fn feed_rings(&mut self) {
+        let mut broken = Vec::new();
+        for (id, c) in &mut self.clients {
+            for (&(dev, cq), ring) in &c.cq_rings {
+                let Some(hca) = self.devs.get_mut(dev as usize).map(Device::hca_mut) else {
+                    continue;
+                };
+                if feed_ring(hca, cq, ring).is_err() {
+                    broken.push(*id);
+                    break;
+                }
+            }
+        }
+        for id in broken {
+            if let Some(c) = self.clients.get_mut(&id) {
+                c.broken = true;
+            }
+        }
+    }
+
     /// Answers parked requests whose condition came true or whose wait ran out.
     fn finish_parked(&mut self, now: StdInstant) {
+        self.feed_rings();
+        let broken: Vec<u64> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| c.broken)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in broken {
+            eprintln!(
+                "softibd[{}]: client {id} broke its completion ring; dropped",
+                self.name
+            );
+            self.drop_client(id);
+        }
         let ids: Vec<u64> = self.clients.keys().copied().collect();
         for id in ids {
             let Some(c) = self.clients.get_mut(&id) else {
@@ -1611,11 +1698,16 @@ impl HostRt {
             if !c.armed.is_empty() {
                 let devs = &mut self.devs;
                 let channels = &c.channels;
+                let rings = &c.cq_rings;
                 c.armed.retain(|&(dev, cq), ch| {
-                    let ready = devs
-                        .get_mut(dev as usize)
-                        .map(Device::hca_mut)
-                        .is_some_and(|h| h.cq_len(CqHandle(cq)) > 0);
+                    let in_ring = rings
+                        .get(&(dev, cq))
+                        .is_some_and(|r| r.is_empty() == Ok(false));
+                    let ready = in_ring
+                        || devs
+                            .get_mut(dev as usize)
+                            .map(Device::hca_mut)
+                            .is_some_and(|h| h.cq_len(CqHandle(cq)) > 0);
                     if ready {
                         if let Some(fd) = channels.get(ch) {
                             // An eventfd adds the 8-byte value to its counter; a full
@@ -1633,6 +1725,12 @@ impl HostRt {
                     max,
                     until,
                 }) => match self.devs.get_mut(dev as usize).map(Device::hca_mut) {
+                    // A ring CQ's completions are in its ring: the answer only wakes the client.
+                    Some(_) if c.cq_rings.contains_key(&(dev, cq)) => c
+                        .cq_rings
+                        .get(&(dev, cq))
+                        .filter(|r| r.is_empty() != Ok(true) || now >= until)
+                        .map(|_| Response::Completions(Vec::new())),
                     Some(hca) if hca.cq_len(CqHandle(cq)) > 0 || now >= until => {
                         Some(Response::Completions(drain_cq(hca, cq, max)))
                     }
@@ -1656,6 +1754,35 @@ impl HostRt {
             }
         }
     }
+}
+
+/// Moves `cq`'s completions into `ring` while it has room.
+fn feed_ring(
+    hca: &mut softib_engine::Hca<ShmMemory>,
+    cq: u32,
+    ring: &softib_net::ring::Ring,
+) -> Result<(), softib_net::ring::RingError> {
+    if hca.cq_len(CqHandle(cq)) == 0 {
+        return Ok(());
+    }
+    let room = ring.capacity().saturating_sub(ring.len()?);
+    // Two bytes of each slot hold the length.
+    let mut buf = [0u8; CQ_RING_SLOT_LEN - 2];
+    for _ in 0..room {
+        let Some(wc) = hca.poll_cq(CqHandle(cq)) else {
+            break;
+        };
+        // A WorkCompletion encodes in well under a slot; postcard refuses rather than
+        // truncates, and a refused one is lost loudly rather than silently.
+        let Ok(bytes) = postcard::to_slice(&wc, &mut buf) else {
+            eprintln!("softibd: a completion did not fit a ring slot: {wc:?}");
+            continue;
+        };
+        if !ring.push(bytes)? {
+            break;
+        }
+    }
+    Ok(())
 }
 
 fn drain_cq(

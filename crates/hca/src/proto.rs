@@ -22,6 +22,10 @@ use crate::ib::MadQp;
 
 /// The protocol version; bumped on any incompatible change.
 pub const VERSION: u32 = 1;
+/// The size of a completion ring slot.
+pub const CQ_RING_SLOT_LEN: usize = 128;
+/// The most slots a completion ring may have.
+pub const CQ_RING_SLOTS_MAX: u64 = 1 << 16;
 /// The largest frame either side accepts.
 pub const MAX_FRAME: usize = 4 << 20;
 /// The most request bytes the daemon buffers per client before serving them: one largest
@@ -304,6 +308,17 @@ pub enum Request {
         qpn: Qpn,
         /// The MGID.
         gid: Gid,
+    },
+    /// Completions of `cq` go into a ring in shared memory from now on (its memfd travels with
+    /// the request): `slots` slots of [`CQ_RING_SLOT_LEN`] bytes, each a postcard-encoded
+    /// `WorkCompletion`. `PollCq` on such a CQ only waits for the ring to fill.
+    AttachCqRing {
+        /// Device index.
+        dev: u32,
+        /// The CQ.
+        cq: u32,
+        /// Slots in the ring.
+        slots: u32,
     },
     /// `ibv_create_comp_channel`: the eventfd the client made travels with this request (as
     /// SCM_RIGHTS); the daemon writes to it when an armed CQ has completions.

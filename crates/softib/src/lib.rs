@@ -149,6 +149,9 @@ pub struct Context {
     stream: UnixStream,
     host: String,
     daemon_pid: u32,
+    /// Completion rings by (device, CQ): polled without a request.
+    cq_rings: std::collections::BTreeMap<(u32, u32), softib_net::ring::Ring>,
+    ring_buf: Vec<u8>,
 }
 
 impl Context {
@@ -168,6 +171,8 @@ impl Context {
             stream,
             host: String::new(),
             daemon_pid: 0,
+            cq_rings: std::collections::BTreeMap::new(),
+            ring_buf: Vec::new(),
         };
         let program = std::env::args()
             .next()
@@ -304,14 +309,68 @@ impl Context {
     }
 
     /// `ibv_create_cq`.
+    ///
+    /// The CQ's completions come through a ring in memory shared with the daemon, so polling
+    /// it is a load, not a request (as a hardware CQ is polled in host memory).
     pub fn create_cq(&mut self, dev: u32, cqe: u32) -> Result<CqHandle> {
         let h = self.handle(&Request::CreateCq { dev, cqe })?;
-        Ok(CqHandle(h as u32))
+        let cq = h as u32;
+        // SOFTIB_CQ_RING=0 turns the rings off (completions then come by request), to compare.
+        if std::env::var_os("SOFTIB_CQ_RING").is_some_and(|v| v == "0") {
+            return Ok(CqHandle(cq));
+        }
+        // The ring holds every completion the CQ can: the engine's CQ then never holds more
+        // than the ring has room for, and overflow behaves as without a ring.
+        let slots = cqe.clamp(1, proto::CQ_RING_SLOTS_MAX as u32);
+        let ring = softib_net::ring::Ring::create("softib-cq", slots, proto::CQ_RING_SLOT_LEN)?;
+        match self.call_with_fds(&Request::AttachCqRing { dev, cq, slots }, &[ring.fd()])? {
+            Response::Ok => {
+                self.cq_rings.insert((dev, cq), ring);
+            }
+            _ => return Err(Error::Unexpected("not Ok")),
+        }
+        Ok(CqHandle(cq))
     }
 
     /// `ibv_destroy_cq`.
     pub fn destroy_cq(&mut self, dev: u32, cq: CqHandle) -> Result<()> {
-        self.ok(&Request::DestroyCq { dev, cq: cq.0 })
+        self.ok(&Request::DestroyCq { dev, cq: cq.0 })?;
+        self.cq_rings.remove(&(dev, cq.0));
+        Ok(())
+    }
+
+    /// Takes up to `max` completions from `cq`'s ring into `out`.
+    fn pop_ring(
+        &mut self,
+        dev: u32,
+        cq: u32,
+        max: u32,
+        out: &mut Vec<WorkCompletion>,
+    ) -> Result<()> {
+        let Some(ring) = self.cq_rings.get(&(dev, cq)) else {
+            return Ok(());
+        };
+        while out.len() < max as usize {
+            match ring.pop(&mut self.ring_buf) {
+                Ok(true) => match postcard::from_bytes::<WorkCompletion>(&self.ring_buf) {
+                    Ok(wc) => out.push(wc),
+                    Err(e) => {
+                        return Err(Error::Io(std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            format!("a completion in the CQ ring does not decode: {e}"),
+                        )))
+                    }
+                },
+                Ok(false) => break,
+                Err(e) => {
+                    return Err(Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("the CQ ring is broken: {e:?}"),
+                    )))
+                }
+            }
+        }
+        Ok(())
     }
 
     /// `ibv_create_qp`.
@@ -396,6 +455,41 @@ impl Context {
         wait: Duration,
     ) -> Result<Vec<WorkCompletion>> {
         let wait_us = u32::try_from(wait.as_micros()).unwrap_or(u32::MAX);
+        if let Some(ring) = self.cq_rings.get(&(dev, cq.0)) {
+            // A full ring may have left completions in the daemon's CQ; the daemon moves
+            // them when it next runs, so after draining a full ring, ask it to (rare).
+            let was_full = ring.len().is_ok_and(|n| n == ring.capacity());
+            let mut v = Vec::new();
+            self.pop_ring(dev, cq.0, max, &mut v)?;
+            if was_full {
+                if let Response::Completions(mut direct) = self.call(&Request::PollCq {
+                    dev,
+                    cq: cq.0,
+                    max,
+                    wait_us: 0,
+                })? {
+                    self.pop_ring(dev, cq.0, max, &mut v)?;
+                    v.append(&mut direct);
+                }
+            }
+            if !v.is_empty() || wait_us == 0 {
+                return Ok(v);
+            }
+            // Nothing yet: the daemon answers when the ring holds something or the wait ends.
+            match self.call(&Request::PollCq {
+                dev,
+                cq: cq.0,
+                max,
+                wait_us,
+            })? {
+                Response::Completions(mut direct) => {
+                    self.pop_ring(dev, cq.0, max, &mut v)?;
+                    v.append(&mut direct);
+                    return Ok(v);
+                }
+                _ => return Err(Error::Unexpected("not completions")),
+            }
+        }
         match self.call(&Request::PollCq {
             dev,
             cq: cq.0,

@@ -171,3 +171,41 @@ fn a_completion_channel_becomes_readable_when_an_armed_cq_gets_a_completion() {
     cq_b.wait(Duration::from_secs(5)).unwrap();
     assert_eq!(channel.try_get_events().unwrap(), None);
 }
+
+#[test]
+fn completions_beyond_a_full_ring_are_not_stranded() {
+    let hca = two_devices(3);
+    let (a, b) = (
+        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
+        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
+    );
+    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    // Four slots in B's completion ring; eight completions arrive before B polls.
+    let (cq_a, cq_b) = (a.create_cq(16).unwrap(), b.create_cq(4).unwrap());
+    let (buf_a, buf_b) = (a.alloc_buffer(4096).unwrap(), b.alloc_buffer(4096).unwrap());
+    let (mr_a, mr_b) = (
+        pd_a.register(&buf_a, AccessFlags::LOCAL_WRITE).unwrap(),
+        pd_b.register(&buf_b, AccessFlags::LOCAL_WRITE).unwrap(),
+    );
+    let qp_a = pd_a.create_qp(QpType::Ud, &cq_a, &cq_a, 16).unwrap();
+    let qp_b = pd_b.create_qp(QpType::Ud, &cq_b, &cq_b, 16).unwrap();
+    let eb = qp_b.endpoint().unwrap();
+    qp_a.connect(&eb, Mtu::Mtu1024).unwrap();
+    qp_b.connect(&qp_a.endpoint().unwrap(), Mtu::Mtu1024)
+        .unwrap();
+    for i in 0..8 {
+        qp_b.recv(&mr_b, 0, 40 + 64, i).unwrap();
+    }
+    for i in 0..8 {
+        qp_a.send(&mr_a, 0, 8, Some(&eb), 100 + i).unwrap();
+        cq_a.wait(Duration::from_secs(5)).unwrap();
+    }
+    // Let every datagram land (the ring fills; the rest waits in the daemon's CQ).
+    std::thread::sleep(Duration::from_millis(200));
+    let mut got = Vec::new();
+    let t0 = std::time::Instant::now();
+    while got.len() < 8 && t0.elapsed() < Duration::from_secs(2) {
+        got.extend(cq_b.poll(16).unwrap().into_iter().map(|w| w.wr_id));
+    }
+    assert_eq!(got, (0..8).collect::<Vec<u64>>(), "in order, none stranded");
+}
