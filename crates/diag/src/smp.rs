@@ -10,7 +10,7 @@ use core::fmt::Write as _;
 
 use softib_wire::mad::attr::{NodeDescription, NodeInfo, PortInfo, SwitchInfo};
 use softib_wire::mad::perf::{PortCounters, PortCountersExtended};
-use softib_wire::mad::sa::{NodeRecord, PathRecord, PortInfoRecord};
+use softib_wire::mad::sa::{McMemberRecord, NodeRecord, PathRecord, PortInfoRecord, Selector};
 use softib_wire::{Lid, Mtu, PKey};
 
 use crate::fabric::{physstate, portstate};
@@ -586,5 +586,157 @@ pub fn saquery_path_records<'a>(records: impl IntoIterator<Item = &'a [u8]>) -> 
         sa_field(&mut out, "preference", &format!("0x{:X}", p.preference));
         sa_field(&mut out, "resv2", &format!("0x{resv2:012X}"));
     }
+    out
+}
+
+/// `saquery MCMR`: MCMemberRecords as the SA returned them (infiniband-diags
+/// `dump_one_mcmember_record`).
+pub fn saquery_mcmember_records(records: &[McMemberRecord]) -> String {
+    let mut out = String::new();
+    let sel = |s: Selector, v: u8| (u8::from(s) & 3) << 6 | (v & 0x3F);
+    for r in records {
+        out.push_str("MCMember Record dump:\n");
+        sa_field(&mut out, "MGID", &inet_ntop6(&r.mgid.0));
+        sa_field(&mut out, "PortGid", &inet_ntop6(&r.port_gid.0));
+        sa_field(&mut out, "qkey", &format!("0x{:x}", r.q_key.0));
+        sa_field(&mut out, "mlid", &format!("0x{:x}", r.mlid.0));
+        sa_field(
+            &mut out,
+            "mtu",
+            &format!("0x{:x}", sel(r.mtu_selector, u8::from(r.mtu))),
+        );
+        sa_field(&mut out, "TClass", &format!("0x{:x}", r.tclass));
+        sa_field(&mut out, "pkey", &format!("0x{:x}", r.pkey.0));
+        sa_field(
+            &mut out,
+            "rate",
+            &format!("0x{:x}", sel(r.rate_selector, r.rate)),
+        );
+        sa_field(
+            &mut out,
+            "pkt_life",
+            &format!(
+                "0x{:x}",
+                sel(r.packet_life_time_selector, r.packet_life_time)
+            ),
+        );
+        sa_field(&mut out, "SL", &format!("0x{:x}", r.sl));
+        sa_field(&mut out, "FlowLabel", &format!("0x{:x}", r.flow_label));
+        sa_field(&mut out, "HopLimit", &format!("0x{:x}", r.hop_limit));
+        sa_field(&mut out, "Scope", &format!("0x{:x}", r.scope));
+        sa_field(&mut out, "JoinState", &format!("0x{:x}", r.join_state));
+        sa_field(
+            &mut out,
+            "ProxyJoin",
+            &format!("0x{:x}", u8::from(r.proxy_join)),
+        );
+    }
+    out
+}
+
+/// `saquery -g`: one block per multicast group (infiniband-diags
+/// `dump_multicast_group_record`).
+pub fn saquery_mcmember_groups(records: &[McMemberRecord]) -> String {
+    let mut out = String::new();
+    let sel = |s: Selector, v: u8| (u8::from(s) & 3) << 6 | (v & 0x3F);
+    for r in records {
+        out.push_str("MCMemberRecord group dump:\n");
+        sa_field(&mut out, "MGID", &inet_ntop6(&r.mgid.0));
+        sa_field(&mut out, "Mlid", &format!("0x{:X}", r.mlid.0));
+        sa_field(
+            &mut out,
+            "Mtu",
+            &format!("0x{:X}", sel(r.mtu_selector, u8::from(r.mtu))),
+        );
+        sa_field(&mut out, "pkey", &format!("0x{:X}", r.pkey.0));
+        sa_field(
+            &mut out,
+            "Rate",
+            &format!("0x{:X}", sel(r.rate_selector, r.rate)),
+        );
+        sa_field(&mut out, "SL", &format!("0x{:X}", r.sl));
+    }
+    out
+}
+
+/// `saquery -m`: one block per record, with the NodeDescription of the member port found in
+/// `nodes` (the NodeRecords saquery asks for first), `<unknown>` when none has its GUID
+/// (infiniband-diags `dump_multicast_member_record`).
+pub fn saquery_mcmember_members(records: &[McMemberRecord], nodes: &[NodeRecord]) -> String {
+    let mut out = String::new();
+    for r in records {
+        let guid = r.port_gid.interface_id();
+        let name = nodes
+            .iter()
+            .find(|n| n.node_info.port_guid.0 == guid)
+            .map_or_else(
+                || "<unknown>".to_string(),
+                |n| n.node_description.text().to_string(),
+            );
+        out.push_str("MCMemberRecord member dump:\n");
+        sa_field(&mut out, "MGID", &inet_ntop6(&r.mgid.0));
+        sa_field(&mut out, "Mlid", &format!("0x{:X}", r.mlid.0));
+        sa_field(&mut out, "PortGid", &inet_ntop6(&r.port_gid.0));
+        sa_field(
+            &mut out,
+            "ScopeState",
+            &format!("0x{:X}", (r.scope << 4) | (r.join_state & 0x0F)),
+        );
+        sa_field(
+            &mut out,
+            "ProxyJoin",
+            &format!("0x{:X}", u8::from(r.proxy_join)),
+        );
+        sa_field(&mut out, "NodeDescription", &name);
+    }
+    out
+}
+
+/// `ibroute -M`: a switch's multicast forwarding table (infiniband-diags
+/// `dump_multicast_tables`): the header for MLIDs `first..=last` of the switch `portid`
+/// (`Lid 5`, or a DR path) with `num_ports` ports, then one row per MLID in `entries` — the
+/// MLID and its ports, only MLIDs with at least one port — and the count.
+pub fn ibroute_multicast(
+    portid: &str,
+    node_guid: u64,
+    description: &str,
+    first: u16,
+    last: u16,
+    num_ports: u8,
+    entries: &[(u16, Vec<u8>)],
+) -> String {
+    let mut out = format!(
+        "Multicast mlids [0x{first:x}-0x{last:x}] of switch {portid} guid 0x{node_guid:016x} ({description}):\n"
+    );
+    if num_ports > 9 {
+        out.push_str("            ");
+        for i in 0..=num_ports {
+            out.push(if i % 10 == 0 {
+                char::from(b'0' + i / 10 % 10)
+            } else {
+                ' '
+            });
+            out.push(' ');
+        }
+        out.push('\n');
+    }
+    out.push_str("     Ports: ");
+    for i in 0..=num_ports {
+        let _ = write!(out, "{} ", i % 10);
+    }
+    out.push_str("\n MLid\n");
+    let mut n = 0;
+    for (mlid, ports) in entries {
+        if ports.is_empty() || *mlid < first || *mlid > last {
+            continue;
+        }
+        let _ = write!(out, "0x{mlid:04x}      ");
+        for i in 0..=num_ports {
+            out.push_str(if ports.contains(&i) { "x " } else { "  " });
+        }
+        out.push('\n');
+        n += 1;
+    }
+    let _ = writeln!(out, "{n} valid mlids dumped ");
     out
 }

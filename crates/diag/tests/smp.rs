@@ -5,14 +5,15 @@ mod common;
 
 use common::{ca_info, ca_port, golden, switch_port};
 use softib_diag::smp::{
-    perfquery, perfquery_extended, portid_dr, portid_lid, saquery_node_records,
-    saquery_path_records, saquery_portinfo_records, smpquery_nodedesc, smpquery_nodeinfo,
-    smpquery_pkeys, smpquery_portinfo, smpquery_switchinfo,
+    ibroute_multicast, perfquery, perfquery_extended, portid_dr, portid_lid,
+    saquery_mcmember_groups, saquery_mcmember_members, saquery_mcmember_records,
+    saquery_node_records, saquery_path_records, saquery_portinfo_records, smpquery_nodedesc,
+    smpquery_nodeinfo, smpquery_pkeys, smpquery_portinfo, smpquery_switchinfo,
 };
 use softib_wire::mad::attr::{NodeDescription, PortState, SwitchInfo};
 use softib_wire::mad::perf::{PortCounters, PortCountersExtended};
-use softib_wire::mad::sa::{NodeRecord, PathRecord, PortInfoRecord, Selector};
-use softib_wire::{Gid, Guid, Lid, Mtu, PKey};
+use softib_wire::mad::sa::{McMemberRecord, NodeRecord, PathRecord, PortInfoRecord, Selector};
+use softib_wire::{Gid, Guid, Lid, Mtu, PKey, QKey};
 
 const T213: u64 = 0xe41d_2d03_00b4_7d00;
 const T214: u64 = 0xe41d_2d03_00b4_7e90;
@@ -233,5 +234,102 @@ fn saquery_records() {
     assert_eq!(
         saquery_path_records(records.iter().map(|r| &r[..])),
         golden("A-stock/postsm-saquery-PR.txt")
+    );
+}
+
+/// The IPoIB broadcast group as opensm answers for it with no members (golden A-stock).
+fn broadcast_group() -> McMemberRecord {
+    McMemberRecord {
+        mgid: Gid([
+            0xff, 0x12, 0x40, 0x1b, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff,
+        ]),
+        port_gid: Gid([0; 16]),
+        q_key: QKey(0x0b1b),
+        mlid: Lid(0xc000),
+        mtu_selector: Selector::Exactly,
+        mtu: Mtu::Mtu2048,
+        tclass: 0,
+        pkey: PKey::DEFAULT,
+        rate_selector: Selector::Exactly,
+        rate: 3,
+        packet_life_time_selector: Selector::Exactly,
+        packet_life_time: 0x12,
+        sl: 0,
+        flow_label: 0,
+        hop_limit: 0,
+        scope: 2,
+        join_state: 0,
+        proxy_join: false,
+    }
+}
+
+#[test]
+fn saquery_multicast_records() {
+    let g = [broadcast_group()];
+    assert_eq!(
+        saquery_mcmember_records(&g),
+        golden("A-stock/postsm-saquery-MCMR.txt")
+    );
+    assert_eq!(
+        saquery_mcmember_groups(&g),
+        golden("A-stock/postsm-saquery-g.txt")
+    );
+    assert_eq!(
+        saquery_mcmember_members(&g, &[]),
+        golden("A-stock/postsm-saquery-m.txt")
+    );
+    // A member: its node's description, its JoinState in ScopeState.
+    let nr = NodeRecord {
+        lid: Lid(1),
+        node_info: ca_info(T213, 2, 1),
+        node_description: NodeDescription::new("test213 mlx4_0"),
+    };
+    let member = McMemberRecord {
+        port_gid: Gid::from_prefix_guid(0xfe80_0000_0000_0000, nr.node_info.port_guid),
+        join_state: 1,
+        ..broadcast_group()
+    };
+    let text = saquery_mcmember_members(&[member], &[nr]);
+    assert!(text.contains("\t\tPortGid.................fe80::e41d:2d03:b4:7d01\n"));
+    assert!(text.contains("\t\tScopeState..............0x21\n"));
+    assert!(text.ends_with("\t\tNodeDescription.........test213 mlx4_0\n"));
+}
+
+#[test]
+fn ibroute_multicast_tables() {
+    let sw1 = ibroute_multicast(
+        "Lid 5",
+        0x7cfe_9003_00a0_b0c0,
+        "MF0;sw1:SX6036/U1",
+        0xc000,
+        0xc3ff,
+        36,
+        &[],
+    );
+    assert_eq!(sw1, golden("B-stock/postsm-ibroute-M-5.txt"));
+    let sw2 = ibroute_multicast(
+        "Lid 6",
+        0x7cfe_9003_00a0_b1c0,
+        "MF0;sw2:SX6036/U1",
+        0xc000,
+        0xc3ff,
+        36,
+        &[(0xc001, vec![])],
+    );
+    assert_eq!(sw2, golden("B-stock/postsm-ibroute-M-6.txt"));
+    // Rows: two characters per port, 'x' where the MLID goes out.
+    let t = ibroute_multicast(
+        "Lid 5",
+        1,
+        "sw",
+        0xc000,
+        0xc3ff,
+        36,
+        &[(0xc000, vec![1, 35])],
+    );
+    let row = format!("0xc000        x {}x   ", "  ".repeat(33));
+    assert!(
+        t.contains(&format!("\n{row}\n1 valid mlids dumped \n")),
+        "{t}"
     );
 }
