@@ -986,14 +986,25 @@ pub fn perfquery(args: &[String]) -> Result<u8> {
     print(&text)
 }
 
-/// `saquery [-P port] [NR|PIR|PR|-p]`: records from the SA (NodeRecords by default).
+/// `saquery [-P port] [NR|PIR|PR|MCMR|-p|-g|-m]`: records from the SA (NodeRecords by
+/// default).
 pub fn saquery(args: &[String]) -> Result<u8> {
     use softib_wire::mad::sa;
     use softib_wire::mad::{AttrId, Method};
     let mut f = Flags::new(args);
     let port = port_flag(&mut f)?;
     let path = f.take_switch(&["-p", "--path-record"]);
+    let groups = f.take_switch(&["-g", "--mgroups"]);
+    let members = f.take_switch(&["-m", "--mlist"]);
     let pos = f.positional("saquery")?;
+    if groups || members || pos.first().is_some_and(|p| p == "MCMR") {
+        let view = match (groups, members) {
+            (true, _) => McView::Groups,
+            (_, true) => McView::Members,
+            _ => McView::Records,
+        };
+        return saquery_multicast(port, view);
+    }
     let what = match (path, pos.first().map(String::as_str)) {
         (true, _) | (_, Some("PR")) => AttrId::PATH_RECORD,
         (_, Some("PIR")) => AttrId::PORT_INFO_RECORD,
@@ -1045,6 +1056,135 @@ pub fn saquery(args: &[String]) -> Result<u8> {
         softib_diag::smp::saquery_portinfo_records(&recs)
     };
     print(&text)
+}
+
+/// How `saquery` shows MCMemberRecords.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum McView {
+    /// `MCMR`: every field.
+    Records,
+    /// `-g`: one block per group.
+    Groups,
+    /// `-m`: members, with their nodes' descriptions.
+    Members,
+}
+
+/// The records of an SA GetTable of `attr` (template all zero, ComponentMask 0).
+fn sa_table(
+    a: &mut Agent,
+    sm_lid: softib::Lid,
+    attr: softib_wire::mad::AttrId,
+) -> Result<Vec<Vec<u8>>> {
+    use softib_wire::mad::{sa, Method};
+    let segs = a.gmp(sm_lid, |tid| {
+        let req = sa::Repr::request(Method::GetTable, tid, attr, 0, &[]);
+        let mut b = [0u8; MAD_LEN];
+        req.emit(&mut sa::Packet::new_unchecked(&mut b[..]));
+        b
+    })?;
+    let first = sa::Packet::new_unchecked(&segs[0][..]);
+    let status = first.header().status();
+    if status != 0 {
+        bail!("saquery: the SA answered with status 0x{status:04x}");
+    }
+    let stride = usize::from(first.attr_offset()) * 8;
+    let mut payload: Vec<u8> = segs
+        .iter()
+        .flat_map(|s| sa::Packet::new_unchecked(&s[..]).data().to_vec())
+        .collect();
+    // PayloadLength of the first segment counts 20 header bytes per segment plus the records.
+    payload.truncate((first.rmpp_data2() as usize).saturating_sub(20 * segs.len()));
+    if stride == 0 {
+        return Ok(Vec::new());
+    }
+    Ok(payload.chunks_exact(stride).map(<[u8]>::to_vec).collect())
+}
+
+/// `saquery MCMR`, `saquery -g`, `saquery -m`: the multicast groups and their members.
+fn saquery_multicast(port: Option<u8>, view: McView) -> Result<u8> {
+    use softib_wire::mad::sa::{McMemberRecord, NodeRecord};
+    use softib_wire::mad::AttrId;
+    let mut a = Agent::open(port)?;
+    let me = a.local_port()?;
+    if me.sm_lid.0 == 0 {
+        bail!(
+            "saquery: port {} knows no SM (SM lid 0, state {}): start opensm on this subnet first",
+            me.number,
+            state_name(me.state)
+        );
+    }
+    let records: Vec<McMemberRecord> = sa_table(&mut a, me.sm_lid, AttrId::MC_MEMBER_RECORD)?
+        .iter()
+        .filter_map(|r| McMemberRecord::parse(r).ok())
+        .collect();
+    let text = match view {
+        McView::Records => softib_diag::smp::saquery_mcmember_records(&records),
+        McView::Groups => softib_diag::smp::saquery_mcmember_groups(&records),
+        McView::Members => {
+            let nodes: Vec<NodeRecord> = sa_table(&mut a, me.sm_lid, AttrId::NODE_RECORD)?
+                .iter()
+                .filter_map(|r| NodeRecord::parse(r).ok())
+                .collect();
+            softib_diag::smp::saquery_mcmember_members(&records, &nodes)
+        }
+    };
+    print(&text)
+}
+
+/// `ibroute -M`: the MFT of a switch, every MLID up to MulticastFDBCap (or MulticastFDBTop
+/// when the switch sets one), read block by block and PortMask position by position.
+fn ibroute_multicast(
+    a: &mut Agent,
+    dest: &SmpDest,
+    lid_text: &str,
+    ni: &softib_wire::mad::attr::NodeInfo,
+    si: &softib_wire::mad::attr::SwitchInfo,
+    description: &str,
+) -> Result<u8> {
+    use softib_wire::mad::attr::MulticastForwardingTable as Mft;
+    use softib_wire::mad::AttrId;
+    let first = Mft::MLID_BASE;
+    let mut last = u32::from(first) + u32::from(si.multicast_fdb_cap);
+    last = last.saturating_sub(1).min(0xFFFE);
+    let top = u32::from(si.multicast_fdb_top);
+    if top != 0 && top < last && top >= u32::from(first) - 1 {
+        last = top;
+    }
+    let last = u16::try_from(last).unwrap_or(0xFFFE);
+    let chunks = (u16::from(ni.num_ports) + 16) / 16;
+    let mut entries: Vec<(u16, Vec<u8>)> = Vec::new();
+    if last >= first {
+        for block in 0..=(last - first) / 32 {
+            let mut masks = vec![[0u16; 32]; usize::from(chunks)];
+            for (j, m) in masks.iter_mut().enumerate() {
+                let r = a.smp_get(
+                    dest,
+                    AttrId::MULTICAST_FORWARDING_TABLE,
+                    Mft::attr_mod(block, j as u8),
+                )?;
+                *m = Mft::parse(&r.data).map_err(|e| anyhow!("{e}"))?.port_masks;
+            }
+            for i in 0..32usize {
+                let mlid = Mft::mlid(block, i).0;
+                if mlid > last {
+                    break;
+                }
+                let ports: Vec<u8> = (0..=ni.num_ports)
+                    .filter(|&p| masks[usize::from(p / 16)][i] & (1 << (p % 16)) != 0)
+                    .collect();
+                entries.push((mlid, ports));
+            }
+        }
+    }
+    print(&softib_diag::smp::ibroute_multicast(
+        lid_text,
+        ni.node_guid.0,
+        description,
+        first,
+        last,
+        ni.num_ports,
+        &entries,
+    ))
 }
 
 /// `sminfo [-P port]`: the master SM's SMInfo.
@@ -1106,16 +1246,14 @@ pub fn ibaddr(args: &[String]) -> Result<u8> {
     ))
 }
 
-/// `ibroute [-P port] <switch lid>`: the switch's unicast forwarding table, with what each
-/// LID reaches.
+/// `ibroute [-P port] [-M] <switch lid>`: the switch's unicast forwarding table, with what
+/// each LID reaches; with `-M` its multicast forwarding table.
 pub fn ibroute(args: &[String]) -> Result<u8> {
     use softib_wire::mad::attr::{NodeDescription, NodeInfo, NodeType, SwitchInfo};
     use softib_wire::mad::AttrId;
     let mut f = Flags::new(args);
     let port = port_flag(&mut f)?;
-    if f.take_switch(&["-M", "--Multicast"]) {
-        bail!("ibroute: multicast forwarding tables are not implemented in softib yet");
-    }
+    let multicast = f.take_switch(&["-M", "--Multicast"]);
     let all = f.take_switch(&["-a", "--all"]);
     let dr = f.take_switch(&["-D", "--Direct"]);
     let pos = f.positional("ibroute")?;
@@ -1143,6 +1281,9 @@ pub fn ibroute(args: &[String]) -> Result<u8> {
         SmpDest::Lid(l) => format!("Lid {}", l.0),
         SmpDest::Dr(p) => softib_diag::smp::portid_dr(p),
     };
+    if multicast {
+        return ibroute_multicast(&mut a, &dest, &lid_text, &ni, &si, &name(&nd));
+    }
     let mut out = format!(
         "Unicast lids [0x0-0x{top:x}] of switch {lid_text} guid 0x{:016x} ({}):\n  Lid  Out   Destination\n       Port     Info \n",
         ni.node_guid.0,

@@ -161,7 +161,28 @@ fn switched_topology_comes_up_and_ibnetdiscover_matches_the_file() {
         ));
         let want = std::fs::read_to_string(golden).unwrap();
         assert_eq!(f.ok("node1", &["ibroute", lid]), want, "ibroute {lid}");
+        // No port has joined a multicast group: empty MFTs, as on ibsim.
+        let golden = repo(&format!(
+            "crates/cli/tests/golden/B-stock/postsm-ibroute-M-{lid}.txt"
+        ));
+        let want = std::fs::read_to_string(golden).unwrap();
+        assert_eq!(
+            f.ok("node1", &["ibroute", "-M", lid]),
+            want,
+            "ibroute -M {lid}"
+        );
     }
+    // The IPoIB broadcast group the SM creates at start, as opensm's.
+    let want =
+        std::fs::read_to_string(repo("crates/cli/tests/golden/B-stock/postsm-saquery-g.txt"))
+            .unwrap();
+    assert_eq!(f.ok("node1", &["saquery", "-g"]), want);
+    let members = f.ok("node3", &["saquery", "-m"]);
+    assert!(
+        members.starts_with("MCMemberRecord member dump:\n")
+            && members.contains("Mlid....................0xC000\n"),
+        "{members}"
+    );
     assert_eq!(f.ok("node2", &["ibswitches"]).lines().count(), 2);
     let ibstat = f.ok("node3", &["ibstat"]);
     assert!(
