@@ -2,7 +2,11 @@
 # softib beside the systems a user would otherwise pick, on this machine, in one run (issue 7).
 #
 #   bench/run.sh [--quick] [--only intra,inter,scale] [--runs N] [--mtu "1500 9000"]
-#                [--no-install] [--no-build] [--keep]
+#                [--rev REV | --no-build] [--no-install] [--keep]
+#
+# softib is built from the working tree (cargo build --release -p softib-cli), or with
+# --rev REV from that commit alone (git archive into target/bench/src, built there), or not at
+# all with --no-build (SOFTIB=path picks the binary).
 #
 # intra  two processes on one softib daemon (two RoCEv2 devices on loopback) beside
 #        ucx_perftest over shared memory (UCX_TLS=posix,cma,self) and a single-core memcpy;
@@ -27,12 +31,13 @@ MTUS="1500 9000"
 INSTALL=1
 BUILD=1
 KEEP=0
+REV=""
 DUR=1          # seconds per bandwidth run (softib -D, iperf3 -t, qperf -t)
 LAT_N=3000     # softib latency iterations
 T_RUN=30       # timeout of any single client or server (seconds)
 SCALE_T=64     # tx depth of the -q 1/16/256 runs (see the note in bench/README.md)
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) QUICK=1; RUNS=1 ;;
@@ -42,6 +47,8 @@ while [ $# -gt 0 ]; do
     --mtu) MTUS=$2; shift ;;
     --no-install) INSTALL=0 ;;
     --no-build) BUILD=0 ;;
+    --rev) REV=$2; shift ;;
+    --rev=*) REV=${1#--rev=} ;;
     --keep) KEEP=1 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "unknown argument $1" >&2; usage >&2; exit 2 ;;
@@ -76,16 +83,37 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 S=${SOFTIB:-$ROOT/target/release/softib}
 T_BUILD=0
-if [ $BUILD = 1 ]; then
+SRC_NOTE="working tree"
+if [ -n "$REV" ]; then
+  sha=$(git -C "$ROOT" rev-parse --verify "$REV^{commit}") || { echo "no commit $REV" >&2; exit 2; }
+  src=${BENCH_DIR:-$ROOT/target/bench}/src
+  log "cargo build --release -p softib-cli of $REV ($sha) in $src"
+  tb=$(date +%s.%N)
+  mkdir -p "$src"
+  # keep src/target between runs: only the sources are replaced
+  find "$src" -mindepth 1 -maxdepth 1 ! -name target -exec rm -rf {} +
+  git -C "$ROOT" archive "$sha" | tar -x -C "$src" || { echo "git archive $sha failed" >&2; exit 2; }
+  (cd "$src" && timeout 3600 cargo build -q --release -p softib-cli) || { echo "build failed" >&2; exit 2; }
+  T_BUILD=$(echo "$(date +%s.%N) - $tb" | bc)
+  S=$src/target/release/softib
+  SRC_NOTE="commit $sha (git archive)"
+elif [ $BUILD = 1 ]; then
   log "cargo build --release -p softib-cli"
   tb=$(date +%s.%N)
   (cd "$ROOT" && timeout 1800 cargo build -q --release -p softib-cli) || { echo "build failed" >&2; exit 2; }
   T_BUILD=$(echo "$(date +%s.%N) - $tb" | bc)
+else
+  SRC_NOTE="given binary, not built by this run"
 fi
 [ -x "$S" ] || { echo "no softib binary at $S" >&2; exit 2; }
 
 W=$(mktemp -d /tmp/softib-bench.XXXXXX)
 mkdir -p "$W/logs"
+# Run a private copy: a cargo build elsewhere replacing target/release/softib mid-run would
+# leave the daemons and the tools speaking different protocol versions.
+cp "$S" "$W/softib" || { echo "cannot copy $S" >&2; exit 2; }
+S_ORIG=$S
+S=$W/softib
 gcc -O2 -o "$W/memcpy_bw" "$ROOT/bench/memcpy_bw.c" || { echo "cannot compile memcpy_bw.c" >&2; exit 2; }
 
 # --- cleanup ------------------------------------------------------------------------------
@@ -157,6 +185,11 @@ wait_listen() { # ns port pid
 }
 
 # --- namespaces and daemons ---------------------------------------------------------------
+# the namespace's UDP counters (cumulative): datagrams the kernel dropped for a full socket
+# receive buffer show up as RcvbufErrors
+udp_snap() { # label ns
+  info "udp.$1" "$(ip netns exec "$2" cat /proc/net/snmp | awk '$1 == "Udp:" {if (!h) {for (i = 2; i <= NF; i++) k[i] = $i; h = 1} else for (i = 2; i <= 7; i++) printf "%s=%s ", k[i], $i}')"
+}
 make_ns() { # name
   ip netns add "$1" || { echo "cannot create namespace $1" >&2; exit 2; }
   ip -n "$1" link set lo up
@@ -257,7 +290,7 @@ ucx() {
   local rc=$?
   wait $sp
   # iterations,50.0_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr
-  local line; line=$(grep -a '^[0-9][0-9]*,' "$L-c.txt" | tail -1)
+  local line; line=$(grep -a '^ *[0-9][0-9]*,' "$L-c.txt" | tail -1 | tr -d ' ')
   local msg; msg=$(why $rc "$L-c.txt" "$L-s.txt")
   case $test in
     *lat)
@@ -270,13 +303,13 @@ ucx() {
 }
 ucx_iters() { # test size → iterations for about half a second on this machine
   case $1 in
-    *lat) echo 50000 ;;
-    *) case $2 in 8) echo 500000 ;; 4096) echo 200000 ;; 65536) echo 20000 ;; *) echo 2000 ;; esac ;;
+    *lat) echo 20000 ;;
+    *) case $2 in 8) echo 200000 ;; 4096) echo 50000 ;; 65536) echo 10000 ;; *) echo 1000 ;; esac ;;
   esac
 }
 ucx_tcp_iters() {
   case $1 in
-    *lat) echo 3000 ;;
+    *lat) echo 2000 ;;
     *) case $2 in 8) echo 50000 ;; 4096) echo 30000 ;; 65536) echo 3000 ;; *) echo 300 ;; esac ;;
   esac
 }
@@ -286,8 +319,12 @@ human() { case $1 in 8) echo "8 B" ;; 4096) echo "4 KiB" ;; 65536) echo "64 KiB"
 
 info date_utc "$(date -u +%FT%TZ)"
 info host "$(uname -n) $(uname -r), $(nproc) cores, $(awk '/model name/{$1=$2=$3=""; print; exit}' /proc/cpuinfo | sed 's/^ *//')"
+info softib_source "$SRC_NOTE"
 info git_commit "$(git -C "$ROOT" rev-parse HEAD 2>/dev/null)"
-info git_uncommitted_files_in_crates "$(git -C "$ROOT" status --porcelain -- crates 2>/dev/null | wc -l)"
+# A working-tree build includes whatever uncommitted edits the tree holds at build time.
+info git_uncommitted_in_crates "$(git -C "$ROOT" status --porcelain -- crates Cargo.toml Cargo.lock 2>/dev/null | awk '{printf "%s%s", (NR > 1 ? " " : ""), $2}')"
+info git_uncommitted_diff_sha256 "$(git -C "$ROOT" diff HEAD -- crates Cargo.toml Cargo.lock 2>/dev/null | sha256sum | cut -c1-16)"
+info softib_binary "$S_ORIG (sha256 $(sha256sum "$S" | cut -c1-16))"
 info loadavg_start "$(cut -d' ' -f1-3 /proc/loadavg)"
 info options "runs=$RUNS only=$ONLY mtus=$MTUS dur=${DUR}s lat_iters=$LAT_N"
 info build_seconds "$T_BUILD"
@@ -327,6 +364,7 @@ if want intra; then
     show intra.memcpy_dram.1048576
   done
   stop_daemon "$IDPID"
+  udp_snap after_intra.$NSA "$NSA"
   U="UCX posix+cma"
   for s in $SIZES; do
     h=$(human "$s")
@@ -415,6 +453,7 @@ if want inter; then
       done
     done
     stop_daemon "$PA"; stop_daemon "$PB"
+    udp_snap "after_inter$mtu.$NSA" "$NSA"; udp_snap "after_inter$mtu.$NSB" "$NSB"
     U="UCX tcp"
     for s in $SIZES; do
       row "$X RC ib_write_bw $(human "$s")" MiB/s "$X.softib.ib_write_bw.RC.$s" "$U ucp_put_bw" "$X.ucx_tcp.ucp_put_bw.$s" - -
@@ -445,12 +484,14 @@ if want scale; then
   P=("$NSA" "$D" rxe1 "$NSA" "$D" rxe0 127.0.0.1)
   rss_mib() { awk '/^VmRSS/ {printf "%.2f", $2 / 1024}' "/proc/$1/status"; }
   info scale.daemon_rss_fresh_mib "$(rss_mib $SDPID)"
+  udp_snap before_scale.$NSA "$NSA"
   # As perftest is run by default: one CQ of (tx_depth + rx_depth) x QPs entries.
   sib_bw scale.softib.ib_write_bw.q256_default_tx_depth RC 65536 ib_write_bw "${P[@]}" -q 256
   for r in $(seq 1 "$RUNS"); do
     log "scale run $r/$RUNS"
     for q in 1 16 256; do
       sib_bw "scale.softib.ib_write_bw.q$q" RC 65536 ib_write_bw "${P[@]}" -q $q -t $SCALE_T
+      udp_snap "after_scale_q$q.run$r.$NSA" "$NSA"
     done
     # 500 client QPs + 500 server QPs = 1,000 RC QPs in the daemon, all connected (RTS) while
     # the test runs; the figure is the daemon's largest RSS seen while all 1,000 exist.
@@ -491,6 +532,7 @@ if want scale; then
   info scale.daemon_threads "$(awk '/^Threads/ {print $2}' /proc/$SDPID/status)"
   info scale.daemon_rss_end_mib "$(rss_mib $SDPID)"
   stop_daemon "$SDPID"
+  udp_snap after_scale.$NSA "$NSA"
   row "scale ib_write_bw -q 16 (64 KiB, -t $SCALE_T)" MiB/s scale.softib.ib_write_bw.q16 "softib -q 1" scale.softib.ib_write_bw.q1 - -
   row "scale ib_write_bw -q 256 (64 KiB, -t $SCALE_T)" MiB/s scale.softib.ib_write_bw.q256 "softib -q 1" scale.softib.ib_write_bw.q1 ge 0.9
   row "scale ib_write_bw -q 256 (default -t 128)" MiB/s scale.softib.ib_write_bw.q256_default_tx_depth "softib -q 1" scale.softib.ib_write_bw.q1 - -
