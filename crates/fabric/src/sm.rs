@@ -1197,11 +1197,22 @@ impl SubnetManager {
             let known = old.is_some();
             let empty = BTreeMap::new();
             let old = old.unwrap_or(&empty);
-            let blocks: BTreeSet<u16> = new
+            let mut blocks: BTreeSet<u16> = new
                 .keys()
                 .chain(old.keys())
                 .filter_map(|&m| MulticastForwardingTable::position(m).map(|(b, _)| b))
                 .collect();
+            if !known {
+                // A switch this SM has not programmed may hold a previous SM's entries: every
+                // block in use is written whole.
+                blocks.extend(
+                    self.groups
+                        .iter()
+                        .filter(|g| g.mlid().0 - MulticastForwardingTable::MLID_BASE < cap)
+                        .filter_map(|g| MulticastForwardingTable::position(g.mlid()))
+                        .map(|(b, _)| b),
+                );
+            }
             let positions = n.info.num_ports / 16;
             for block in blocks {
                 for position in 0..=positions {
@@ -1212,16 +1223,14 @@ impl SubnetManager {
                         let now = new.get(&mlid).map_or(0, |m| m.mask16(position));
                         let was = old.get(&mlid).map_or(0, |m| m.mask16(position));
                         *slot = now;
-                        differs |= now != was || (!known && now != 0);
+                        differs |= now != was || !known;
                     }
                     if differs {
                         sets.push((n.dr_path.clone(), table, block, position, node));
                     }
                 }
             }
-            if known || !new.is_empty() {
-                self.mfts.insert(guid, new);
-            }
+            self.mfts.insert(guid, new);
         }
         for e in errors {
             self.log(LogLevel::ERROR, e);

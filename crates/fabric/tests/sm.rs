@@ -1698,3 +1698,38 @@ fn multicast_on_a_ring_of_switches_reaches_each_member_once() {
     let total: usize = (0..5).map(|i| isl_ports(&format!("sw{i}"))).sum();
     assert_eq!(total, 8, "4 tree cables, each counted at both ends");
 }
+
+#[test]
+fn a_previous_sms_mft_entries_are_overwritten() {
+    use softib_wire::mad::attr::{MulticastForwardingTable, SmpAttribute};
+    let mut f = fabric(TOPO_B);
+    // What an SM before this one left in sw1: 0xC000 to ports 2 and 36 (position 2 holds
+    // ports 32..=47), 0xC001 to port 1.
+    let sw1 = idx(&f, "sw1");
+    for (position, masks) in [
+        (0u8, [(0usize, 1u16 << 2), (1, 1 << 1)]),
+        (2, [(0, 1 << 4), (1, 0)]),
+    ] {
+        let mut t = MulticastForwardingTable::default();
+        for (i, m) in masks {
+            t.port_masks[i] = m;
+        }
+        let req = smp::Repr::lid_set(
+            1,
+            AttrId::MULTICAST_FORWARDING_TABLE,
+            MulticastForwardingTable::attr_mod(0, position),
+            0,
+            t.to_data(),
+        );
+        let resp = f.sma_mut(sw1).handle_smp(0, &req).unwrap();
+        assert_eq!(resp.header.status, status::SUCCESS);
+    }
+    assert_eq!(mft(&f, "sw1", 0xC000), [2, 36]);
+    let mut hosts = [host(&mut f, "node1", 1, quiet())];
+    converge(&mut f, &mut hosts);
+    assert!(mft(&f, "sw1", 0xC000).is_empty() && mft(&f, "sw1", 0xC001).is_empty());
+    // The second sweep writes nothing new.
+    hosts[0].sm.request_sweep();
+    converge(&mut f, &mut hosts);
+    assert!(mft(&f, "sw1", 0xC000).is_empty());
+}

@@ -351,3 +351,35 @@ fn queries_by_component_mask() {
     q.q_key = QKey(5);
     assert!(g.query(&q, comp::Q_KEY, false).is_empty());
 }
+
+proptest::proptest! {
+    /// Any sequence of joins and leaves keeps the groups consistent: one MLID per group, in
+    /// range; every group but the pre-created one has a full member; nothing panics.
+    #[test]
+    fn joins_and_leaves_keep_the_groups_consistent(
+        ops in proptest::collection::vec(
+            (proptest::prelude::any::<bool>(), 0u8..5, 1u64..6, 0u8..16, 0usize..4),
+            1..60,
+        )
+    ) {
+        let masks = [comp::JOIN, comp::CREATE, comp::MGID | comp::PORT_GID, 0];
+        let mut g = McGroups::new(3);
+        for (is_join, group, guid, js, mask) in ops {
+            let mut req = if group == 0 { create(bcast(), guid) } else { create(mgid(group), guid) };
+            req.join_state = js;
+            let mask = masks[mask];
+            let _ = if is_join {
+                g.join(&req, mask, port(guid), false)
+            } else {
+                g.leave(&req, mask, Guid(guid))
+            };
+            let mlids: BTreeSet<u16> = g.iter().map(|x| x.mlid().0).collect();
+            proptest::prop_assert_eq!(mlids.len(), g.len());
+            proptest::prop_assert!(mlids.iter().all(|&m| (0xC000..0xC003).contains(&m)));
+            for x in g.iter() {
+                proptest::prop_assert!(x.well_known || x.has_full_member());
+                proptest::prop_assert!(x.members.values().all(|m| m.join_state != 0));
+            }
+        }
+    }
+}
