@@ -472,6 +472,12 @@ impl Context {
                     v.append(&mut direct);
                 }
             }
+            if v.is_empty() && wait_us == 0 {
+                // Nothing yet, and the caller will spin: let the daemon — the "hardware",
+                // which needs a CPU to make progress — run first. On a machine with fewer cores
+                // than spinning processes, spinning without yielding starves it.
+                std::thread::yield_now();
+            }
             if !v.is_empty() || wait_us == 0 {
                 return Ok(v);
             }
