@@ -3,19 +3,23 @@
 //! in-memory fabric of `softib-fabric::testing`), and the RMPP reassembly of its answer.
 //!
 //! * `SubnetManager::handle_sa` never panics, whatever the bytes and the requester's LID.
-//! * An answer is whole MADs, each an SA MAD that parses, the request's method with the
-//!   response bit (`GetResp` to a Get) with the request's TransactionID and AttributeID.
+//! * An answer is whole MADs, each an SA MAD that parses, the request's response method
+//!   (`GetResp` to Get and Set, else the method with the response bit) with the request's TransactionID and AttributeID.
 //! * An answer of more than one MAD is a well-formed RMPP DATA transfer (IBA §13.6): the
 //!   segments numbered 1, 2, ... with FIRST on the first and LAST on the last only; the first's
 //!   PayloadLength covers every segment's SA header plus the records and lies within what the
 //!   segments carry, the last's its own part. Reassembled as `saquery` does, the payload is a
 //!   whole number of records of the answer's AttributeOffset.
+//! * `rmpp::Reassembly` (what `saquery` collects answers with) gives the same table whatever
+//!   order and duplication the segments arrive in (the bytes after the MAD choose them), and is
+//!   never complete before every segment is there.
 #![no_main]
 
 use std::cell::RefCell;
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
+use softib_fabric::rmpp::Reassembly;
 use softib_fabric::sm::{SmConfig, SubnetManager};
 use softib_fabric::testing::TestFabric;
 use softib_fabric::topology::Topology;
@@ -77,6 +81,7 @@ fuzz_target!(|input: &[u8]| {
         return;
     };
     check(request, &resp);
+    reassemble(&resp, request.get(MAD_LEN..).unwrap_or(&[]));
 });
 
 fn check(request: &[u8], resp: &[u8]) {
@@ -92,12 +97,14 @@ fn check(request: &[u8], resp: &[u8]) {
         .map(|m| sa::Repr::parse(&sa::Packet::new_checked(m).expect("whole")).expect("parses"))
         .collect();
     for s in &segs {
-        // The request's method with the response bit, as opensm answers (GetResp to Get).
-        assert!(s.header.method.is_response());
-        assert_eq!(
-            u8::from(s.header.method),
-            u8::from(req.header.method) | 0x80
-        );
+        // The request's response method (GetResp to Get and Set, GetTableResp to GetTable),
+        // else the method with the response bit, as opensm answers.
+        let want = req
+            .header
+            .method
+            .response()
+            .unwrap_or_else(|| Method::from(u8::from(req.header.method) | 0x80));
+        assert_eq!(s.header.method, want);
         assert_eq!(s.header.tid, req.header.tid);
         assert_eq!(s.header.attr_id, req.header.attr_id);
     }
@@ -137,4 +144,39 @@ fn check(request: &[u8], resp: &[u8]) {
     let stride = usize::from(first.attr_offset) * 8;
     assert!(stride > 0);
     assert_eq!(payload[..total].len() % stride, 0, "whole records");
+}
+
+/// `rmpp::Reassembly` (what `saquery` collects the answer with) gives the same table whatever
+/// order and multiplicity the segments arrive in: first as the bytes after the MAD say (each
+/// byte picks a segment), then all of them backwards; nothing before every segment is there.
+fn reassemble(resp: &[u8], order: &[u8]) {
+    let segs: Vec<&[u8]> = resp.chunks(MAD_LEN).collect();
+    let mut in_order = Reassembly::new();
+    for (i, s) in segs.iter().enumerate() {
+        assert!(!in_order.is_complete(), "complete before segment {}", i + 1);
+        assert!(in_order.add(s));
+    }
+    let want = in_order.table().expect("the SA's answer reassembles");
+    if want.method == Method::GetTableResp && want.status == 0 {
+        let stride = usize::from(want.attr_offset) * 8;
+        if stride > 0 {
+            assert_eq!(want.records().count() * stride, want.payload.len());
+        }
+    }
+    let mut r = Reassembly::new();
+    let mut seen = vec![false; segs.len()];
+    for &b in order {
+        let i = usize::from(b) % segs.len();
+        assert_eq!(r.is_complete(), seen.iter().all(|&x| x));
+        seen[i] = true;
+        r.add(segs[i]);
+    }
+    for s in segs.iter().rev() {
+        r.add(s);
+    }
+    assert_eq!(
+        r.table().as_ref(),
+        Some(&want),
+        "reassembly depends on arrival order"
+    );
 }

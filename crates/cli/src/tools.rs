@@ -823,7 +823,9 @@ impl Agent {
             self.ctx
                 .send_gmp(0, self.port, dlid, softib::Qpn::new(1), &req)?;
             let t0 = Instant::now();
-            let mut segs: Vec<[u8; MAD_LEN]> = Vec::new();
+            // SA responses may come as RMPP segments, duplicated or out of order on a faulty
+            // link: complete once segments 1..=LAST are all there.
+            let mut rmpp = softib_fabric::rmpp::Reassembly::new();
             while t0.elapsed() < MAD_TIMEOUT {
                 for m in self
                     .ctx
@@ -840,13 +842,11 @@ impl Agent {
                     if h.tid != tid {
                         continue;
                     }
-                    let sa = softib_wire::mad::sa::Packet::new_unchecked(&b[..]);
-                    let rmpp = h.mgmt_class == softib_wire::mad::MgmtClass::SubnAdm
-                        && sa.rmpp_flags() & softib_wire::mad::sa::rmpp_flags::ACTIVE != 0;
-                    let last =
-                        !rmpp || sa.rmpp_flags() & softib_wire::mad::sa::rmpp_flags::LAST != 0;
-                    segs.push(b);
-                    if last {
+                    if h.mgmt_class != softib_wire::mad::MgmtClass::SubnAdm {
+                        return Ok(vec![b]);
+                    }
+                    rmpp.add(&b);
+                    if let Some(segs) = rmpp.segments() {
                         return Ok(segs);
                     }
                 }
@@ -1026,24 +1026,20 @@ pub fn saquery(args: &[String]) -> Result<u8> {
         req.emit(&mut sa::Packet::new_unchecked(&mut b[..]));
         b
     })?;
-    let first = sa::Packet::new_unchecked(&segs[0][..]);
-    let status = first.header().status();
-    if status != 0 {
-        bail!("saquery: the SA answered with status 0x{status:04x}");
+    let mut rmpp = softib_fabric::rmpp::Reassembly::new();
+    for s in &segs {
+        rmpp.add(s);
     }
-    let stride = usize::from(first.attr_offset()) * 8;
-    let mut payload: Vec<u8> = segs
-        .iter()
-        .flat_map(|s| sa::Packet::new_unchecked(&s[..]).data().to_vec())
-        .collect();
-    // PayloadLength of the first segment counts 20 header bytes per segment plus the records.
-    let total = (first.rmpp_data2() as usize).saturating_sub(20 * segs.len());
-    payload.truncate(total);
-    let records: Vec<&[u8]> = if stride == 0 {
-        Vec::new()
-    } else {
-        payload.chunks_exact(stride).collect()
-    };
+    let table = rmpp
+        .table()
+        .ok_or_else(|| anyhow!("saquery: the SA's answer is not a whole RMPP transfer"))?;
+    if table.status != 0 {
+        bail!(
+            "saquery: the SA answered with status 0x{:04x}",
+            table.status
+        );
+    }
+    let records: Vec<&[u8]> = table.records().collect();
     let text = if what == AttrId::NODE_RECORD {
         softib_diag::smp::saquery_node_records(records.iter().copied())
     } else if what == AttrId::PATH_RECORD {

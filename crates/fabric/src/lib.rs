@@ -32,6 +32,7 @@
 #![deny(missing_docs)]
 
 pub mod discover;
+pub mod rmpp;
 pub mod sa;
 pub mod sm;
 pub mod sma;
