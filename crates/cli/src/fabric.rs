@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context as _, Result};
 use clap::{Args, Subcommand};
 use softib_fabric::Topology;
-use softib_hca::host::{host_dir, Daemon, SOCKET_NAME};
+use softib_hca::host::{host_dir, CablePlan, Daemon, SOCKET_NAME};
 
 use crate::exit;
 
@@ -85,6 +85,35 @@ pub struct RunArgs {
     pub topology: PathBuf,
     #[command(flatten)]
     pub dir: DirArgs,
+    /// Run only these nodes (ids, comma-separated); the others run in other processes started
+    /// with the same topology and --port-base.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        requires = "port_base",
+        value_name = "NODE,..."
+    )]
+    pub nodes: Vec<String>,
+    /// Cable ends on fixed UDP ports from this one (in the file's link order), so that the
+    /// parts of a fabric run in different processes find each other.
+    #[arg(long, value_name = "PORT")]
+    pub port_base: Option<u16>,
+}
+
+/// `softib switch`: one switch of a topology as a process of its own.
+#[derive(Debug, Args)]
+pub struct SwitchArgs {
+    /// The topology (ibnetdiscover / ibsim format) that names the switch, its ports and its
+    /// cables.
+    pub topology: PathBuf,
+    /// The switch (its id in the topology, e.g. sw1).
+    pub node: String,
+    /// Cable ends on fixed UDP ports from this one; run the rest of the fabric with
+    /// `softib fabric run FILE --nodes ... --port-base` and the same base.
+    #[arg(long, value_name = "PORT")]
+    pub port_base: u16,
+    #[command(flatten)]
+    pub dir: DirArgs,
 }
 
 /// `softib fabric exec`.
@@ -125,7 +154,16 @@ fn dir_of(d: &DirArgs) -> PathBuf {
 pub fn run(cmd: FabricCommand) -> Result<u8> {
     match cmd {
         FabricCommand::Up(a) => up(&a),
-        FabricCommand::Run(a) => run_daemon(&a.topology, &dir_of(&a.dir)),
+        FabricCommand::Run(a) => {
+            let plan = match a.port_base {
+                None => CablePlan::AllHere,
+                Some(port_base) => CablePlan::Fixed {
+                    nodes: a.nodes.iter().cloned().collect(),
+                    port_base,
+                },
+            };
+            run_daemon(&a.topology, &dir_of(&a.dir), &plan)
+        }
         FabricCommand::Exec(a) => exec(&a),
         FabricCommand::Status(d) => status(&dir_of(&d)),
         FabricCommand::Down(d) => down(&dir_of(&d)),
@@ -159,10 +197,38 @@ fn read_topology(path: &Path) -> Result<Topology> {
     Topology::parse(&text).map_err(|e| anyhow!("{}: {e}", path.display()))
 }
 
-fn run_daemon(topology: &Path, dir: &Path) -> Result<u8> {
+/// `softib switch FILE NODE --port-base P`.
+pub fn switch(a: &SwitchArgs) -> Result<u8> {
+    let topo = read_topology(&a.topology)?;
+    match topo.node_index(&a.node).map(|i| &topo.nodes()[i]) {
+        Some(n) if n.is_switch() => {}
+        Some(_) => bail!(
+            "{} is a CA in {}; run hosts with `softib fabric run FILE --nodes {} --port-base {}`",
+            a.node,
+            a.topology.display(),
+            a.node,
+            a.port_base
+        ),
+        None => bail!("no node {} in {}", a.node, a.topology.display()),
+    }
+    let plan = CablePlan::Fixed {
+        nodes: [a.node.clone()].into_iter().collect(),
+        port_base: a.port_base,
+    };
+    run_daemon(&a.topology, &dir_of(&a.dir), &plan)
+}
+
+fn run_daemon(topology: &Path, dir: &Path, plan: &CablePlan) -> Result<u8> {
     let topo = read_topology(topology)?;
+    if let CablePlan::Fixed { nodes, .. } = plan {
+        for n in nodes {
+            if topo.node_index(n).is_none() {
+                bail!("--nodes {n}: no such node in {}", topology.display());
+            }
+        }
+    }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut daemon = Daemon::from_topology(&topo, dir, "127.0.0.1".parse()?, seed())
+    let mut daemon = Daemon::from_topology_part(&topo, dir, "127.0.0.1".parse()?, seed(), plan)
         .with_context(|| format!("starting the fabric of {}", topology.display()))?;
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;

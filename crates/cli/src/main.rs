@@ -61,6 +61,8 @@ enum Command {
         #[command(subcommand)]
         command: ipoib::IpoibCommand,
     },
+    /// Run one switch of a topology as a process of its own (cables on fixed UDP ports).
+    Switch(fabric::SwitchArgs),
     /// Bring up, use and stop whole InfiniBand fabrics from a topology file.
     Fabric {
         #[command(subcommand)]
@@ -165,6 +167,7 @@ fn main() -> ExitCode {
         Command::Capture(args) => daemon::capture(&args),
         Command::Res { verbose } => daemon::res(verbose),
         Command::Ipoib { command } => ipoib::run(command),
+        Command::Switch(args) => fabric::switch(&args),
         Command::InstallLinks { dir } => install_links(&dir),
     };
     exit::finish(result)

@@ -632,3 +632,77 @@ fn install_links_makes_every_tool_callable_by_its_name() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn switches_and_hosts_run_as_separate_processes_and_find_each_other() {
+    let dir = std::env::temp_dir().join(format!("softib-it-split-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // 16 cable ends on fixed ports below the ephemeral range, apart for parallel test runs.
+    let base = (12000 + (std::process::id() % 1000) * 20).to_string();
+    let topo = repo("topologies/topoB.net");
+    let spawn = |args: &[&str], name: &str| {
+        let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+        let c = Command::new(SOFTIB)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        // `fabric down` (the Fabric's drop) stops every process with a pid file.
+        std::fs::write(dir.join(format!("{name}.pid")), format!("{}\n", c.id())).unwrap();
+    };
+    let t = topo.to_str().unwrap();
+    let d = dir.to_str().unwrap();
+    for sw in ["sw1", "sw2"] {
+        spawn(&["switch", t, sw, "--port-base", &base, "--dir", d], sw);
+    }
+    spawn(
+        &[
+            "fabric",
+            "run",
+            t,
+            "--nodes",
+            "node1,node2,node3,node4",
+            "--port-base",
+            &base,
+            "--dir",
+            d,
+        ],
+        "daemon",
+    );
+    let f = Fabric { dir: dir.clone() };
+    let t0 = Instant::now();
+    while !(1..=4).all(|i| dir.join(format!("hosts/node{i}/softibd.sock")).exists()) {
+        assert!(t0.elapsed() < Duration::from_secs(20), "{}", f.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let sm = Command::new(SOFTIB)
+        .args(["fabric", "exec", "node1", "--dir", d, "--"])
+        .args(["opensm", "-g", "0xe41d2d0300c00001"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::fs::write(dir.join("sm.pid"), format!("{}\n", sm.id())).unwrap();
+    f.wait_all_active(4, Duration::from_secs(30));
+    let net = f.ok("node1", &["ibnetdiscover"]);
+    assert!(
+        net.contains("\"MF0;sw1:SX6036/U1\"") && net.contains("\"MF0;sw2:SX6036/U1\""),
+        "{net}"
+    );
+    // Data crosses both switch processes.
+    let (_, client) = perftest(&f, "ib_write_bw", &["-n", "300"], "node4", "node1", 18690);
+    assert_eq!(bw_rows(&client).len(), 1, "{client}");
+    // A switch name that is a CA, or not there, is refused by name.
+    let out = Command::new(SOFTIB)
+        .args(["switch", t, "node1", "--port-base", &base, "--dir", d])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success() && text(&out.stderr).contains("node1 is a CA"),
+        "{}",
+        text(&out.stderr)
+    );
+}

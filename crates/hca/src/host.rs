@@ -176,6 +176,22 @@ enum Slot {
     SwitchCable(usize, usize),
 }
 
+/// Which nodes of a topology a daemon runs, and how cable ends find each other.
+#[derive(Debug, Clone)]
+pub enum CablePlan {
+    /// Every node, in this process; cable ends on ephemeral UDP ports.
+    AllHere,
+    /// Only `nodes` (their ids); every cable end of the topology on UDP port `port_base` plus
+    /// its index in the file's link order (`a` end, then `b` end), so processes that run other
+    /// parts of the same topology with the same base reach each other.
+    Fixed {
+        /// The node ids run here.
+        nodes: BTreeSet<String>,
+        /// The first UDP port.
+        port_base: u16,
+    },
+}
+
 /// The daemon: hosts and switches and the loop that drives them.
 pub struct Daemon {
     hosts: Vec<HostRt>,
@@ -282,15 +298,59 @@ impl Daemon {
         ip: std::net::IpAddr,
         seed: u64,
     ) -> io::Result<Daemon> {
-        // Bind both ends of every cable first: each end must know the other's address.
+        Daemon::from_topology_part(topology, dir, ip, seed, &CablePlan::AllHere)
+    }
+
+    /// Like [`Daemon::from_topology`], for the nodes `plan` says run here. With
+    /// [`CablePlan::Fixed`], every cable end of the topology has a known UDP port (the base
+    /// plus its place in the file's link order), so that the other nodes can run in other
+    /// processes — `softib switch` runs one switch so — and still find each other.
+    pub fn from_topology_part(
+        topology: &softib_fabric::Topology,
+        dir: &std::path::Path,
+        ip: std::net::IpAddr,
+        seed: u64,
+        plan: &CablePlan,
+    ) -> io::Result<Daemon> {
+        let here = |node: usize| match plan {
+            CablePlan::AllHere => true,
+            CablePlan::Fixed { nodes, .. } => topology
+                .nodes()
+                .get(node)
+                .is_some_and(|n| nodes.contains(&n.id)),
+        };
+        // Each end's address: bound now (ephemeral) when all run here, else fixed.
         let mut ends: BTreeMap<(usize, u8), UdpLink> = BTreeMap::new();
+        let mut addr_of: BTreeMap<(usize, u8), SocketAddr> = BTreeMap::new();
+        let mut k = 0u32;
         for l in topology.links() {
             for e in [l.a, l.b] {
-                ends.insert((e.node, e.port), UdpLink::bind(SocketAddr::new(ip, 0))?);
+                let fixed = match plan {
+                    CablePlan::AllHere => None,
+                    CablePlan::Fixed { port_base, .. } => {
+                        let port = u16::try_from(u32::from(*port_base) + k).map_err(|_| {
+                            io::Error::new(
+                                io::ErrorKind::InvalidInput,
+                                format!(
+                                    "UDP port base {port_base} leaves no room for the \
+                                     topology's {} cable ends",
+                                    2 * topology.link_count()
+                                ),
+                            )
+                        })?;
+                        Some(SocketAddr::new(ip, port))
+                    }
+                };
+                k += 1;
+                if here(e.node) {
+                    let link = UdpLink::bind(fixed.unwrap_or(SocketAddr::new(ip, 0)))?;
+                    addr_of.insert((e.node, e.port), link.local_addr());
+                    ends.insert((e.node, e.port), link);
+                } else if let Some(a) = fixed {
+                    addr_of.insert((e.node, e.port), a);
+                }
             }
         }
-        let addr_of: BTreeMap<(usize, u8), SocketAddr> =
-            ends.iter().map(|(k, v)| (*k, v.local_addr())).collect();
         let mut links_of = |node: usize| -> BoundLinks {
             let mut v = Vec::new();
             for l in topology.links() {
@@ -311,6 +371,9 @@ impl Daemon {
         let mut hosts = Vec::new();
         let mut switches = Vec::new();
         for (i, node) in topology.nodes().iter().enumerate() {
+            if !here(i) {
+                continue;
+            }
             let links = links_of(i);
             if node.is_switch() {
                 switches.push((
