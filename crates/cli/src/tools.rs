@@ -1160,6 +1160,9 @@ fn ibroute_multicast(
                 )?;
                 *m = Mft::parse(&r.data).map_err(|e| anyhow!("{e}"))?.port_masks;
             }
+            // `i` is the entry within the block: it picks the MLID and the same entry in each
+            // position's masks.
+            #[allow(clippy::needless_range_loop)]
             for i in 0..32usize {
                 let mlid = Mft::mlid(block, i).0;
                 if mlid > last {

@@ -652,13 +652,18 @@ fn switches_and_hosts_run_as_separate_processes_and_find_each_other() {
             .unwrap();
         // `fabric down` (the Fabric's drop) stops every process with a pid file.
         std::fs::write(dir.join(format!("{name}.pid")), format!("{}\n", c.id())).unwrap();
+        c
     };
     let t = topo.to_str().unwrap();
     let d = dir.to_str().unwrap();
+    let mut children = Vec::new();
     for sw in ["sw1", "sw2"] {
-        spawn(&["switch", t, sw, "--port-base", &base, "--dir", d], sw);
+        children.push(spawn(
+            &["switch", t, sw, "--port-base", &base, "--dir", d],
+            sw,
+        ));
     }
-    spawn(
+    children.push(spawn(
         &[
             "fabric",
             "run",
@@ -671,7 +676,7 @@ fn switches_and_hosts_run_as_separate_processes_and_find_each_other() {
             d,
         ],
         "daemon",
-    );
+    ));
     let f = Fabric { dir: dir.clone() };
     let t0 = Instant::now();
     while !(1..=4).all(|i| dir.join(format!("hosts/node{i}/softibd.sock")).exists()) {
@@ -686,6 +691,7 @@ fn switches_and_hosts_run_as_separate_processes_and_find_each_other() {
         .spawn()
         .unwrap();
     std::fs::write(dir.join("sm.pid"), format!("{}\n", sm.id())).unwrap();
+    children.push(sm);
     f.wait_all_active(4, Duration::from_secs(30));
     let net = f.ok("node1", &["ibnetdiscover"]);
     assert!(
@@ -705,4 +711,8 @@ fn switches_and_hosts_run_as_separate_processes_and_find_each_other() {
         "{}",
         text(&out.stderr)
     );
+    drop(f); // fabric down: stops them all
+    for mut c in children {
+        let _ = c.wait();
+    }
 }
