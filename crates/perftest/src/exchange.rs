@@ -1378,9 +1378,12 @@ impl Exchange {
         BwReport::decode(&theirs)
     }
 
-    /// `ctx_close_connection`: a last hand shake, then the socket closes.
+    /// `ctx_close_connection`: a last hand shake, then `"done"` with its NUL (which no peer
+    /// reads; upstream writes it), then the socket closes.
     pub fn close(mut self, mine: &Dest) -> Result<()> {
         self.hand_shake(mine)?;
+        // The peer may be gone already: it has what it needs.
+        let _ = std::io::Write::write_all(&mut self.stream, b"done\0");
         Ok(())
     }
 }

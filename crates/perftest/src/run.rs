@@ -213,7 +213,7 @@ fn run(mut args: PerftestArgs) -> Result<()> {
     };
     let mine = PeerVersion::new(SOFTIB_PERFTEST_VERSION);
     let remote = ex.exchange_versions(SOFTIB_PERFTEST_VERSION)?;
-    ex.exchange_sys_data(&remote, SysData::default())?;
+    let sys = ex.exchange_sys_data(&remote, SysData::default())?;
     let mtu_enum = exchange::mtu_enum(local_mtu as u32).unwrap_or(4);
     let mtu_enum = ex.exchange_mtu(&remote, mtu_enum)?;
     let mtu = exchange::mtu_bytes(mtu_enum).map_or(local_mtu, u64::from);
@@ -239,7 +239,10 @@ fn run(mut args: PerftestArgs) -> Result<()> {
     let inline = args.inline_size.unwrap_or(0);
 
     let sizes = args.sizes(mtu);
-    let max_size = sizes.iter().copied().max().unwrap_or(args.size).max(8);
+    let max_size = message_area(
+        sizes.iter().copied().max().unwrap_or(args.size),
+        sys.cycle_buffer,
+    );
     let mut l = Local::new(ctx, dev_index as u32, dev, port, &args, max_size, inline)?;
 
     // Key exchange, once per QP.
@@ -305,6 +308,15 @@ fn run(mut args: PerftestArgs) -> Result<()> {
     }
     let _ = std::io::stdout().flush();
     let mut json = Vec::new();
+    // A unidirectional write/read/atomic BW test: the server only waits for the client's
+    // report, once; the client sends its last report after all sizes.
+    let one_way_rdma = args.mode == Mode::Bw && args.test != Test::Send && !args.duplex;
+    let sizes = if one_way_rdma && args.is_server() {
+        sizes[..sizes.len().min(1)].to_vec()
+    } else {
+        sizes
+    };
+    let mut last_report = None;
     for &size in &sizes {
         args.size = size;
         match args.mode {
@@ -312,6 +324,7 @@ fn run(mut args: PerftestArgs) -> Result<()> {
                 let row = l.bw(&args, size, &remotes, &mut ex, &dests[0], unit, &remote)?;
                 if let Some(r) = row {
                     json.push(report::bw_json(&banner, &r, None));
+                    last_report = Some(r);
                 }
             }
             Mode::Lat => {
@@ -324,14 +337,35 @@ fn run(mut args: PerftestArgs) -> Result<()> {
         let _ = std::io::stdout().flush();
     }
     print!("{}", report::RESULT_LINE);
+    if one_way_rdma && !args.is_server() {
+        ex.hand_shake(&dests[0])?;
+        ex.exchange_bw_reports(&remote, &last_report.unwrap_or_default())?;
+    }
     if args.out_json && !json.is_empty() {
         let v = serde_json::json!({ "test_info": banner.json_test_info(), "results": json });
         let text = serde_json::to_string_pretty(&v)?;
         std::fs::write(&args.out_json_file, text)
             .map_err(|e| RunError(format!(" cannot write {}: {e}", args.out_json_file)))?;
     }
-    ex.close(&dests[0])?;
+    // Upstream's ib_write_lat ends without the closing hand shake (6.06 and 6.x alike).
+    if !(args.mode == Mode::Lat && args.test == Test::Write) {
+        ex.close(&dests[0])?;
+    }
     Ok(())
+}
+
+/// How many bytes each side's message area needs for messages of up to `max_size` bytes.
+///
+/// Upstream's sender moves its remote address by the message size rounded up to a cache line
+/// after every atomic, and after every write or read no longer than half of `cycle_buffer`
+/// (the larger page size of the two sides, from `check_sys_data`), wrapping within
+/// `cycle_buffer`: the area a peer targets must cover that much (perftest 6.06's
+/// `ib_atomic_bw` client walks 64 bytes at a time through 4096).
+fn message_area(max_size: u64, cycle_buffer: i32) -> u64 {
+    let cycle = u64::try_from(cycle_buffer)
+        .unwrap_or(0)
+        .clamp(4096, 1 << 20);
+    max_size.max(8).max(cycle)
 }
 
 impl Local {
@@ -678,9 +712,16 @@ impl Local {
                 self.ctx.post_recv(self.dev, qpn, wrs)?;
             }
         }
-        ex.hand_shake(mine)?;
+        let send = args.test == Test::Send;
+        let all = args.test_method == crate::args::TestMethod::All;
+        // The barrier before a run: send tests always (the receives are posted), the others
+        // only bidirectional (upstream's write/read/atomic clients start right away).
+        if send || args.duplex {
+            ex.hand_shake(mine)?;
+        }
         if !sender && !receiver {
-            // Nothing to do here: wait for the client to finish, then print its numbers.
+            // Nothing to do here: wait for the client to finish (once for the whole test,
+            // even with -a), then print its numbers.
             ex.hand_shake(mine)?;
             let theirs = ex.exchange_bw_reports(remote_version, &exchange::BwReport::default())?;
             print!("{}", report::bw_row(&theirs, None, unit));
@@ -822,8 +863,14 @@ impl Local {
         };
         r.bytes = if args.test == Test::Atomic { 8 } else { size };
         let rep = r.compute(unit)?;
-        ex.hand_shake(mine)?;
-        let reports_go_across = args.test != Test::Send || args.duplex;
+        // Upstream's order after a run (perftest 6.06 and 6.x alike): write/read/atomic -a -b
+        // meet between the run and the reports; send tests meet after the reports, and only
+        // between the sizes of -a; a unidirectional write/read/atomic client meets the server
+        // once after the last size (`finish_bw`).
+        if !send && args.duplex && all {
+            ex.hand_shake(mine)?;
+        }
+        let reports_go_across = args.duplex && !(send && duration.is_some());
         if reports_go_across {
             let theirs = ex.exchange_bw_reports(remote_version, &rep)?;
             if args.duplex && args.report_both {
@@ -836,6 +883,9 @@ impl Local {
             }
         } else {
             print!("{}", report::bw_row(&rep, None, unit));
+        }
+        if send && all {
+            ex.hand_shake(mine)?;
         }
         Ok(Some(rep))
     }
@@ -860,7 +910,7 @@ impl Local {
             Test::Read | Test::Atomic => {
                 ex.hand_shake(mine)?;
                 if server {
-                    ex.hand_shake(mine)?;
+                    // The server only waits, in the closing hand shake.
                     return Ok(None);
                 }
                 for i in 0..iters {
@@ -869,7 +919,6 @@ impl Local {
                     self.ctx.post_send(self.dev, qpn, vec![wr])?;
                     self.wait_one(false, i, iters, "waiting for a read or atomic response")?;
                 }
-                ex.hand_shake(mine)?;
             }
             Test::Send => {
                 self.ctx
@@ -894,7 +943,6 @@ impl Local {
                             .post_recv(self.dev, qpn, vec![self.recv_wr(i + 1, size, ud)])?;
                     }
                 }
-                ex.hand_shake(mine)?;
             }
             Test::Write => {
                 // Ping-pong on the last byte of each side's receive area (perftest's scheme).
@@ -903,20 +951,22 @@ impl Local {
                 self.buf.write(last_at, &[0]);
                 ex.hand_shake(mine)?;
                 for i in 0..iters {
-                    let mark = ((i + 1) % 255 + 1) as u8;
-                    if server {
+                    // Upstream's marks: the i-th message carries (char)(i + 1), wrapping.
+                    // The server writes first and the client answers (upstream's
+                    // run_iter_lat_write: the server skips its wait before its first post).
+                    let mark = (i + 1) as u8;
+                    if !server {
                         self.wait_byte(last_at, mark, i, iters)?;
                     }
                     tposted.push(origin.elapsed().as_nanos() as u64);
                     self.buf.write(send_last, &[mark]);
                     let wr = self.work_request(args, size, 0, &r, i, true);
                     self.ctx.post_send(self.dev, qpn, vec![wr])?;
-                    if !server {
+                    if server {
                         self.wait_byte(last_at, mark, i, iters)?;
                     }
                     self.wait_one(false, i, iters, "waiting for a write completion")?;
                 }
-                ex.hand_shake(mine)?;
             }
         }
         let res = LatResult::from_post_times(args.test, size, &tposted);
@@ -987,4 +1037,20 @@ fn explain_status(s: WcStatus) -> &'static str {
 /// Whether a completion is of a receive.
 fn is_receive(op: WcOpcode) -> bool {
     matches!(op, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
+}
+
+#[cfg(test)]
+mod message_area_tests {
+    use super::message_area;
+
+    #[test]
+    fn the_area_covers_the_peers_address_cycle() {
+        // An 8-byte atomic test still exposes a whole cycle buffer (a page).
+        assert_eq!(message_area(8, 4096), 4096);
+        assert_eq!(message_area(8, 65536), 65536);
+        // Big messages need their own size; absurd or missing peer values are clamped.
+        assert_eq!(message_area(1 << 20, 4096), 1 << 20);
+        assert_eq!(message_area(8, -1), 4096);
+        assert_eq!(message_area(8, i32::MAX), 1 << 20);
+    }
 }
