@@ -306,6 +306,8 @@ const MAX_QUEUED: usize = 8;
 /// How long a neighbour may stay unresolved before its packets are dropped.
 const ARP_TIMEOUT: Duration = Duration::from_secs(3);
 const ARP_RETRY: Duration = Duration::from_millis(500);
+/// How often the membership is renewed.
+const REJOIN: Duration = Duration::from_secs(15);
 /// The SA answers within this (per try; three tries).
 const SA_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -352,6 +354,7 @@ struct Ipoib {
     tid: u64,
     state: String,
     last_check: Option<Instant>,
+    last_join: Option<Instant>,
     last_written: Option<String>,
 }
 
@@ -375,6 +378,15 @@ impl Ipoib {
                  Ethernet interface itself",
                 a.dev,
                 a.port
+            );
+        }
+        // The port's P_Key table holds the default partition only (the SM configures no
+        // others), so that is the one partition an interface can use.
+        if a.pkey | 0x8000 != 0xffff {
+            bail!(
+                "P_Key 0x{:04x}: only the default partition (0xffff) is configured on softib \
+                 ports; leave out --pkey",
+                a.pkey
             );
         }
         let pkey_index = 0;
@@ -409,6 +421,7 @@ impl Ipoib {
             tid: u64::from(std::process::id()) << 32 | 0x1b00_0000,
             state: "port down".into(),
             last_check: None,
+            last_join: None,
             last_written: None,
         };
         // The interface MTU before the port is up: the IB MTU of the port's maximum.
@@ -497,6 +510,14 @@ impl Ipoib {
             }
         } else if !active {
             self.state = "port down".into();
+        } else if self.last_join.is_some_and(|t| t.elapsed() > REJOIN) {
+            // An SM that restarted on the same port has forgotten the membership and says
+            // nothing (no ClientReregister); joining again is harmless when it has not.
+            if let Err(e) = self.rejoin() {
+                self.state = format!("rejoining: {e:#}");
+            } else {
+                self.state = "up".into();
+            }
         }
         self.write_state();
         Ok(())
@@ -560,22 +581,45 @@ impl Ipoib {
         )
     }
 
-    /// Joins the broadcast group as a full member and attaches the QP (created on the first
-    /// join, with the group's Q_Key).
-    fn join(&mut self) -> Result<()> {
-        let mgid = sa::ipoib_broadcast_mgid(softib_wire::PKey(self.args.pkey));
+    /// Joins the broadcast group again (SubnAdmSet of the same membership).
+    fn rejoin(&mut self) -> Result<()> {
+        self.last_join = Some(Instant::now());
+        let got = self.join_sa()?;
+        match self.group {
+            Some((g, _)) if g.mlid == got.mlid => Ok(()),
+            // The group moved (a new SM numbered it differently): attach anew.
+            _ => {
+                self.leave();
+                self.join()
+            }
+        }
+    }
+
+    /// SubnAdmSet(MCMemberRecord): this port a full member of the broadcast group.
+    fn join_sa(&mut self) -> Result<McMemberRecord> {
         let rec = McMemberRecord {
-            mgid,
+            mgid: sa::ipoib_broadcast_mgid(softib_wire::PKey(self.args.pkey)),
             port_gid: self.own_gid,
             join_state: sa::join_state::FULL_MEMBER,
             ..McMemberRecord::default()
         };
         let mut data = [0u8; McMemberRecord::LEN];
         rec.emit(&mut data);
-        let comp =
-            sa::mcmember_comp::MGID | sa::mcmember_comp::PORT_GID | sa::mcmember_comp::JOIN_STATE;
-        let resp = self.sa_call(Method::Set, AttrId::MC_MEMBER_RECORD, comp, &data)?;
-        let got = McMemberRecord::parse(&resp).map_err(|e| anyhow!("MCMemberRecord: {e}"))?;
+        let resp = self.sa_call(
+            Method::Set,
+            AttrId::MC_MEMBER_RECORD,
+            sa::mcmember_comp::JOIN,
+            &data,
+        )?;
+        McMemberRecord::parse(&resp).map_err(|e| anyhow!("MCMemberRecord: {e}"))
+    }
+
+    /// Joins the broadcast group as a full member and attaches the QP (created on the first
+    /// join, with the group's Q_Key).
+    fn join(&mut self) -> Result<()> {
+        self.last_join = Some(Instant::now());
+        let mgid = sa::ipoib_broadcast_mgid(softib_wire::PKey(self.args.pkey));
+        let got = self.join_sa()?;
         let g = Group {
             mgid,
             mlid: got.mlid,
