@@ -216,7 +216,9 @@ impl Demo {
             for (ifname, port, subnet) in [("ib0", "1", 0), ("ib1", "2", 1)] {
                 self.must_ns(
                     host,
-                    &["softib", "ipoib", "add", ifname, "--dev", "mlx4_0", "--port", port],
+                    &[
+                        "softib", "ipoib", "add", ifname, "--dev", "mlx4_0", "--port", port,
+                    ],
                 )?;
                 let addr = format!("192.168.{subnet}.{last}/24");
                 self.must_ns(host, &["ip", "addr", "add", &addr, "dev", ifname])?;
@@ -239,8 +241,14 @@ impl Demo {
             return Ok(());
         }
         // The first packet waits for IPoIB ARP and an SA PathRecord; -w bounds the whole run.
-        self.must_ns("test213", &["ping", "-c", "3", "-i", "0.2", "-w", "10", "192.168.0.3"])?;
-        self.must_ns("test213", &["ping", "-c", "3", "-i", "0.2", "-w", "10", "192.168.1.3"])?;
+        self.must_ns(
+            "test213",
+            &["ping", "-c", "3", "-i", "0.2", "-w", "10", "192.168.0.3"],
+        )?;
+        self.must_ns(
+            "test213",
+            &["ping", "-c", "3", "-i", "0.2", "-w", "10", "192.168.1.3"],
+        )?;
         self.must_ns("test214", &["softib", "ipoib", "show"])?;
         Ok(())
     }
