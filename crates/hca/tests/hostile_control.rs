@@ -519,11 +519,11 @@ fn out_of_range_handles(d: &Running) {
         dev: 0,
         port: 1,
         spec: FaultSpec {
-            delay: Duration::from_secs(0x1234_5678_9A),
+            delay: Duration::from_secs(0x0012_3456_789A),
             ..FaultSpec::default()
         },
     };
-    s.write_all(&patched(&huge, 0x1234_5678_9A, u64::MAX))
+    s.write_all(&patched(&huge, 0x0012_3456_789A, u64::MAX))
         .unwrap();
     let r = response(&mut s).unwrap();
     assert_eq!(error_kind(&r), Some(ErrorKind::Protocol), "{r:?}");
