@@ -296,6 +296,52 @@ fn bidirectional_duration_and_multi_qp_runs_report_consistent_numbers() {
         assert!(t0.elapsed() < Duration::from_secs(20), "{}", f.status());
         std::thread::sleep(Duration::from_millis(100));
     }
+    // --run_infinitely: a row per -D seconds until stopped; the server then ends cleanly.
+    let srv = Command::new(SOFTIB)
+        .args(["fabric", "exec", "test214", "--dir"])
+        .arg(&f.dir)
+        .args([
+            "--",
+            "ib_write_bw",
+            "-D",
+            "1",
+            "--run_infinitely",
+            "-p",
+            "18671",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let cli = Command::new(SOFTIB)
+        .args(["fabric", "exec", "test213", "--dir"])
+        .arg(&f.dir)
+        .args([
+            "--",
+            "ib_write_bw",
+            "-D",
+            "1",
+            "--run_infinitely",
+            "-p",
+            "18671",
+        ])
+        .arg("127.0.0.1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(3500));
+    if let Some(p) = rustix::process::Pid::from_raw(cli.id() as i32) {
+        let _ = rustix::process::kill_process(p, rustix::process::Signal::INT);
+    }
+    let c = cli.wait_with_output().unwrap();
+    let s = srv.wait_with_output().unwrap();
+    let rows = bw_rows(&text(&c.stdout));
+    assert!(rows.len() >= 2, "{}{}", text(&c.stdout), text(&c.stderr));
+    assert!(rows.iter().all(|r| r.1 > 0 && r.3 > 0.0), "{rows:?}");
+    assert!(s.status.success(), "{}{}", text(&s.stdout), text(&s.stderr));
+
     // -b: each side sends and prints the sum of both directions: the same row on both.
     let (server, client) = perftest(
         &f,

@@ -1157,6 +1157,27 @@ impl Exchange {
         })
     }
 
+    /// Waits, without a timeout, until the peer closes the connection (or it breaks): how a
+    /// side with nothing to do outlives a peer that runs until it is stopped.
+    pub fn wait_closed(&mut self) -> Result<()> {
+        use std::io::Read;
+        let peer = self.peer;
+        self.stream
+            .set_read_timeout(None)
+            .map_err(|source| ExchangeError::Io {
+                what: "waiting for the peer to finish",
+                peer,
+                source,
+            })?;
+        let mut buf = [0u8; 256];
+        loop {
+            match self.stream.read(&mut buf) {
+                Ok(0) | Err(_) => return Ok(()),
+                Ok(_) => {}
+            }
+        }
+    }
+
     /// Connects to `host:port`, retrying until `timeout` passes (the server may not be
     /// listening yet). Every later read also times out after `timeout`.
     pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<Self> {

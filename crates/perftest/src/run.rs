@@ -347,8 +347,10 @@ fn run(mut args: PerftestArgs) -> Result<()> {
         std::fs::write(&args.out_json_file, text)
             .map_err(|e| RunError(format!(" cannot write {}: {e}", args.out_json_file)))?;
     }
-    // Upstream's ib_write_lat ends without the closing hand shake (6.06 and 6.x alike).
-    if !(args.mode == Mode::Lat && args.test == Test::Write) {
+    // Upstream's ib_write_lat ends without the closing hand shake (6.06 and 6.x alike); a
+    // --run_infinitely run ends only when the peer has gone.
+    let infinite = args.test_method == crate::args::TestMethod::Infinitely;
+    if !(args.mode == Mode::Lat && args.test == Test::Write) && !infinite {
         ex.close(&dests[0])?;
     }
     Ok(())
@@ -719,6 +721,12 @@ impl Local {
         if send || args.duplex {
             ex.hand_shake(mine)?;
         }
+        let infinite = args.test_method == crate::args::TestMethod::Infinitely;
+        if !sender && !receiver && infinite {
+            // The client runs until it is stopped; so does this side, until it goes away.
+            ex.wait_closed()?;
+            return Ok(None);
+        }
         if !sender && !receiver {
             // Nothing to do here: wait for the client to finish (once for the whole test,
             // even with -a), then print its numbers.
@@ -747,6 +755,8 @@ impl Local {
         let (mut totscnt, mut totccnt) = (0usize, 0usize);
         let mut last = Instant::now();
         let mut sending = sender;
+        // --run_infinitely: a report per `-D` seconds of what completed in it, forever.
+        let mut window = (Instant::now(), 0u64);
         loop {
             let sent_done =
                 !sender || (!sending && scnt == ccnt) || ccnt.iter().sum::<u64>() >= total;
@@ -754,7 +764,21 @@ impl Local {
             if sent_done && recv_done {
                 break;
             }
-            if let Some(d) = duration {
+            if let (true, Some(d)) = (infinite, duration) {
+                if window.0.elapsed() >= d {
+                    let done = if sender { ccnt.iter().sum() } else { received };
+                    let ns = window.0.elapsed().as_nanos() as u64;
+                    let mut r = BwResult::from_args(args, vec![0], vec![ns]);
+                    r.no_peak = true;
+                    r.duration_mode = true;
+                    r.iters = done - window.1;
+                    r.bytes = if args.test == Test::Atomic { 8 } else { size };
+                    print!("{}", report::bw_row(&r.compute(unit)?, None, unit));
+                    let _ = std::io::Write::flush(&mut std::io::stdout());
+                    window = (Instant::now(), done);
+                }
+            }
+            if let Some(d) = duration.filter(|_| !infinite) {
                 let over = origin.elapsed() >= d;
                 if over {
                     sending = false;
