@@ -350,7 +350,8 @@ fn run(mut args: PerftestArgs) -> Result<()> {
     // Upstream's ib_write_lat ends without the closing hand shake (6.06 and 6.x alike); a
     // --run_infinitely run ends only when the peer has gone.
     let infinite = args.test_method == crate::args::TestMethod::Infinitely;
-    if !(args.mode == Mode::Lat && args.test == Test::Write) && !infinite {
+    let write_lat = args.mode == Mode::Lat && args.test == Test::Write;
+    if !write_lat && !infinite {
         ex.close(&dests[0])?;
     }
     Ok(())
