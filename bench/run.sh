@@ -67,7 +67,7 @@ log() { printf '[%s] %s\n' "$(date -u +%T)" "$*" >&2; }
 
 # --- peers and build ----------------------------------------------------------------------
 need=()
-for c in ucx_perftest:ucx-utils iperf3:iperf3 qperf:qperf jq:jq gcc:gcc ss:iproute2 ip:iproute2; do
+for c in ucx_perftest:ucx-utils iperf3:iperf3 qperf:qperf jq:jq gcc:gcc bc:bc ss:iproute2 ip:iproute2; do
   command -v "${c%%:*}" >/dev/null || need+=("${c#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -119,14 +119,14 @@ gcc -O2 -o "$W/memcpy_bw" "$ROOT/bench/memcpy_bw.c" || { echo "cannot compile me
 # --- cleanup ------------------------------------------------------------------------------
 NSA=sbA$$ NSB=sbB$$ VA=sbva$$ VB=sbvb$$
 IPA=10.213.0.1 IPB=10.213.0.2
-PIDS=()
+# Every server, client and daemon is a background job of this shell (clients too, see fgwait),
+# so `jobs -p` names exactly the live processes this script started.
 cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
-  for p in "${PIDS[@]}"; do
-    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null
-  done
+  local p i
+  for p in $(jobs -p); do kill -TERM "$p" 2>/dev/null; done
+  for i in 1 2 3 4 5 6 7 8 9 10; do [ -z "$(jobs -rp)" ] && break; sleep 0.2; done
+  for p in $(jobs -rp); do kill -KILL "$p" 2>/dev/null; done
+  wait 2>/dev/null
   ip netns del "$NSA" 2>/dev/null
   ip netns del "$NSB" 2>/dev/null
   ip link del "$VA" 2>/dev/null
@@ -134,6 +134,9 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+# run a command as a background job and wait for it: an INT or TERM then reaches the trap at
+# once instead of after the command ends
+fgwait() { "$@" & wait $!; }
 
 # --- records ------------------------------------------------------------------------------
 # runs.tsv: series, unit, ok|err, value or message.   rows.tsv: what the table shows.
@@ -198,7 +201,6 @@ start_daemon() { # ns dir → DPID
   mkdir -p "$2"
   SOFTIB_RUNTIME_DIR=$2 ip netns exec "$1" "$S" daemon > "$2.log" 2>&1 &
   DPID=$!
-  PIDS+=("$DPID")
   local i
   for i in $(seq 1 100); do
     SOFTIB_RUNTIME_DIR=$2 timeout 5 "$S" ibv_devices > /dev/null 2>&1 && return 0
@@ -228,9 +230,8 @@ sib_pair() {
   SOFTIB_RUNTIME_DIR=$dir_s ip netns exec "$ns_s" timeout $T_RUN "$S" "$@" -d "$dev_s" -F \
     -p $PORT --timeout=10 > "$L-s.txt" 2>&1 &
   local sp=$!
-  PIDS+=("$sp")
   wait_listen "$ns_s" $PORT $sp
-  SOFTIB_RUNTIME_DIR=$dir_c ip netns exec "$ns_c" timeout $T_RUN "$S" "$@" -d "$dev_c" -F \
+  SOFTIB_RUNTIME_DIR=$dir_c fgwait ip netns exec "$ns_c" timeout $T_RUN "$S" "$@" -d "$dev_c" -F \
     -p $PORT --timeout=10 "$host" > "$L-c.txt" 2>&1
   RC_C=$?
   wait $sp
@@ -282,10 +283,9 @@ ucx() {
   # shellcheck disable=SC2086
   env $env_s ip netns exec "$ns_s" timeout $T_RUN ucx_perftest -p $PORT > "$L-s.txt" 2>&1 &
   local sp=$!
-  PIDS+=("$sp")
   wait_listen "$ns_s" $PORT $sp
   # shellcheck disable=SC2086
-  env $env_c ip netns exec "$ns_c" timeout $T_RUN ucx_perftest -p $PORT -t "$test" -s "$size" \
+  fgwait env $env_c ip netns exec "$ns_c" timeout $T_RUN ucx_perftest -p $PORT -t "$test" -s "$size" \
     -n "$n" -w "$w" -f -v "$host" > "$L-c.txt" 2>&1
   local rc=$?
   wait $sp
@@ -417,24 +417,24 @@ if want inter; then
       sib_lat "$X.softib.ib_write_lat.RC.8" ib_write_lat "${P[@]}"
       # iperf3: one TCP stream; UDP 64-byte datagrams, received packets per second
       next
-      ip netns exec "$NSB" timeout $T_RUN iperf3 -s -1 -p $PORT > "$L-s.txt" 2>&1 & sp=$!; PIDS+=("$sp")
+      ip netns exec "$NSB" timeout $T_RUN iperf3 -s -1 -p $PORT > "$L-s.txt" 2>&1 & sp=$!
       wait_listen "$NSB" $PORT $sp
-      ip netns exec "$NSA" timeout $T_RUN iperf3 -c $IPB -p $PORT -t $((DUR + 1)) -J > "$L-c.txt" 2> "$L-e.txt"; rc=$?
+      fgwait ip netns exec "$NSA" timeout $T_RUN iperf3 -c $IPB -p $PORT -t $((DUR + 1)) -J > "$L-c.txt" 2> "$L-e.txt"; rc=$?
       wait $sp
       rec_num "$X.iperf3.tcp" MiB/s "$(jq '.end.sum_received.bits_per_second / 8 / 1048576' "$L-c.txt" 2>/dev/null)" "$(why $rc "$L-e.txt" "$L-c.txt")"
       show "$X.iperf3.tcp"
       next
-      ip netns exec "$NSB" timeout $T_RUN iperf3 -s -1 -p $PORT > "$L-s.txt" 2>&1 & sp=$!; PIDS+=("$sp")
+      ip netns exec "$NSB" timeout $T_RUN iperf3 -s -1 -p $PORT > "$L-s.txt" 2>&1 & sp=$!
       wait_listen "$NSB" $PORT $sp
-      ip netns exec "$NSA" timeout $T_RUN iperf3 -c $IPB -p $PORT -t $((DUR + 1)) -u -b 0 -l 64 -J > "$L-c.txt" 2> "$L-e.txt"; rc=$?
+      fgwait ip netns exec "$NSA" timeout $T_RUN iperf3 -c $IPB -p $PORT -t $((DUR + 1)) -u -b 0 -l 64 -J > "$L-c.txt" 2> "$L-e.txt"; rc=$?
       wait $sp
       rec_num "$X.iperf3.udp64" Mpps "$(jq '.end.sum_received.bytes / 64 / .end.sum_received.seconds / 1e6' "$L-c.txt" 2>/dev/null)" "$(why $rc "$L-e.txt" "$L-c.txt")"
       show "$X.iperf3.udp64"
       # qperf: tcp_bw, udp_lat, tcp_lat (bytes/s and ns with -uu)
       next
-      ip netns exec "$NSB" timeout $((T_RUN * 2)) qperf -lp $PORT > "$L-s.txt" 2>&1 & sp=$!; PIDS+=("$sp")
+      ip netns exec "$NSB" timeout $((T_RUN * 2)) qperf -lp $PORT > "$L-s.txt" 2>&1 & sp=$!
       wait_listen "$NSB" $PORT $sp
-      ip netns exec "$NSA" timeout $((T_RUN * 2)) qperf $IPB -lp $PORT -t $DUR -uu tcp_bw udp_lat tcp_lat quit > "$L-c.txt" 2>&1; rc=$?
+      fgwait ip netns exec "$NSA" timeout $((T_RUN * 2)) qperf $IPB -lp $PORT -t $DUR -uu tcp_bw udp_lat tcp_lat quit > "$L-c.txt" 2>&1; rc=$?
       wait $sp
       q() { awk -v t="$1" -v k="$2" '/^[a-z_]+:$/ {cur=$1} cur==t":" && $1==k {print $3; exit}' "$L-c.txt"; }
       bw=$(q tcp_bw bw) ul=$(q udp_lat latency) tl=$(q tcp_lat latency)
@@ -498,10 +498,10 @@ if want scale; then
     next
     echo "ib_write_bw -q 500 -s 8 -t 8 -D 3 (RSS sampling)" > "$L-cmd.txt"
     SOFTIB_RUNTIME_DIR=$D ip netns exec "$NSA" timeout $T_RUN "$S" ib_write_bw -d rxe1 -F -q 500 -s 8 -t 8 -D 3 \
-      -p $PORT --timeout=20 > "$L-s.txt" 2>&1 & sp=$!; PIDS+=("$sp")
+      -p $PORT --timeout=20 > "$L-s.txt" 2>&1 & sp=$!
     wait_listen "$NSA" $PORT $sp
     SOFTIB_RUNTIME_DIR=$D ip netns exec "$NSA" timeout $T_RUN "$S" ib_write_bw -d rxe0 -F -q 500 -s 8 -t 8 -D 3 \
-      -p $PORT --timeout=20 127.0.0.1 > "$L-c.txt" 2>&1 & cp=$!; PIDS+=("$cp")
+      -p $PORT --timeout=20 127.0.0.1 > "$L-c.txt" 2>&1 & cp=$!
     maxq=0 rss=""
     while kill -0 $cp 2>/dev/null; do
       nq=$(SOFTIB_RUNTIME_DIR=$D timeout 5 "$S" res 2>/dev/null | awk '{for (i = 1; i < NF; i++) if ($i == "qp") n += $(i + 1)} END {print n + 0}')
