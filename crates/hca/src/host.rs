@@ -1574,6 +1574,74 @@ impl HostRt {
                     Err(e) => verbs_error(e),
                 }
             }
+            Request::RegMrProcess {
+                dev,
+                pd,
+                addr,
+                len,
+                access,
+            } => {
+                let hca = dev!(dev).hca_mut();
+                owned!(pds, dev, pd, "PD");
+                if c.owned.mrs.len() >= MAX_MRS_PER_CLIENT {
+                    return Some(err(
+                        ErrorKind::Exhausted,
+                        format!("a client may register at most {MAX_MRS_PER_CLIENT} MRs"),
+                    ));
+                }
+                if len == 0 || addr.checked_add(len).is_none() {
+                    return Some(err(
+                        ErrorKind::Invalid,
+                        format!("a region of {len} bytes at {addr:#x} is not a region"),
+                    ));
+                }
+                // Who the client is comes from the kernel, not from its Hello.
+                let mem = match softib_net::procmem::ProcessMemory::of_peer(&c.stream) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        return Some(err(
+                            ErrorKind::Invalid,
+                            format!("cannot tell which process the client is: {e}"),
+                        ))
+                    }
+                };
+                // Touch both ends now, so a refusal comes back here and not as a failed
+                // RDMA operation later.
+                let mut probe = [0u8; 1];
+                if let Err(e) = mem
+                    .read(addr, &mut probe)
+                    .and_then(|()| mem.read(addr + len - 1, &mut probe))
+                {
+                    let hint = if e.raw_os_error() == Some(1) {
+                        " (EPERM: the daemon may not attach to this process — run both as \
+                         the same user with prctl(PR_SET_PTRACER) or \
+                         /proc/sys/kernel/yama/ptrace_scope 0, or register a buffer from \
+                         alloc_buffer instead)"
+                    } else {
+                        ""
+                    };
+                    return Some(err(
+                        ErrorKind::Invalid,
+                        format!(
+                            "cannot reach [{addr:#x}, +{len}) of pid {}: {e}{hint}",
+                            mem.pid()
+                        ),
+                    ));
+                }
+                let region = RegionId(self.next_region);
+                self.next_region += 1;
+                match hca.reg_mr(PdHandle(pd), addr, len, access, region) {
+                    Ok(key) => {
+                        hca.memory_mut().add_process(region, mem);
+                        c.owned.mrs.insert((dev, key), region);
+                        Response::Mr {
+                            lkey: key,
+                            rkey: key,
+                        }
+                    }
+                    Err(e) => verbs_error(e),
+                }
+            }
             Request::AttachCqRing { dev, cq, slots } => {
                 let _ = dev!(dev);
                 owned!(cqs, dev, cq, "CQ");

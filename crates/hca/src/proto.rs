@@ -320,6 +320,21 @@ pub enum Request {
         /// Slots in the ring.
         slots: u32,
     },
+    /// `ibv_reg_mr` of the client's own memory at `addr` (not a shared buffer): the daemon
+    /// reaches it with cross-memory attach. The client must have allowed that (same user and
+    /// `prctl(PR_SET_PTRACER, daemon)`, which the library does).
+    RegMrProcess {
+        /// Device index.
+        dev: u32,
+        /// The PD.
+        pd: u32,
+        /// First address, in the client.
+        addr: u64,
+        /// Length in bytes.
+        len: u64,
+        /// Access rights.
+        access: AccessFlags,
+    },
     /// `ibv_create_comp_channel`: the eventfd the client made travels with this request (as
     /// SCM_RIGHTS); the daemon writes to it when an armed CQ has completions.
     CreateCompChannel,

@@ -12,6 +12,7 @@ pub mod cable;
 pub mod fault;
 pub mod fdpass;
 pub mod pcap;
+pub mod procmem;
 pub mod ring;
 pub mod shm;
 pub mod tun;

@@ -303,6 +303,43 @@ impl Context {
         }
     }
 
+    /// `ibv_reg_mr` of this process's own memory — any `len` bytes at `addr`, not a buffer
+    /// from [`Context::alloc_buffer`]. The daemon reaches it with cross-memory attach (the
+    /// library first allows the daemon to, with `prctl(PR_SET_PTRACER)`), so each access costs
+    /// a system call in the daemon: shared buffers are faster.
+    ///
+    /// The memory must stay valid until the region is deregistered (the owned API's
+    /// [`ProtectionDomain::register_slice`] makes the borrow checker see to it).
+    pub fn reg_mr_process(
+        &mut self,
+        dev: u32,
+        pd: PdHandle,
+        addr: u64,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<MrKeys> {
+        if let Some(pid) = rustix::process::Pid::from_raw(self.daemon_pid as i32) {
+            // Under Yama ptrace_scope 1 the daemon (not our parent) needs this; where Yama is
+            // absent the call fails harmlessly and the user check applies.
+            let _ = rustix::process::set_ptracer(rustix::process::PTracer::ProcessID(pid));
+        }
+        match self.call(&Request::RegMrProcess {
+            dev,
+            pd: pd.0,
+            addr,
+            len: len as u64,
+            access,
+        })? {
+            Response::Mr { lkey, rkey } => Ok(MrKeys {
+                lkey,
+                rkey,
+                addr,
+                len: len as u64,
+            }),
+            _ => Err(Error::Unexpected("not an MR")),
+        }
+    }
+
     /// `ibv_dereg_mr`.
     pub fn dereg_mr(&mut self, dev: u32, mr: &MrKeys) -> Result<()> {
         self.ok(&Request::DeregMr { dev, lkey: mr.lkey })

@@ -134,7 +134,32 @@ impl ProtectionDomain {
         Ok(MemoryRegion {
             dev: self.dev.clone(),
             keys,
-            buf,
+            buf: Some(buf),
+            _mem: std::marker::PhantomData,
+        })
+    }
+
+    /// Registers memory of this process that is not a shared [`Buffer`] — a `Vec`, an array —
+    /// reached by the HCA through cross-memory attach (see [`Context::reg_mr_process`]). The
+    /// region borrows the memory mutably for its whole life, since the HCA may write it at
+    /// any time: read the results after dropping the region.
+    pub fn register_slice<'b>(
+        &self,
+        mem: &'b mut [u8],
+        access: AccessFlags,
+    ) -> Result<MemoryRegion<'b>> {
+        let keys = self.dev.ctx().reg_mr_process(
+            self.dev.index,
+            self.handle,
+            mem.as_mut_ptr() as u64,
+            mem.len(),
+            access,
+        )?;
+        Ok(MemoryRegion {
+            dev: self.dev.clone(),
+            keys,
+            buf: None,
+            _mem: std::marker::PhantomData,
         })
     }
 
@@ -186,12 +211,15 @@ impl Drop for ProtectionDomain {
     }
 }
 
-/// A registered region over a whole [`Buffer`].
+/// A registered region over a whole [`Buffer`], or over memory borrowed from the program
+/// ([`ProtectionDomain::register_slice`]).
 #[derive(Debug)]
 pub struct MemoryRegion<'b> {
     dev: Device,
     keys: MrKeys,
-    buf: &'b Buffer,
+    buf: Option<&'b Buffer>,
+    /// Holds the borrow of a registered slice.
+    _mem: std::marker::PhantomData<&'b mut [u8]>,
 }
 
 impl MemoryRegion<'_> {
@@ -210,8 +238,8 @@ impl MemoryRegion<'_> {
         self.keys.addr
     }
 
-    /// The buffer.
-    pub fn buffer(&self) -> &Buffer {
+    /// The buffer (`None` for a registered slice).
+    pub fn buffer(&self) -> Option<&Buffer> {
         self.buf
     }
 

@@ -209,3 +209,88 @@ fn completions_beyond_a_full_ring_are_not_stranded() {
     }
     assert_eq!(got, (0..8).collect::<Vec<u64>>(), "in order, none stranded");
 }
+
+#[test]
+fn memory_of_the_program_itself_is_registered_and_reached_by_cross_memory_attach() {
+    let hca = two_devices(4);
+    let (a, b) = (
+        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
+        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
+    );
+    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
+    let buf_a = a.alloc_buffer(8192).unwrap();
+    let all = AccessFlags::LOCAL_WRITE
+        .with(AccessFlags::REMOTE_WRITE)
+        .with(AccessFlags::REMOTE_READ)
+        .with(AccessFlags::REMOTE_ATOMIC);
+    let mr_a = pd_a.register(&buf_a, all).unwrap();
+    // B's memory is a plain Vec, with a counter for the atomic at its start.
+    let mut plain = vec![0u8; 6000];
+    plain[..8].copy_from_slice(&40u64.to_ne_bytes());
+    plain[5000..5005].copy_from_slice(b"hello");
+    {
+        let mr_b = pd_b.register_slice(&mut plain, all).unwrap();
+        assert!(mr_b.buffer().is_none());
+        let qp_a = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 16).unwrap();
+        let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 16).unwrap();
+        let (ea, eb) = (
+            qp_a.endpoint_with(Some(&mr_a)).unwrap(),
+            qp_b.endpoint_with(Some(&mr_b)).unwrap(),
+        );
+        qp_a.connect(&eb, Mtu::Mtu1024).unwrap();
+        qp_b.connect(&ea, Mtu::Mtu1024).unwrap();
+        // WRITE 3000 bytes into the Vec, READ its "hello" back, FETCH_ADD its counter.
+        let data: Vec<u8> = (0..3000u32).map(|i| (i * 13 % 251) as u8).collect();
+        buf_a.write(0, &data);
+        qp_a.write(&mr_a, 0, data.len(), eb.addr + 100, eb.rkey, 1)
+            .unwrap();
+        assert_eq!(
+            cq_a.wait(Duration::from_secs(5)).unwrap().status,
+            WcStatus::Success
+        );
+        qp_a.read(&mr_a, 4000, 5, eb.addr + 5000, eb.rkey, 2)
+            .unwrap();
+        assert_eq!(
+            cq_a.wait(Duration::from_secs(5)).unwrap().status,
+            WcStatus::Success
+        );
+        let mut got = [0u8; 5];
+        buf_a.read(4000, &mut got);
+        assert_eq!(&got, b"hello");
+        qp_a.post_send(vec![softib::SendWr {
+            wr_id: 3,
+            opcode: softib::WrOpcode::AtomicFetchAndAdd {
+                remote: softib::RemoteAddr {
+                    addr: eb.addr,
+                    rkey: softib::RKey(eb.rkey),
+                },
+                add: 2,
+            },
+            sg_list: vec![mr_a.sge(6000, 8)],
+            flags: softib::SendFlags::SIGNALED,
+            inline_data: None,
+            ud: None,
+        }])
+        .unwrap();
+        assert_eq!(
+            cq_a.wait(Duration::from_secs(5)).unwrap().status,
+            WcStatus::Success
+        );
+        let mut old = [0u8; 8];
+        buf_a.read(6000, &mut old);
+        assert_eq!(u64::from_ne_bytes(old), 40);
+        // The region (and the QPs) go; the Vec is ours again.
+    }
+    let data: Vec<u8> = (0..3000u32).map(|i| (i * 13 % 251) as u8).collect();
+    assert_eq!(&plain[100..3100], &data[..]);
+    assert_eq!(u64::from_ne_bytes(plain[..8].try_into().unwrap()), 42);
+    // An address nothing is mapped at is refused when registering, not later.
+    let mut ctx = Context::open_at(hca.dir()).unwrap();
+    let pd = ctx.alloc_pd(0).unwrap();
+    let e = ctx
+        .reg_mr_process(0, pd, 0x10, 4096, AccessFlags::LOCAL_WRITE)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cannot reach"), "{e}");
+}
