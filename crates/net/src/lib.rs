@@ -48,9 +48,14 @@ impl UdpLink {
                 sockopt::set_ipv6_mtu_discover(&socket, sockopt::Ipv6PathMtuDiscovery::DO)?
             }
         }
-        // Best effort: an unprivileged process gets at most net.core.[rw]mem_max.
-        let _ = sockopt::set_socket_recv_buffer_size(&socket, SOCKET_BUFFER);
-        let _ = sockopt::set_socket_send_buffer_size(&socket, SOCKET_BUFFER);
+        // Root may exceed net.core.[rw]mem_max (SO_RCVBUFFORCE); anyone else gets at most
+        // that. A deep receive buffer is what keeps bursts from many QPs from being dropped.
+        if sockopt::set_socket_recv_buffer_size_force(&socket, SOCKET_BUFFER).is_err() {
+            let _ = sockopt::set_socket_recv_buffer_size(&socket, SOCKET_BUFFER);
+        }
+        if sockopt::set_socket_send_buffer_size_force(&socket, SOCKET_BUFFER).is_err() {
+            let _ = sockopt::set_socket_send_buffer_size(&socket, SOCKET_BUFFER);
+        }
         let local = socket.local_addr()?;
         Ok(UdpLink { socket, local })
     }

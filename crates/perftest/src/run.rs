@@ -394,7 +394,16 @@ impl Local {
             .with(AccessFlags::REMOTE_ATOMIC);
         let mr = ctx.reg_mr(dev, pd, &buf, 0, len, access)?;
         let depth = (args.tx_depth + args.rx_depth) * args.num_qps.max(1);
-        let cq = ctx.create_cq(dev, depth.max(16))?;
+        let cq = ctx.create_cq(dev, depth.max(16)).map_err(|e| {
+            RunError(format!(
+                " Couldn't create CQ of {} entries ((TX depth {} + RX depth {}) x {} QPs): {e}; \
+                 lower -t, -r or -q",
+                depth.max(16),
+                args.tx_depth,
+                args.rx_depth,
+                args.num_qps.max(1)
+            ))
+        })?;
         let qp_type = match args.connection {
             Connection::Rc => QpType::Rc,
             Connection::Uc => QpType::Uc,
@@ -798,7 +807,9 @@ impl Local {
                     // Post whole CQ-moderation groups so every group ends signaled; the last
                     // partial group goes out at the end.
                     if n < left {
-                        n -= n % cq_mod.min(n.max(1));
+                        // Only whole groups: a partial one left at the end of a -D run
+                        // would never complete (nothing in it is signaled).
+                        n -= n % cq_mod;
                     }
                     if n == 0 {
                         continue;

@@ -131,6 +131,7 @@ impl Qp {
             // Forward progress resets the retry counters (IBA §9.7.6.1.3) and restarts the timer.
             self.sq.retry_left = self.attr.retry_cnt;
             self.sq.rnr_retry_left = self.attr.rnr_retry;
+            self.sq.on_progress(res.transport.max_unacked_psns);
         }
         self.retire(res);
         self.rearm_retransmit(now);
@@ -199,6 +200,7 @@ impl Qp {
             return;
         }
         self.sq.retry_left -= 1;
+        self.sq.on_loss(res.transport.max_unacked_psns);
         self.rewind(psn);
     }
 
@@ -392,6 +394,7 @@ impl Qp {
                     return;
                 }
                 self.sq.retry_left -= 1;
+                self.sq.on_loss(res.transport.max_unacked_psns);
                 self.rewind(una);
             }
         }

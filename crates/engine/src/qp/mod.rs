@@ -114,9 +114,35 @@ pub(crate) struct SendQueue {
     pub completed_count: u64,
     /// SQD was entered with work in progress: the SQ Drained event is still due.
     pub drain_pending: bool,
+    /// The congestion window in packets (`None`: the full PSN window). A soft HCA's "wire"
+    /// is a socket buffer that overflows when many QPs send at once; go-back-N then resends
+    /// everything in flight, which overflows it again. Halving the window on each loss and
+    /// growing it by one per acknowledgement that makes progress (AIMD, as TCP and RoCE's
+    /// DCQCN do in spirit) lets the aggregate settle below what the receiver drains.
+    pub cwnd: Option<u32>,
 }
 
+/// The smallest congestion window.
+pub(crate) const MIN_CWND: u32 = 2;
+
 impl SendQueue {
+    /// The window the requester may fill: the congestion window within the PSN window.
+    pub fn window(&self, max: u32) -> u32 {
+        self.cwnd.map_or(max, |c| c.min(max)).max(1)
+    }
+
+    /// A loss: halve the window.
+    pub fn on_loss(&mut self, max: u32) {
+        self.cwnd = Some((self.window(max) / 2).max(MIN_CWND.min(max)));
+    }
+
+    /// Progress: widen the window by one, up to the PSN window (then no limit is kept).
+    pub fn on_progress(&mut self, max: u32) {
+        if let Some(c) = self.cwnd {
+            self.cwnd = (c + 1 < max).then_some(c + 1);
+        }
+    }
+
     /// The oldest PSN that is transmitted but not acknowledged, if any.
     pub fn una(&self) -> Option<Psn> {
         for w in &self.wqes {

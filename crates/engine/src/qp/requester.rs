@@ -140,7 +140,8 @@ impl Qp {
                 let next = w.first_psn.map_or(self.sq.next_psn, |f| f.add(w.sent));
                 if let Some(una) = una {
                     let inflight = next.diff(una);
-                    if inflight >= 0 && inflight as u32 >= res.transport.max_unacked_psns {
+                    let window = self.sq.window(res.transport.max_unacked_psns);
+                    if inflight >= 0 && inflight as u32 >= window {
                         return None;
                     }
                 }
@@ -215,7 +216,7 @@ impl Qp {
         let qpn = self.qpn;
         let pd = self.init.pd;
         let ack_every = res.transport.max_pkt_per_ack.max(1);
-        let window = res.transport.max_unacked_psns;
+        let window = self.sq.window(res.transport.max_unacked_psns);
         let una = self.sq.una();
         let w = &mut self.sq.wqes[i];
         let first = w.first_psn.unwrap_or_default();

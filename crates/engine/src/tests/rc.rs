@@ -428,7 +428,7 @@ fn ack_req_every_max_pkt_per_ack_packets_and_on_the_last() {
 }
 
 #[test]
-fn no_more_than_max_unacked_psns_in_flight_when_acks_are_lost() {
+fn no_more_than_the_window_in_flight_when_acks_are_lost_and_the_window_halves_on_loss() {
     for window in [128u32, 16] {
         let mut p = Pair::with_config(|c| c.transport.max_unacked_psns = window);
         let (qa, _qb) = p.connect(QpType::Rc);
@@ -447,14 +447,16 @@ fn no_more_than_max_unacked_psns_in_flight_when_acks_are_lost() {
             .map(|l| l.psn().diff(Psn::new(0xFF_FFF0)))
             .collect();
         assert_eq!(psns, (0..window as i32).collect::<Vec<_>>());
-        // One local ACK timeout later the same window goes out again (go-back-N), no further.
+        // One local ACK timeout later go-back-N resends from the first unacknowledged PSN,
+        // with the congestion window halved by the loss: half the window, no further.
         p.drive_for(ACK_TIMEOUT);
-        assert_eq!(p.sent_a, 2 * window as usize);
+        let half = window as usize / 2;
+        assert_eq!(p.sent_a, window as usize + half);
         let again: Vec<i32> = from_a(&p.decoded_log())
             .skip(window as usize)
             .map(|l| l.psn().diff(Psn::new(0xFF_FFF0)))
             .collect();
-        assert_eq!(again, psns);
+        assert_eq!(again, psns[..half]);
         assert!(p.a.completions().is_empty());
     }
 }
@@ -1006,4 +1008,29 @@ fn every_packet_duplicated_per_operation_executes_once() {
         assert_eq!(p.a.state(qa), QpState::Rts, "{what}");
         assert_eq!(p.b.state(qb), QpState::Rts, "{what}");
     }
+}
+
+#[test]
+fn the_congestion_window_halves_on_each_loss_and_grows_back_by_one_per_progress() {
+    let mut sq = crate::qp::SendQueue::default();
+    assert_eq!(sq.window(128), 128);
+    for want in [64, 32, 16, 8, 4, 2, 2] {
+        sq.on_loss(128);
+        assert_eq!(sq.window(128), want);
+    }
+    for _ in 0..125 {
+        sq.on_progress(128);
+    }
+    assert_eq!(sq.window(128), 127);
+    sq.on_progress(128);
+    assert_eq!(
+        (sq.window(128), sq.cwnd),
+        (128, None),
+        "back to the full window"
+    );
+    // A PSN window at the floor stays there; a window of one stays one.
+    sq.on_loss(2);
+    assert_eq!(sq.window(2), 2);
+    sq.on_loss(1);
+    assert_eq!(sq.window(1), 1);
 }
