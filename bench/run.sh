@@ -14,7 +14,10 @@
 #        iperf3 (one TCP stream; UDP 64 B), qperf (tcp_bw, udp_lat, tcp_lat) and ucx_perftest
 #        over TCP on the same veth;
 # scale  aggregate ib_write_bw -q 1/16/256, the daemon's RSS with 1,000 RC QPs connected, and
-#        the CPU an idle daemon uses.
+#        the CPU an idle daemon uses;
+# ipoib  iperf3 (one TCP stream) between two hosts' ib0 on the softib fabric (topoA, a network
+#        namespace per host) beside iperf3 over a veth pair with ib0's MTU (issue 10: a figure,
+#        no target).
 #
 # Every figure is the median of --runs runs (3; --quick: 1) with min and max. It prints one
 # table (figure, softib, peer, ratio, target from issue 7, met) and writes it as JSON to
@@ -26,7 +29,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 RUNS=3
 QUICK=0
-ONLY=intra,inter,scale
+ONLY=intra,inter,scale,ipoib
 MTUS="1500 9000"
 INSTALL=1
 BUILD=1
@@ -57,7 +60,7 @@ while [ $# -gt 0 ]; do
 done
 want() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 for p in ${ONLY//,/ }; do
-  case $p in intra|inter|scale) ;; *) echo "--only: unknown phase $p" >&2; exit 2 ;; esac
+  case $p in intra|inter|scale|ipoib) ;; *) echo "--only: unknown phase $p" >&2; exit 2 ;; esac
 done
 [ "$(id -u)" = 0 ] || { echo "bench/run.sh needs root (network namespaces, veth)" >&2; exit 2; }
 
@@ -130,6 +133,8 @@ cleanup() {
   ip netns del "$NSA" 2>/dev/null
   ip netns del "$NSB" 2>/dev/null
   ip link del "$VA" 2>/dev/null
+  ip link del "$VA"i 2>/dev/null
+  [ -d "$W/ipoib-fabric" ] && "$S" fabric down --dir "$W/ipoib-fabric" > /dev/null 2>&1
   if [ $KEEP = 1 ]; then echo "logs kept in $W" >&2; else rm -rf "$W"; fi
 }
 trap cleanup EXIT
@@ -538,6 +543,57 @@ if want scale; then
   row "scale ib_write_bw -q 256 (default -t 128)" MiB/s scale.softib.ib_write_bw.q256_default_tx_depth "softib -q 1" scale.softib.ib_write_bw.q1 - -
   row "scale daemon RSS, 1,000 RC QPs connected" MiB scale.softib.daemon_rss_1000_rc_qps - - abs_le 64
   row "scale idle daemon CPU (4 s windows)" % scale.softib.idle_daemon_cpu - - abs_le 0
+fi
+
+# --- ipoib -------------------------------------------------------------------------------
+if want ipoib; then
+  FD=$W/ipoib-fabric
+  log "ipoib: topoA with a namespace per host ($FD), ib0 on port 1 of each"
+  if ! timeout 60 "$S" fabric up "$ROOT/topologies/topoA.net" --dir "$FD" --netns > "$W/ipoib-up.txt" 2>&1; then
+    rec_err ipoib.iperf3.tcp MiB/s "fabric up: $(tail -1 "$W/ipoib-up.txt")"
+  else
+    for i in $(seq 1 100); do
+      [ "$("$S" fabric status --dir "$FD" | grep -c 'port 1 Active')" = 2 ] && break
+      sleep 0.2
+    done
+    fx() { local h=$1; shift; timeout 20 "$S" fabric exec "$h" --dir "$FD" -- "$@"; }
+    ok=1
+    for hp in test213:192.168.0.2 test214:192.168.0.3; do
+      h=${hp%%:*} a=${hp#*:}
+      { fx "$h" softib ipoib add ib0 --dev mlx4_0 --port 1 && fx "$h" ip addr add "$a/24" dev ib0 \
+        && fx "$h" ip link set ib0 up; } >> "$W/ipoib-up.txt" 2>&1 || ok=0
+    done
+    fx test213 ping -c 2 -w 10 192.168.0.3 >> "$W/ipoib-up.txt" 2>&1 || ok=0
+    IBMTU=$(fx test213 cat /sys/class/net/ib0/mtu 2>/dev/null || echo 2044)
+    info ipoib.ib0_mtu "$IBMTU"
+    NS1=$(awk '$1 == "test213" {print $2}' "$FD/netns") NS2=$(awk '$1 == "test214" {print $2}' "$FD/netns")
+    # The veth to compare with: its own pair of namespaces, ib0's MTU.
+    make_ns "$NSA"i; make_ns "$NSB"i
+    ip link add "$VA"i type veth peer name "$VB"i
+    ip link set "$VA"i netns "$NSA"i; ip link set "$VB"i netns "$NSB"i
+    ip -n "$NSA"i addr add 10.214.0.1/24 dev "$VA"i; ip -n "$NSB"i addr add 10.214.0.2/24 dev "$VB"i
+    ip -n "$NSA"i link set "$VA"i mtu "$IBMTU" up; ip -n "$NSB"i link set "$VB"i mtu "$IBMTU" up
+    for r in $(seq 1 "$RUNS"); do
+      log "ipoib run $r/$RUNS"
+      for pair in "ipoib.iperf3.tcp $NS2 $NS1 192.168.0.3" "ipoib.veth.iperf3.tcp ${NSB}i ${NSA}i 10.214.0.2"; do
+        set -- $pair
+        next
+        if [ $ok = 1 ] || [ "$1" != ipoib.iperf3.tcp ]; then
+          ip netns exec "$2" timeout $T_RUN iperf3 -s -1 -p $PORT > "$L-s.txt" 2>&1 & sp=$!
+          wait_listen "$2" $PORT $sp
+          fgwait ip netns exec "$3" timeout $T_RUN iperf3 -c "$4" -p $PORT -t $((DUR + 1)) -J > "$L-c.txt" 2> "$L-e.txt"; rc=$?
+          wait $sp
+          rec_num "$1" MiB/s "$(jq '.end.sum_received.bits_per_second / 8 / 1048576' "$L-c.txt" 2>/dev/null)" "$(why $rc "$L-e.txt" "$L-c.txt")"
+        else
+          rec_err "$1" MiB/s "ib0 did not come up: $(tail -2 "$W/ipoib-up.txt" | tr '\n' ' ')"
+        fi
+        show "$1"
+      done
+    done
+    ip netns del "$NSA"i; ip netns del "$NSB"i
+    "$S" fabric down --dir "$FD" > /dev/null 2>&1
+  fi
+  row "ipoib iperf3 TCP over ib0 (MTU ${IBMTU:-?})" MiB/s ipoib.iperf3.tcp "iperf3 TCP over veth, same MTU" ipoib.veth.iperf3.tcp - -
 fi
 
 T_END=$(date +%s.%N)

@@ -356,6 +356,10 @@ struct Ipoib {
     last_check: Option<Instant>,
     last_join: Option<Instant>,
     last_written: Option<String>,
+    /// Sends prepared but not posted yet: posted together, one request per batch.
+    pending: Vec<SendWr>,
+    /// The interface's IPv4 address and netmask, and when they were read.
+    addr: (Option<(Ipv4Addr, Ipv4Addr)>, Option<Instant>),
 }
 
 impl Ipoib {
@@ -423,6 +427,8 @@ impl Ipoib {
             last_check: None,
             last_join: None,
             last_written: None,
+            pending: Vec::new(),
+            addr: (None, None),
         };
         // The interface MTU before the port is up: the IB MTU of the port's maximum.
         let mtu = port.active_mtu.bytes().unwrap_or(2048) - ENCAP_LEN;
@@ -466,9 +472,11 @@ impl Ipoib {
                         Err(e) => return Err(e).context("reading the TUN device"),
                     }
                 }
+                self.flush()?;
             }
             self.drain_cq()?;
             self.expire_neighbours();
+            self.flush()?;
         }
         let _ = std::fs::remove_file(state_path(&self.args.ifname));
         Ok(())
@@ -760,18 +768,34 @@ impl Ipoib {
         Ok(())
     }
 
-    fn is_broadcast(&self, dst: Ipv4Addr) -> bool {
+    /// The interface's address and netmask, read again when older than half a second (the
+    /// user sets them with `ip addr` at any time).
+    fn if_addr(&mut self) -> Option<(Ipv4Addr, Ipv4Addr)> {
+        if self
+            .addr
+            .1
+            .is_none_or(|t| t.elapsed() > Duration::from_millis(500))
+        {
+            self.addr = (
+                self.ifc.ipv4(&self.args.ifname).ok().flatten(),
+                Some(Instant::now()),
+            );
+        }
+        self.addr.0
+    }
+
+    fn is_broadcast(&mut self, dst: Ipv4Addr) -> bool {
         if dst.is_broadcast() || dst.is_multicast() {
             return true;
         }
-        match self.ifc.ipv4(&self.args.ifname) {
-            Ok(Some((addr, mask))) => {
+        match self.if_addr() {
+            Some((addr, mask)) => {
                 let host = !u32::from(mask);
                 host != 0 && u32::from(dst) & host == host && {
                     u32::from(dst) & u32::from(mask) == u32::from(addr) & u32::from(mask)
                 }
             }
-            _ => false,
+            None => false,
         }
     }
 
@@ -821,9 +845,10 @@ impl Ipoib {
                 remote_qkey: qkey,
             }),
         };
-        if let Err(e) = self.ctx.post_send(self.dev, qp, vec![wr]) {
-            self.free_send.push(slot);
-            return Err(e.into());
+        let _ = qp;
+        self.pending.push(wr);
+        if self.pending.len() >= 32 {
+            self.flush()?;
         }
         if ethertype == ETHERTYPE_IPV4 {
             self.counters.tx_packets += 1;
@@ -833,8 +858,26 @@ impl Ipoib {
         Ok(())
     }
 
-    fn arp(&self, op: u16, target_hw: [u8; HW_LEN], target_ip: Ipv4Addr) -> Option<Vec<u8>> {
-        let (addr, _) = self.ifc.ipv4(&self.args.ifname).ok().flatten()?;
+    /// Posts the prepared sends in one request.
+    fn flush(&mut self) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let wrs = std::mem::take(&mut self.pending);
+        let Some(qp) = self.qp else {
+            self.free_send.extend(wrs.iter().map(|w| w.wr_id as usize));
+            return Ok(());
+        };
+        let slots: Vec<usize> = wrs.iter().map(|w| w.wr_id as usize).collect();
+        if let Err(e) = self.ctx.post_send(self.dev, qp, wrs) {
+            self.free_send.extend(slots);
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    fn arp(&mut self, op: u16, target_hw: [u8; HW_LEN], target_ip: Ipv4Addr) -> Option<Vec<u8>> {
+        let (addr, _) = self.if_addr()?;
         let mut a = Vec::with_capacity(ARP_LEN);
         a.extend_from_slice(&ARPHRD_INFINIBAND.to_be_bytes());
         a.extend_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
