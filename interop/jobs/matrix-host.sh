@@ -90,6 +90,37 @@ for tool in "ib_write_bw -s 64" "ib_read_bw -s 64" "ib_send_bw -c UD -a" "ib_wri
     cell "$name.softib-server" host $tool $PG $iters -- $tool $PH $iters
 done
 
+# RoCEv2 over IPv6: no IP Identification, so softib checks rxe's ICRCs at full strength.
+# A second softib device on the same tap with an IPv6 address; the guest's rxe0 gets a GID
+# for the guest's IPv6 address (its index is looked up). The TCP exchange stays on IPv4.
+HOST_IP6=fd00:211::1
+GUEST_IP6=fd00:211::2
+if [ -z "$ONLY" ] || [[ "ipv6" =~ $ONLY ]]; then
+    ip -6 addr add "$HOST_IP6/64" dev tap0 nodad
+    "$SOFTIB" link add softib6 type rxe netdev tap0 --addr "$HOST_IP6" >"$CELLS/ipv6-link-add.txt" 2>&1
+    guest_run ipv6-setup 30 "ip -6 addr add $GUEST_IP6/64 dev eth0 nodad && sleep 1 && grep -l '^fd00:0211:' /sys/class/infiniband/rxe0/ports/1/gids/* | head -1 | xargs basename"
+    GX6=$(tr -d '[:space:]' <"$CMD_DIR/ipv6-setup.out")
+    HX6=1
+    echo "IPv6 GID index: rxe0 $GX6, softib6 $HX6"
+    if [ -n "$GX6" ]; then
+        G="-d rxe0 -g $GX6"
+        H="-d softib6 -g $HX6"
+        for t in rc ud; do
+            extra="-n 100"
+            [ $t = ud ] && extra="-n 100 -s 512"
+            cell "ipv6.ibv_${t}_pingpong.rxe-server" guest ibv_${t}_pingpong $G $extra -- ibv_${t}_pingpong $H $extra
+            cell "ipv6.ibv_${t}_pingpong.softib-server" host ibv_${t}_pingpong $G $extra -- ibv_${t}_pingpong $H $extra
+        done
+        for tool in ib_write_bw ib_read_bw "ib_send_bw -c UD"; do
+            name=ipv6.$(echo "$tool" | sed 's/ -c / /; s/ -/./g; s/ /./g')
+            cell "$name.rxe-server" guest $tool -d rxe0 -x "$GX6" -F -n 200 -- $tool -d softib6 -x $HX6 -F -n 200
+            cell "$name.softib-server" host $tool -d rxe0 -x "$GX6" -F -n 200 -- $tool -d softib6 -x $HX6 -F -n 200
+        done
+    else
+        echo "ipv6: rxe0 has no GID for $GUEST_IP6" | tee -a "$MATRIX"
+    fi
+fi
+
 kill -INT "$CAP" 2>/dev/null; wait "$CAP" 2>/dev/null
 # Every RoCEv2 packet on the tap, both directions, with the ICRC recomputed over the real IP
 # headers (rxe's nonzero IP Identification included): rxe drops a bad ICRC silently, so this
@@ -102,6 +133,9 @@ decode_rc=$?
         "$(grep -c "^ *[0-9]* *[0-9.]* $GUEST_IP\.[0-9]* > $HOST_IP\.4791: " "$INTEROP_OUT/tap0.decode.txt")" \
         "$(grep -c 'icrc=ok' "$INTEROP_OUT/tap0.decode.txt")" \
         "$(grep -c 'icrc=BAD' "$INTEROP_OUT/tap0.decode.txt")" "$decode_rc"
+    printf 'wire (IPv6): %s RoCEv2 packets softib->rxe, %s rxe->softib\n' \
+        "$(grep -c " $HOST_IP6\.[0-9]* > $GUEST_IP6\.4791: " "$INTEROP_OUT/tap0.decode.txt")" \
+        "$(grep -c " $GUEST_IP6\.[0-9]* > $HOST_IP6\.4791: " "$INTEROP_OUT/tap0.decode.txt")"
 } | tee -a "$MATRIX"
 guest_stop
 echo "matrix done: $(grep -c PASS "$MATRIX") passed, $(grep -c FAIL "$MATRIX") failed"

@@ -35,8 +35,40 @@ pub struct UdpLink {
     local: SocketAddr,
 }
 
+/// `UDP_NO_CHECK6_RX` from `linux/udp.h` (level `SOL_UDP`); the libc crate does not name it.
+const UDP_NO_CHECK6_RX: libc::c_int = 102;
+
+/// Lets an IPv6 UDP socket receive datagrams whose UDP checksum is zero.
+///
+/// Linux drops those by default (RFC 8200), but RoCEv2 senders write zero over IPv6 — the Linux
+/// rxe driver does (its own socket accepts them the same way; RFC 6935 allows zero for
+/// tunnels), and the ICRC covers the packet anyway. Without this, every packet from rxe over
+/// IPv6 vanished in the kernel before softib saw it.
+fn accept_zero_udp6_checksum(socket: &UdpSocket) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let one: libc::c_int = 1;
+    #[allow(unsafe_code)]
+    // SAFETY: the descriptor is an open socket owned by `socket` for the whole call; the option
+    // value is a live `c_int` and the length passed is exactly its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_UDP,
+            UDP_NO_CHECK6_RX,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 impl UdpLink {
-    /// Binds `local`, non-blocking, DF on, ID 0, large buffers.
+    /// Binds `local`, non-blocking, DF on, ID 0, large buffers; over IPv6 it also accepts
+    /// datagrams with a zero UDP checksum (see `accept_zero_udp6_checksum`).
     pub fn bind(local: SocketAddr) -> io::Result<UdpLink> {
         let socket = UdpSocket::bind(local)?;
         socket.set_nonblocking(true)?;
@@ -45,7 +77,8 @@ impl UdpLink {
                 sockopt::set_ip_mtu_discover(&socket, sockopt::Ipv4PathMtuDiscovery::DO)?
             }
             SocketAddr::V6(_) => {
-                sockopt::set_ipv6_mtu_discover(&socket, sockopt::Ipv6PathMtuDiscovery::DO)?
+                sockopt::set_ipv6_mtu_discover(&socket, sockopt::Ipv6PathMtuDiscovery::DO)?;
+                accept_zero_udp6_checksum(&socket)?;
             }
         }
         // Root may exceed net.core.[rw]mem_max (SO_RCVBUFFORCE); anyone else gets at most
@@ -115,5 +148,41 @@ impl UdpLink {
             }
             Err(e) => Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod udp6_tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    fn no_check6_rx(socket: &UdpSocket) -> libc::c_int {
+        let mut v: libc::c_int = -1;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        #[allow(unsafe_code)]
+        // SAFETY: an open socket, a live out-parameter and its exact length.
+        let rc = unsafe {
+            libc::getsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_UDP,
+                UDP_NO_CHECK6_RX,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(rc, 0, "{}", io::Error::last_os_error());
+        v
+    }
+
+    #[test]
+    fn ipv6_links_accept_a_zero_udp_checksum() {
+        let Ok(link) = UdpLink::bind("[::1]:0".parse().unwrap()) else {
+            eprintln!("skipped: no IPv6 loopback here");
+            return;
+        };
+        assert_eq!(no_check6_rx(link.socket()), 1);
+        // A plain socket does not (the kernel's default, which dropped rxe's packets).
+        let plain = UdpSocket::bind("[::1]:0").unwrap();
+        assert_eq!(no_check6_rx(&plain), 0);
     }
 }
