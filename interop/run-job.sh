@@ -92,7 +92,9 @@ ip netns add "$NS"
 nsx ip link set lo up
 nsx ip tuntap add dev tap0 mode tap
 nsx ip addr add "$HOST_IP/24" dev tap0
-nsx ip link set tap0 mtu 1500 up
+# A deep queue towards the guest: under TCG it drains slowly, and UC (no retransmission)
+# loses whatever the tap drops.
+nsx ip link set tap0 mtu 1500 txqueuelen 20000 up
 log "namespace $NS: tap0 $HOST_IP/24, guest $GUEST_IP"
 
 # --- softib on the host side ------------------------------------------------------------------

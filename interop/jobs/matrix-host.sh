@@ -83,7 +83,9 @@ done
 
 # A few variants that exercise what the defaults do not: small messages (the sender walks its
 # remote address through the peer's cycle buffer), a size sweep, both directions at once.
-for tool in "ib_write_bw -s 64" "ib_read_bw -s 64" "ib_send_bw -c UD -a" "ib_write_bw -b" "ib_send_bw -b"; do
+for tool in "ib_write_bw -s 64" "ib_read_bw -s 64" "ib_send_bw -c UD -a" "ib_write_bw -b" "ib_send_bw -b" \
+    "ib_atomic_bw -A CMP_AND_SWAP" "ib_atomic_lat -A CMP_AND_SWAP" "ib_send_bw -c UC" "ib_write_bw -c UC" \
+    "ib_write_bw -q 2"; do
     iters="-n 200"
     name=$(echo "$tool" | sed 's/ -c / /; s/ -/./g; s/ /./g')
     cell "$name.rxe-server" guest $tool $PG $iters -- $tool $PH $iters
