@@ -12,7 +12,9 @@ use crate::config::{DeviceAttr, HcaConfig, PortAttr};
 use crate::counters::{DropCounters, DropReason, PortCounters};
 use crate::cq::Cq;
 use crate::memory::{Memory, Mr, MrTable, RegionId};
-use crate::qp::{attr, AddressVector, AttrMask, ModifyQpError, Qp, QpAttr, QpInitAttr, SendWqe};
+use crate::qp::{
+    attr, AddressVector, AttrMask, ModifyQpError, Qp, QpAttr, QpCap, QpInitAttr, SendWqe,
+};
 use crate::res::{Ah, Resources, Srq};
 use crate::rng::Rng;
 use crate::time::Instant;
@@ -89,6 +91,65 @@ pub struct Hca<M: Memory> {
     /// The latest `now` any input carried: commands without a time of their own (posting,
     /// modifying) judge readiness by it.
     last_now: Instant,
+}
+
+/// The checks `ibv_post_send` makes on a send WR that depend only on the QP's type and
+/// capabilities (not its state or queue): on success, the message length. The library runs
+/// them too, before it puts a WR in a submission ring, so that the verb still fails at once.
+pub fn check_send_wr(
+    qp_type: QpType,
+    cap: &QpCap,
+    wr: &SendWr,
+    max_msg: u32,
+) -> Result<u64, VerbsError> {
+    if !wr.opcode.allowed_on(qp_type) {
+        return Err(VerbsError::Invalid(
+            "the opcode is not available on this QP type",
+        ));
+    }
+    if (qp_type == QpType::Ud) != wr.ud.is_some() {
+        return Err(VerbsError::Invalid(
+            "UD send WRs need an address handle and remote QPN; connected QPs take none",
+        ));
+    }
+    let inline = wr.flags.contains(SendFlags::INLINE);
+    let len: u64 = match (&wr.inline_data, inline) {
+        (Some(data), true) => {
+            if wr.opcode.is_read_or_atomic() {
+                return Err(VerbsError::Invalid("READ and atomics cannot be inline"));
+            }
+            if data.len() > cap.max_inline_data as usize {
+                return Err(VerbsError::Invalid(
+                    "inline data larger than max_inline_data",
+                ));
+            }
+            data.len() as u64
+        }
+        (None, false) => {
+            if wr.sg_list.len() > cap.max_send_sge as usize {
+                return Err(VerbsError::Invalid("more SGEs than the QP's max_send_sge"));
+            }
+            wr.sg_list.iter().map(|s| u64::from(s.length)).sum()
+        }
+        _ => {
+            return Err(VerbsError::Invalid(
+                "inline_data must be given exactly when SendFlags::INLINE is set",
+            ))
+        }
+    };
+    if matches!(
+        wr.opcode,
+        WrOpcode::AtomicCmpAndSwp { .. } | WrOpcode::AtomicFetchAndAdd { .. }
+    ) && len != 8
+    {
+        return Err(VerbsError::Invalid(
+            "atomics need exactly 8 bytes of local buffer",
+        ));
+    }
+    if len > u64::from(max_msg) {
+        return Err(VerbsError::Invalid("message larger than max_msg_sz"));
+    }
+    Ok(len)
 }
 
 impl<M: Memory> Hca<M> {
@@ -734,54 +795,7 @@ impl<M: Memory> Hca<M> {
         if qp.sq.wqes.len() >= qp.init.cap.max_send_wr as usize {
             return Err(VerbsError::Exhausted("the send queue"));
         }
-        let qp_type = qp.qp_type();
-        if !wr.opcode.allowed_on(qp_type) {
-            return Err(VerbsError::Invalid(
-                "the opcode is not available on this QP type",
-            ));
-        }
-        if (qp_type == QpType::Ud) != wr.ud.is_some() {
-            return Err(VerbsError::Invalid(
-                "UD send WRs need an address handle and remote QPN; connected QPs take none",
-            ));
-        }
-        let inline = wr.flags.contains(SendFlags::INLINE);
-        let len: u64 = match (&wr.inline_data, inline) {
-            (Some(data), true) => {
-                if wr.opcode.is_read_or_atomic() {
-                    return Err(VerbsError::Invalid("READ and atomics cannot be inline"));
-                }
-                if data.len() > qp.init.cap.max_inline_data as usize {
-                    return Err(VerbsError::Invalid(
-                        "inline data larger than max_inline_data",
-                    ));
-                }
-                data.len() as u64
-            }
-            (None, false) => {
-                if wr.sg_list.len() > qp.init.cap.max_send_sge as usize {
-                    return Err(VerbsError::Invalid("more SGEs than the QP's max_send_sge"));
-                }
-                wr.sg_list.iter().map(|s| u64::from(s.length)).sum()
-            }
-            _ => {
-                return Err(VerbsError::Invalid(
-                    "inline_data must be given exactly when SendFlags::INLINE is set",
-                ))
-            }
-        };
-        if matches!(
-            wr.opcode,
-            WrOpcode::AtomicCmpAndSwp { .. } | WrOpcode::AtomicFetchAndAdd { .. }
-        ) && len != 8
-        {
-            return Err(VerbsError::Invalid(
-                "atomics need exactly 8 bytes of local buffer",
-            ));
-        }
-        if len > u64::from(max_msg) {
-            return Err(VerbsError::Invalid("message larger than max_msg_sz"));
-        }
+        let len = check_send_wr(qp.qp_type(), &qp.init.cap, &wr, max_msg)?;
         let signaled = qp.init.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
         let flush = matches!(qp.state, QpState::Err | QpState::Sqe);
         qp.sq.wqes.push_back(SendWqe {

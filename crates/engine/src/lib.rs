@@ -74,7 +74,7 @@ pub mod qp;
 mod res;
 
 pub use config::{DeviceAttr, HcaConfig, PortAttr, TransportConfig};
-pub use hca::{Hca, VerbsError};
+pub use hca::{check_send_wr, Hca, VerbsError};
 pub use memory::{Memory, RegionId, VecMemory};
 pub use qp::{AddressVector, AttrMask, GlobalRoute, QpAttr, QpCap, QpInitAttr};
 pub use res::{Ah, Srq};

@@ -132,6 +132,11 @@ struct Client {
     cq_rings: BTreeMap<(u32, u32), softib_net::ring::Ring>,
     /// A ring broke (the client scribbled on it): the client is dropped.
     broken: bool,
+    /// The submission ring and its doorbell, once the client attached them.
+    submit: Option<(softib_net::ring::Ring, OwnedFd)>,
+    /// Ring entries the engine refused although the library had checked them (their WRs
+    /// are lost; counted and logged, as a device reports an asynchronous error).
+    submit_errors: u64,
 }
 
 struct HostRt {
@@ -174,6 +179,7 @@ enum Slot {
     HostDev(usize, usize, usize),
     Client(usize, u64),
     SwitchCable(usize, usize),
+    Doorbell(usize, u64),
 }
 
 /// Which nodes of a topology a daemon runs, and how cable ends find each other.
@@ -564,6 +570,8 @@ impl Daemon {
         let buf = &mut self.buf;
         let h = &mut self.hosts[hi];
         let mut busy = false;
+        // Receives the clients posted go to the QPs before this turn's packets arrive.
+        h.drain_submissions();
         for d in &mut h.devs {
             busy |= d.receive(std_now, now, buf, &mut self.sb)?;
         }
@@ -724,6 +732,10 @@ impl Daemon {
                 for (id, c) in &h.clients {
                     fds.push(PollFd::new(&c.stream, PollFlags::IN));
                     slots.push(Slot::Client(hi, *id));
+                    if let Some((_, bell)) = &c.submit {
+                        fds.push(PollFd::new(bell, PollFlags::IN));
+                        slots.push(Slot::Doorbell(hi, *id));
+                    }
                 }
             }
             for (si, s) in self.switches.iter().enumerate() {
@@ -756,6 +768,17 @@ impl Daemon {
                     self.hosts[h].ready_clients.insert(id);
                 }
                 Slot::SwitchCable(s, p) => self.switches[s].ready[p] = true,
+                Slot::Doorbell(h, id) => {
+                    if let Some((_, bell)) = self.hosts[h]
+                        .clients
+                        .get(&id)
+                        .and_then(|c| c.submit.as_ref())
+                    {
+                        // Reset the eventfd; the ring itself is drained every turn.
+                        let mut b = [0u8; 8];
+                        let _ = rustix::io::read(bell, &mut b);
+                    }
+                }
             }
         }
         Ok(())
@@ -812,6 +835,8 @@ impl HostRt {
                             armed: BTreeMap::new(),
                             cq_rings: BTreeMap::new(),
                             broken: false,
+                            submit: None,
+                            submit_errors: 0,
                         },
                     );
                 }
@@ -821,7 +846,70 @@ impl HostRt {
         }
     }
 
+    /// Executes what waits in the clients' submission rings.
+    fn drain_submissions(&mut self) {
+        let ids: Vec<u64> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| c.submit.is_some())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.drain_submit(id);
+        }
+    }
+
+    fn drain_submit(&mut self, id: u64) {
+        let Some(c) = self.clients.get_mut(&id) else {
+            return;
+        };
+        let Some((ring, _)) = &c.submit else {
+            return;
+        };
+        let mut buf = Vec::new();
+        loop {
+            match ring.pop(&mut buf) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(_) => {
+                    c.broken = true;
+                    return;
+                }
+            }
+            let Ok(op) = postcard::from_bytes::<proto::Submit>(&buf) else {
+                c.broken = true;
+                return;
+            };
+            let (dev, qpn) = match &op {
+                proto::Submit::Send { dev, qpn, .. } | proto::Submit::Recv { dev, qpn, .. } => {
+                    (*dev, *qpn)
+                }
+            };
+            let owned = c.owned.qps.contains(&(dev, qpn));
+            let Some(hca) = self.devs.get_mut(dev as usize).map(Device::hca_mut) else {
+                c.submit_errors += 1;
+                continue;
+            };
+            let result = match op {
+                _ if !owned => Err(VerbsError::NotFound("QP of this client")),
+                proto::Submit::Send { wr, .. } => hca.post_send(qpn, wr),
+                proto::Submit::Recv { wr, .. } => hca.post_recv(qpn, wr),
+            };
+            if let Err(e) = result {
+                c.submit_errors += 1;
+                if c.submit_errors == 1 {
+                    eprintln!(
+                        "softibd[{}]: {} (pid {}): a work request from its submission ring \
+                         for QP {qpn} was refused: {e}",
+                        self.name, c.program, c.pid
+                    );
+                }
+            }
+        }
+    }
+
     fn serve_clients(&mut self, _now: Instant) {
+        self.drain_submissions();
         let ready = std::mem::take(&mut self.ready_clients);
         // Ready sockets, and clients whose requests wait in their buffer behind a parked one.
         let ids: Vec<u64> = self
@@ -849,6 +937,8 @@ impl HostRt {
                         break;
                     }
                 };
+                // Work the client posted through its ring comes before what it asks now.
+                self.drain_submit(id);
                 let response = match proto::decode::<Request>(&frame) {
                     Ok(req) => self.handle(id, req),
                     Err(msg) => Some(err(ErrorKind::Protocol, msg)),
@@ -1640,6 +1730,36 @@ impl HostRt {
                         }
                     }
                     Err(e) => verbs_error(e),
+                }
+            }
+            Request::AttachSubmitRing { slots } => {
+                let (Some(bell), Some(fd)) = (c.reader.fds.pop(), c.reader.fds.pop()) else {
+                    return Some(err(
+                        ErrorKind::Protocol,
+                        "AttachSubmitRing arrived without its memfd and doorbell",
+                    ));
+                };
+                if c.submit.is_some() {
+                    return Some(err(
+                        ErrorKind::Busy,
+                        "a submission ring is attached already",
+                    ));
+                }
+                if slots == 0 || slots > proto::SUBMIT_SLOTS_MAX {
+                    return Some(err(
+                        ErrorKind::Invalid,
+                        format!(
+                            "a submission ring has 1 to {} slots",
+                            proto::SUBMIT_SLOTS_MAX
+                        ),
+                    ));
+                }
+                match softib_net::ring::Ring::from_fd(fd, slots, proto::SUBMIT_SLOT_LEN) {
+                    Ok(ring) => {
+                        c.submit = Some((ring, bell));
+                        Response::Ok
+                    }
+                    Err(e) => err(ErrorKind::Invalid, format!("cannot map the ring: {e}")),
                 }
             }
             Request::AttachCqRing { dev, cq, slots } => {

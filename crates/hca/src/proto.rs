@@ -26,6 +26,36 @@ pub const VERSION: u32 = 1;
 pub const CQ_RING_SLOT_LEN: usize = 128;
 /// The most slots a completion ring may have.
 pub const CQ_RING_SLOTS_MAX: u64 = 1 << 16;
+/// The size of a submission ring slot.
+pub const SUBMIT_SLOT_LEN: usize = 512;
+/// The most slots a submission ring may have.
+pub const SUBMIT_SLOTS_MAX: u32 = 1 << 16;
+
+/// One entry of a submission ring: a work request for a QP the client owns. The library has
+/// checked it as `ibv_post_*` would (queue room, SGEs, inline size, opcode for the QP type),
+/// so that the verb fails at once and not here.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Submit {
+    /// `ibv_post_send` of one WR.
+    Send {
+        /// Device index.
+        dev: u32,
+        /// The QP.
+        qpn: Qpn,
+        /// The WR.
+        wr: SendWr,
+    },
+    /// `ibv_post_recv` of one WR.
+    Recv {
+        /// Device index.
+        dev: u32,
+        /// The QP.
+        qpn: Qpn,
+        /// The WR.
+        wr: RecvWr,
+    },
+}
+
 /// The largest frame either side accepts.
 pub const MAX_FRAME: usize = 4 << 20;
 /// The most request bytes the daemon buffers per client before serving them: one largest
@@ -334,6 +364,14 @@ pub enum Request {
         len: u64,
         /// Access rights.
         access: AccessFlags,
+    },
+    /// From now on the client also posts through a submission ring: its memfd and a doorbell
+    /// eventfd travel with this request; `slots` slots of [`SUBMIT_SLOT_LEN`] bytes, each a
+    /// postcard-encoded [`Submit`]. The daemon executes the ring's entries, in order, before
+    /// any later request of the client, and whenever the doorbell rings.
+    AttachSubmitRing {
+        /// Slots in the ring.
+        slots: u32,
     },
     /// `ibv_create_comp_channel`: the eventfd the client made travels with this request (as
     /// SCM_RIGHTS); the daemon writes to it when an armed CQ has completions.

@@ -152,6 +152,39 @@ pub struct Context {
     /// Completion rings by (device, CQ): polled without a request.
     cq_rings: std::collections::BTreeMap<(u32, u32), softib_net::ring::Ring>,
     ring_buf: Vec<u8>,
+    /// What the library knows of each QP it made, to check a post as the verb does before
+    /// the WR goes into the submission ring.
+    qps: std::collections::BTreeMap<(u32, Qpn), QpTrack>,
+    /// The submission ring and its doorbell (made at the first post that can use it).
+    submit: Option<(softib_net::ring::Ring, std::os::fd::OwnedFd)>,
+    /// The submission ring is not used (SOFTIB_SUBMIT_RING=0, or the daemon refused it).
+    submit_off: bool,
+}
+
+/// Slots of the submission ring.
+const SUBMIT_SLOTS: u32 = 4096;
+
+fn ring_broken(e: &softib_net::ring::RingError) -> Error {
+    Error::Io(std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("the submission ring is broken: {e:?}"),
+    ))
+}
+
+/// A QP as the library sees it: enough to check `ibv_post_*` without asking the daemon.
+#[derive(Debug)]
+struct QpTrack {
+    qp_type: QpType,
+    cap: QpCap,
+    sig_all: bool,
+    srq: bool,
+    state: QpState,
+    /// Posted send WRs whose completion has not been polled: (wr_id, signaled). A send
+    /// queue slot is free again once the completion of its WR, or of a later signaled WR, is
+    /// polled — as on hardware, where the library advances the queue when it polls.
+    sq: std::collections::VecDeque<(u64, bool)>,
+    /// Posted receives whose completion has not been polled.
+    rq: u32,
 }
 
 impl Context {
@@ -173,6 +206,9 @@ impl Context {
             daemon_pid: 0,
             cq_rings: std::collections::BTreeMap::new(),
             ring_buf: Vec::new(),
+            qps: std::collections::BTreeMap::new(),
+            submit: None,
+            submit_off: std::env::var_os("SOFTIB_SUBMIT_RING").is_some_and(|v| v == "0"),
         };
         let program = std::env::args()
             .next()
@@ -413,7 +449,21 @@ impl Context {
     /// `ibv_create_qp`.
     pub fn create_qp(&mut self, dev: u32, init: QpInitAttr) -> Result<Qpn> {
         match self.call(&Request::CreateQp { dev, init })? {
-            Response::Qp(q) => Ok(q),
+            Response::Qp(q) => {
+                self.qps.insert(
+                    (dev, q),
+                    QpTrack {
+                        qp_type: init.qp_type,
+                        cap: init.cap,
+                        sig_all: init.sq_sig_all,
+                        srq: init.srq.is_some(),
+                        state: QpState::Reset,
+                        sq: std::collections::VecDeque::new(),
+                        rq: 0,
+                    },
+                );
+                Ok(q)
+            }
             _ => Err(Error::Unexpected("not a QP")),
         }
     }
@@ -425,7 +475,18 @@ impl Context {
             qpn,
             attr: Box::new(*attr),
             mask,
-        })
+        })?;
+        if mask.contains(AttrMask::STATE) {
+            if let Some(t) = self.qps.get_mut(&(dev, qpn)) {
+                t.state = attr.qp_state;
+                if attr.qp_state == QpState::Reset {
+                    // RESET empties both queues without completions.
+                    t.sq.clear();
+                    t.rq = 0;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// `ibv_query_qp`.
@@ -438,7 +499,9 @@ impl Context {
 
     /// `ibv_destroy_qp`.
     pub fn destroy_qp(&mut self, dev: u32, qpn: Qpn) -> Result<()> {
-        self.ok(&Request::DestroyQp { dev, qpn })
+        self.ok(&Request::DestroyQp { dev, qpn })?;
+        self.qps.remove(&(dev, qpn));
+        Ok(())
     }
 
     /// `ibv_create_ah`.
@@ -454,37 +517,240 @@ impl Context {
 
     /// `ibv_post_send` of a list: all posted, or the error of the first that was not (the
     /// ones before it are posted, as with the verb's `bad_wr`).
+    ///
+    /// A list the library can check completely (the QP is in RTS, its send queue has room,
+    /// and each WR passes [`softib_engine::check_send_wr`]) goes into the submission ring in
+    /// shared memory and the daemon's doorbell rings: no request, no reply to wait for.
+    /// Anything else is a request, whose answer says what is wrong.
     pub fn post_send(&mut self, dev: u32, qpn: Qpn, wrs: Vec<SendWr>) -> Result<()> {
-        match self.call(&Request::PostSend { dev, qpn, wrs })? {
-            Response::Posted { error: None, .. } => Ok(()),
-            Response::Posted {
-                posted,
-                error: Some(message),
-            } => Err(Error::Refused {
+        if self.try_submit_sends(dev, qpn, &wrs)? {
+            return Ok(());
+        }
+        let marks: Vec<(u64, bool)> = wrs
+            .iter()
+            .map(|w| (w.wr_id, w.flags.contains(SendFlags::SIGNALED)))
+            .collect();
+        let (posted, error) = match self.call(&Request::PostSend { dev, qpn, wrs })? {
+            Response::Posted { posted, error } => (posted, error),
+            _ => return Err(Error::Unexpected("not Posted")),
+        };
+        if let Some(t) = self.qps.get_mut(&(dev, qpn)) {
+            let n = if error.is_some() {
+                posted as usize
+            } else {
+                marks.len()
+            };
+            let sig_all = t.sig_all;
+            t.sq.extend(marks.into_iter().take(n).map(|(id, s)| (id, s || sig_all)));
+        }
+        match error {
+            None => Ok(()),
+            Some(message) => Err(Error::Refused {
                 kind: ErrorKind::Invalid,
                 message: format!("work request {posted} of the list: {message}"),
             }),
-            _ => Err(Error::Unexpected("not Posted")),
+        }
+    }
+
+    /// Puts `wrs` into the submission ring when the library can vouch for them; `false` when
+    /// they must go as a request.
+    fn try_submit_sends(&mut self, dev: u32, qpn: Qpn, wrs: &[SendWr]) -> Result<bool> {
+        if self.submit_off || wrs.is_empty() {
+            return Ok(false);
+        }
+        let Some(t) = self.qps.get(&(dev, qpn)) else {
+            return Ok(false);
+        };
+        if t.state != QpState::Rts {
+            return Ok(false);
+        }
+        // A slot is free once its completion (or a later signaled one) has been polled, as on
+        // hardware: so the library, not the daemon, knows when the queue is full.
+        let room = (t.cap.max_send_wr as usize).saturating_sub(t.sq.len());
+        if wrs.len() > room {
+            return Err(Error::Refused {
+                kind: ErrorKind::Exhausted,
+                message: format!(
+                    "the send queue is full: {} work requests are posted whose completions \
+                     have not been polled (max_send_wr {}); poll the CQ, and signal now and \
+                     then when posting unsignaled",
+                    t.sq.len(),
+                    t.cap.max_send_wr
+                ),
+            });
+        }
+        let mut entries = Vec::with_capacity(wrs.len());
+        for wr in wrs {
+            if softib_engine::check_send_wr(t.qp_type, &t.cap, wr, u32::MAX).is_err() {
+                return Ok(false);
+            }
+            let entry = proto::Submit::Send {
+                dev,
+                qpn,
+                wr: wr.clone(),
+            };
+            match postcard::to_stdvec(&entry) {
+                Ok(b) if b.len() + 2 <= proto::SUBMIT_SLOT_LEN => entries.push(b),
+                _ => return Ok(false),
+            }
+        }
+        if !self.submit_entries(&entries)? {
+            return Ok(false);
+        }
+        if let Some(t) = self.qps.get_mut(&(dev, qpn)) {
+            let sig_all = t.sig_all;
+            t.sq.extend(
+                wrs.iter()
+                    .map(|w| (w.wr_id, sig_all || w.flags.contains(SendFlags::SIGNALED))),
+            );
+        }
+        Ok(true)
+    }
+
+    /// Puts receives into the submission ring when the library can vouch for them.
+    fn try_submit_recvs(&mut self, dev: u32, qpn: Qpn, wrs: &[RecvWr]) -> Result<bool> {
+        if self.submit_off || wrs.is_empty() {
+            return Ok(false);
+        }
+        let Some(t) = self.qps.get(&(dev, qpn)) else {
+            return Ok(false);
+        };
+        if t.srq || t.state == QpState::Reset {
+            return Ok(false);
+        }
+        let room = t.cap.max_recv_wr.saturating_sub(t.rq) as usize;
+        if wrs.len() > room {
+            return Err(Error::Refused {
+                kind: ErrorKind::Exhausted,
+                message: format!(
+                    "the receive queue is full: {} receives are posted whose completions have \
+                     not been polled (max_recv_wr {}); poll the CQ",
+                    t.rq, t.cap.max_recv_wr
+                ),
+            });
+        }
+        let mut entries = Vec::with_capacity(wrs.len());
+        for wr in wrs {
+            if wr.sg_list.len() > t.cap.max_recv_sge as usize {
+                return Ok(false);
+            }
+            let entry = proto::Submit::Recv {
+                dev,
+                qpn,
+                wr: wr.clone(),
+            };
+            match postcard::to_stdvec(&entry) {
+                Ok(b) if b.len() + 2 <= proto::SUBMIT_SLOT_LEN => entries.push(b),
+                _ => return Ok(false),
+            }
+        }
+        if !self.submit_entries(&entries)? {
+            return Ok(false);
+        }
+        if let Some(t) = self.qps.get_mut(&(dev, qpn)) {
+            t.rq += wrs.len() as u32;
+        }
+        Ok(true)
+    }
+
+    /// Pushes encoded entries into the submission ring (made on first use) and rings the
+    /// doorbell; `false` when the ring lacks room for all of them (nothing pushed then).
+    fn submit_entries(&mut self, entries: &[Vec<u8>]) -> Result<bool> {
+        if self.submit.is_none() {
+            let ring = softib_net::ring::Ring::create(
+                "softib-submit",
+                SUBMIT_SLOTS,
+                proto::SUBMIT_SLOT_LEN,
+            )?;
+            let bell = CompChannel::new_fd()?;
+            match self.call_with_fds(
+                &Request::AttachSubmitRing {
+                    slots: SUBMIT_SLOTS,
+                },
+                &[ring.fd(), bell.as_fd()],
+            ) {
+                Ok(Response::Ok) => self.submit = Some((ring, bell)),
+                // An older daemon, or a refusal: post by request from now on.
+                _ => {
+                    self.submit_off = true;
+                    return Ok(false);
+                }
+            }
+        }
+        let Some((ring, bell)) = &self.submit else {
+            return Ok(false);
+        };
+        let used = ring.len().map_err(|e| ring_broken(&e))?;
+        if ring.capacity() - used < entries.len() as u64 {
+            return Ok(false);
+        }
+        for e in entries {
+            if !ring.push(e).map_err(|e| ring_broken(&e))? {
+                return Err(Error::Unexpected("the submission ring filled while in use"));
+            }
+        }
+        // An eventfd adds to its counter; a full counter is readable already.
+        let _ = rustix::io::write(bell, &1u64.to_ne_bytes());
+        Ok(true)
+    }
+
+    /// Frees the queue slots of the WRs whose completions were just polled.
+    fn note_completions(&mut self, dev: u32, wcs: &[WorkCompletion]) {
+        for wc in wcs {
+            let Some(t) = self.qps.get_mut(&(dev, wc.qp_num)) else {
+                continue;
+            };
+            if matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm) {
+                t.rq = t.rq.saturating_sub(1);
+            } else if let Some(i) = t.sq.iter().position(|&(id, _)| id == wc.wr_id) {
+                t.sq.drain(..=i);
+            }
         }
     }
 
     /// `ibv_post_recv` of a list.
     pub fn post_recv(&mut self, dev: u32, qpn: Qpn, wrs: Vec<RecvWr>) -> Result<()> {
+        if self.try_submit_recvs(dev, qpn, &wrs)? {
+            return Ok(());
+        }
+        let n = wrs.len() as u32;
         match self.call(&Request::PostRecv { dev, qpn, wrs })? {
-            Response::Posted { error: None, .. } => Ok(()),
+            Response::Posted { error: None, .. } => {
+                if let Some(t) = self.qps.get_mut(&(dev, qpn)) {
+                    t.rq += n;
+                }
+                Ok(())
+            }
             Response::Posted {
                 posted,
                 error: Some(message),
-            } => Err(Error::Refused {
-                kind: ErrorKind::Invalid,
-                message: format!("receive request {posted} of the list: {message}"),
-            }),
+            } => {
+                if let Some(t) = self.qps.get_mut(&(dev, qpn)) {
+                    t.rq += posted;
+                }
+                Err(Error::Refused {
+                    kind: ErrorKind::Invalid,
+                    message: format!("receive request {posted} of the list: {message}"),
+                })
+            }
             _ => Err(Error::Unexpected("not Posted")),
         }
     }
 
     /// `ibv_poll_cq` for up to `max` completions, waiting up to `wait` for the first.
     pub fn poll_cq(
+        &mut self,
+        dev: u32,
+        cq: CqHandle,
+        max: u32,
+        wait: Duration,
+    ) -> Result<Vec<WorkCompletion>> {
+        let v = self.poll_cq_inner(dev, cq, max, wait)?;
+        self.note_completions(dev, &v);
+        Ok(v)
+    }
+
+    fn poll_cq_inner(
         &mut self,
         dev: u32,
         cq: CqHandle,

@@ -294,3 +294,59 @@ fn memory_of_the_program_itself_is_registered_and_reached_by_cross_memory_attach
         .to_string();
     assert!(e.contains("cannot reach"), "{e}");
 }
+
+#[test]
+fn posting_through_the_submission_ring_still_fails_at_once_as_the_verb_does() {
+    let hca = two_devices(5);
+    let (a, b) = (
+        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
+        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
+    );
+    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let (buf_a, buf_b) = (a.alloc_buffer(4096).unwrap(), b.alloc_buffer(4096).unwrap());
+    let (mr_a, mr_b) = (
+        pd_a.register(&buf_a, AccessFlags::LOCAL_WRITE).unwrap(),
+        pd_b.register(&buf_b, AccessFlags::LOCAL_WRITE).unwrap(),
+    );
+    let qp_a = pd_a.create_qp(QpType::Ud, &cq_a, &cq_a, 16).unwrap();
+    let qp_b = pd_b.create_qp(QpType::Ud, &cq_b, &cq_b, 16).unwrap();
+    let eb = qp_b.endpoint().unwrap();
+    // Before RTS a send is refused by the daemon, with the reason.
+    let e = qp_a
+        .send(&mr_a, 0, 8, Some(&eb), 1)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("RTS"), "{e}");
+    qp_a.connect(&eb, Mtu::Mtu1024).unwrap();
+    qp_b.connect(&qp_a.endpoint().unwrap(), Mtu::Mtu1024)
+        .unwrap();
+    for i in 0..16 {
+        qp_b.recv(&mr_b, 0, 40 + 64, i).unwrap();
+    }
+    // The receive queue is full: the seventeenth receive fails at once.
+    let e = qp_b.recv(&mr_b, 0, 40 + 64, 99).unwrap_err().to_string();
+    assert!(e.contains("receive queue"), "{e}");
+    // Sixteen sends fill the send queue; the next fails until completions are polled.
+    for i in 0..16 {
+        qp_a.send(&mr_a, 0, 8, Some(&eb), 100 + i).unwrap();
+    }
+    let e = qp_a
+        .send(&mr_a, 0, 8, Some(&eb), 200)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("send queue"), "{e}");
+    let mut done = 0;
+    let t0 = std::time::Instant::now();
+    while done < 16 && t0.elapsed() < Duration::from_secs(5) {
+        done += cq_a.poll(16).unwrap().len();
+    }
+    assert_eq!(done, 16);
+    qp_a.send(&mr_a, 0, 8, Some(&eb), 201).unwrap();
+    // Every datagram arrived, in order.
+    let mut got = Vec::new();
+    while got.len() < 16 && t0.elapsed() < Duration::from_secs(5) {
+        got.extend(cq_b.poll(16).unwrap().into_iter().map(|w| w.wr_id));
+    }
+    assert_eq!(got, (0..16).collect::<Vec<u64>>());
+}
