@@ -6,8 +6,10 @@
 //! of a session must be `Hello` with [`VERSION`]; a daemon that speaks another version answers
 //! with an error naming both.
 //!
-//! Today the data path (post send/receive, poll CQ) also goes through this socket; the
-//! shared-memory rings of DESIGN.md will take it over without changing the control requests.
+//! The data path mostly bypasses this socket: after `AttachSubmitRing` and `AttachCqRing`,
+//! work requests and completions travel through rings in shared memory ([`Submit`] entries
+//! and postcard-encoded completions), and `PostSend`/`PostRecv`/`PollCq` remain for what the
+//! library cannot post through the ring and for waiting.
 
 use std::io::{self, Read};
 use std::os::fd::{BorrowedFd, OwnedFd};
