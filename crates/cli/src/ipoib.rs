@@ -807,10 +807,10 @@ impl Ipoib {
         qpn: Qpn,
         qkey: u32,
     ) -> Result<()> {
-        let Some(qp) = self.qp else {
+        if self.qp.is_none() {
             self.counters.drop_port_down += 1;
             return Ok(());
-        };
+        }
         if self.free_send.is_empty() {
             self.drain_cq()?;
         }
@@ -845,7 +845,6 @@ impl Ipoib {
                 remote_qkey: qkey,
             }),
         };
-        let _ = qp;
         self.pending.push(wr);
         if self.pending.len() >= 32 {
             self.flush()?;
@@ -1034,12 +1033,7 @@ impl Ipoib {
         sha.copy_from_slice(&a[8..8 + HW_LEN]);
         let spa = Ipv4Addr::new(a[28], a[29], a[30], a[31]);
         let tpa = Ipv4Addr::new(a[52], a[53], a[54], a[55]);
-        let ours = self
-            .ifc
-            .ipv4(&self.args.ifname)
-            .ok()
-            .flatten()
-            .map(|(ip, _)| ip);
+        let ours = self.if_addr().map(|(ip, _)| ip);
         let for_us = ours == Some(tpa);
         // RFC 826: update a neighbour we know; learn the sender when the message is for us.
         if self.neighbours.contains_key(&spa) || for_us {
