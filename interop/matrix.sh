@@ -5,7 +5,8 @@
 #   interop/matrix.sh [-o OUTDIR]
 #
 # Environment: SOFTIB_INTEROP_ONLY=REGEX runs only the cells whose names match;
-# SOFTIB_INTEROP_CELL_TIMEOUT (default 120 s) bounds each cell; see run-job.sh for the rest.
+# SOFTIB_INTEROP_CELL_TIMEOUT (default 120 s) bounds each cell; SOFTIB_INTEROP_RETRIES (default 1)
+# reruns a failed cell that many times (the guest under TCG can stall); see run-job.sh.
 # Needs root. Results: OUTDIR/matrix.txt (default target/interop/matrix-<time>).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
