@@ -1042,9 +1042,13 @@ impl Local {
             if t0.elapsed() > self.timeout {
                 return Err(self.stalled("waiting for the peer's RDMA WRITE", i, n));
             }
-            std::hint::spin_loop();
-            if t0.elapsed() > Duration::from_millis(1) {
+            // The daemon that moves the peer's bytes needs a CPU too: on a machine with fewer
+            // cores than spinning processes a spinner holds it back. Spin (yielding) for a
+            // moment, then sleep in short naps.
+            if t0.elapsed() < Duration::from_micros(200) {
                 std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(20));
             }
         }
     }

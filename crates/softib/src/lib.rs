@@ -159,7 +159,14 @@ pub struct Context {
     submit: Option<(softib_net::ring::Ring, std::os::fd::OwnedFd)>,
     /// The submission ring is not used (SOFTIB_SUBMIT_RING=0, or the daemon refused it).
     submit_off: bool,
+    /// Polls in a row that found nothing (see `poll_cq`).
+    empty_polls: u32,
 }
+
+/// Empty busy polls (each after a yield) before a poll blocks in the daemon.
+const SPINS_BEFORE_BLOCKING: u32 = 200;
+/// How long such a poll may block (it returns as soon as a completion arrives).
+const BLOCK_US: u32 = 1000;
 
 /// Slots of the submission ring.
 const SUBMIT_SLOTS: u32 = 4096;
@@ -209,6 +216,7 @@ impl Context {
             qps: std::collections::BTreeMap::new(),
             submit: None,
             submit_off: std::env::var_os("SOFTIB_SUBMIT_RING").is_some_and(|v| v == "0"),
+            empty_polls: 0,
         };
         let program = std::env::args()
             .next()
@@ -776,10 +784,27 @@ impl Context {
                 }
             }
             if v.is_empty() && wait_us == 0 {
-                // Nothing yet, and the caller will spin: let the daemon — the "hardware",
-                // which needs a CPU to make progress — run first. On a machine with fewer cores
-                // than spinning processes, spinning without yielding starves it.
-                std::thread::yield_now();
+                // Nothing yet, and the caller spins. The daemon — the "hardware" — needs a CPU
+                // to make progress, and on a machine with fewer cores than spinning processes a
+                // spinner starves it. So: yield for a while, then block briefly in the daemon
+                // (which answers at once when a completion comes).
+                self.empty_polls = self.empty_polls.saturating_add(1);
+                if self.empty_polls < SPINS_BEFORE_BLOCKING {
+                    std::thread::yield_now();
+                    return Ok(v);
+                }
+                if let Response::Completions(mut direct) = self.call(&Request::PollCq {
+                    dev,
+                    cq: cq.0,
+                    max,
+                    wait_us: BLOCK_US,
+                })? {
+                    self.pop_ring(dev, cq.0, max, &mut v)?;
+                    v.append(&mut direct);
+                }
+            }
+            if !v.is_empty() {
+                self.empty_polls = 0;
             }
             if !v.is_empty() || wait_us == 0 {
                 return Ok(v);
