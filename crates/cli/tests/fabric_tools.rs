@@ -296,6 +296,32 @@ fn bidirectional_duration_and_multi_qp_runs_report_consistent_numbers() {
         assert!(t0.elapsed() < Duration::from_secs(20), "{}", f.status());
         std::thread::sleep(Duration::from_millis(100));
     }
+    // -N: no peak, and the average still spans the whole run (first post to last completion).
+    let (_, with_peak) = perftest(
+        &f,
+        "ib_write_bw",
+        &["-n", "500"],
+        "test214",
+        "test213",
+        18672,
+    );
+    let (_, no_peak) = perftest(
+        &f,
+        "ib_write_bw",
+        &["-N", "-n", "500"],
+        "test214",
+        "test213",
+        18673,
+    );
+    let (a, b) = (bw_rows(&with_peak)[0], bw_rows(&no_peak)[0]);
+    assert_eq!(b.2, 0.0, "{no_peak}");
+    assert!(
+        b.3 < a.3 * 5.0 && b.3 > a.3 / 5.0,
+        "-N average {} vs {}",
+        b.3,
+        a.3
+    );
+
     // --run_infinitely: a row per -D seconds until stopped; the server then ends cleanly.
     let srv = Command::new(SOFTIB)
         .args(["fabric", "exec", "test214", "--dir"])

@@ -885,7 +885,12 @@ impl Local {
             }
         }
         let elapsed = origin.elapsed().as_nanos() as u64;
-        let mut r = if sender && duration.is_none() {
+        let mut r = if sender && duration.is_none() && args.no_peak {
+            // -N: upstream keeps only the first post and the last completion.
+            let first = tposted.first().copied().unwrap_or(0);
+            let last = tcompleted.last().copied().unwrap_or(elapsed);
+            BwResult::from_args(args, vec![first], vec![last])
+        } else if sender && duration.is_none() {
             BwResult::from_args(args, tposted, tcompleted)
         } else {
             // Receivers and duration runs have no per-message stamps: start and end only.
