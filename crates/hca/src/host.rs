@@ -91,6 +91,7 @@ struct Owned {
     cqs: BTreeSet<(u32, u32)>,
     qps: BTreeSet<(u32, Qpn)>,
     ahs: BTreeSet<(u32, u32)>,
+    srqs: BTreeSet<(u32, u32)>,
     /// (device, MR L_Key) → its region id.
     mrs: BTreeMap<(u32, u32), RegionId>,
     /// Buffer id → (mapping, address in the client).
@@ -975,6 +976,11 @@ impl HostRt {
                 let _ = h.destroy_qp(*qpn);
             }
         }
+        for (d, srq) in &c.owned.srqs {
+            if let Some(h) = self.devs.get_mut(*d as usize).map(Device::hca_mut) {
+                let _ = h.destroy_srq(softib_engine::SrqHandle(*srq));
+            }
+        }
         for (d, ah) in &c.owned.ahs {
             if let Some(h) = self.devs.get_mut(*d as usize).map(Device::hca_mut) {
                 let _ = h.destroy_ah(AhHandle(*ah));
@@ -1272,6 +1278,9 @@ impl HostRt {
                 owned!(pds, dev, init.pd.0, "PD");
                 owned!(cqs, dev, init.send_cq.0, "CQ");
                 owned!(cqs, dev, init.recv_cq.0, "CQ");
+                if let Some(srq) = init.srq {
+                    owned!(srqs, dev, srq.0, "SRQ");
+                }
                 if c.owned.qps.len() >= MAX_QPS_PER_CLIENT {
                     return Some(err(
                         ErrorKind::Exhausted,
@@ -1731,6 +1740,60 @@ impl HostRt {
                     }
                     Err(e) => verbs_error(e),
                 }
+            }
+            Request::CreateSrq {
+                dev,
+                pd,
+                max_wr,
+                max_sge,
+            } => {
+                let hca = dev!(dev).hca_mut();
+                owned!(pds, dev, pd, "PD");
+                if c.owned.srqs.len() >= MAX_CQS_PER_CLIENT {
+                    return Some(err(ErrorKind::Exhausted, "too many SRQs for one client"));
+                }
+                match hca.create_srq(PdHandle(pd), max_wr, max_sge) {
+                    Ok(srq) => {
+                        c.owned.srqs.insert((dev, srq.0));
+                        Response::Handle(u64::from(srq.0))
+                    }
+                    Err(e) => verbs_error(e),
+                }
+            }
+            Request::ModifySrq { dev, srq, limit } => {
+                let hca = dev!(dev).hca_mut();
+                owned!(srqs, dev, srq, "SRQ");
+                match hca.modify_srq(softib_engine::SrqHandle(srq), limit) {
+                    Ok(()) => Response::Ok,
+                    Err(e) => verbs_error(e),
+                }
+            }
+            Request::DestroySrq { dev, srq } => {
+                let hca = dev!(dev).hca_mut();
+                owned!(srqs, dev, srq, "SRQ");
+                match hca.destroy_srq(softib_engine::SrqHandle(srq)) {
+                    Ok(()) => {
+                        c.owned.srqs.remove(&(dev, srq));
+                        Response::Ok
+                    }
+                    Err(e) => verbs_error(e),
+                }
+            }
+            Request::PostSrqRecv { dev, srq, wrs } => {
+                let hca = dev!(dev).hca_mut();
+                owned!(srqs, dev, srq, "SRQ");
+                let mut posted = 0;
+                let mut error = None;
+                for wr in wrs {
+                    match hca.post_srq_recv(softib_engine::SrqHandle(srq), wr) {
+                        Ok(()) => posted += 1,
+                        Err(e) => {
+                            error = Some(e.to_string());
+                            break;
+                        }
+                    }
+                }
+                Response::Posted { posted, error }
             }
             Request::AttachSubmitRing { slots } => {
                 let (Some(bell), Some(fd)) = (c.reader.fds.pop(), c.reader.fds.pop()) else {

@@ -375,6 +375,42 @@ pub enum Request {
         /// Slots in the ring.
         slots: u32,
     },
+    /// `ibv_create_srq`.
+    CreateSrq {
+        /// Device index.
+        dev: u32,
+        /// The PD.
+        pd: u32,
+        /// Receive WQEs it holds.
+        max_wr: u32,
+        /// SGEs per WQE.
+        max_sge: u32,
+    },
+    /// `ibv_modify_srq` with IBV_SRQ_LIMIT: arm the limit event.
+    ModifySrq {
+        /// Device index.
+        dev: u32,
+        /// The SRQ.
+        srq: u32,
+        /// The limit.
+        limit: u32,
+    },
+    /// `ibv_destroy_srq`.
+    DestroySrq {
+        /// Device index.
+        dev: u32,
+        /// The SRQ.
+        srq: u32,
+    },
+    /// `ibv_post_srq_recv` of a list.
+    PostSrqRecv {
+        /// Device index.
+        dev: u32,
+        /// The SRQ.
+        srq: u32,
+        /// The WRs.
+        wrs: Vec<RecvWr>,
+    },
     /// `ibv_create_comp_channel`: the eventfd the client made travels with this request (as
     /// SCM_RIGHTS); the daemon writes to it when an armed CQ has completions.
     CreateCompChannel,

@@ -28,6 +28,7 @@ pub use softib_engine::verbs::{
 };
 pub use softib_engine::{
     AddressVector, AhHandle, AttrMask, CqHandle, GlobalRoute, PdHandle, QpAttr, QpCap, QpInitAttr,
+    SrqHandle,
 };
 pub use softib_hca::device::LinkConfig;
 pub use softib_hca::ib::MadQp;
@@ -42,7 +43,10 @@ pub mod embedded;
 mod objects;
 
 pub use channel::CompChannel;
-pub use objects::{CompletionQueue, Device, Endpoint, MemoryRegion, ProtectionDomain, QueuePair};
+pub use objects::{
+    CompletionQueue, Device, Endpoint, MemoryRegion, ProtectionDomain, QueuePair,
+    SharedReceiveQueue,
+};
 
 /// The Q_Key softib's objects use on UD QPs (perftest's and the pingpong examples' 0x11111111).
 pub const UD_QKEY: u32 = 0x1111_1111;
@@ -510,6 +514,57 @@ impl Context {
         self.ok(&Request::DestroyQp { dev, qpn })?;
         self.qps.remove(&(dev, qpn));
         Ok(())
+    }
+
+    /// `ibv_create_srq`: a receive queue QPs created with `srq` set share.
+    pub fn create_srq(
+        &mut self,
+        dev: u32,
+        pd: PdHandle,
+        max_wr: u32,
+        max_sge: u32,
+    ) -> Result<SrqHandle> {
+        let h = self.handle(&Request::CreateSrq {
+            dev,
+            pd: pd.0,
+            max_wr,
+            max_sge,
+        })?;
+        Ok(SrqHandle(h as u32))
+    }
+
+    /// `ibv_modify_srq` with IBV_SRQ_LIMIT: the SRQ limit event fires once fewer than `limit`
+    /// receives remain.
+    pub fn modify_srq(&mut self, dev: u32, srq: SrqHandle, limit: u32) -> Result<()> {
+        self.ok(&Request::ModifySrq {
+            dev,
+            srq: srq.0,
+            limit,
+        })
+    }
+
+    /// `ibv_destroy_srq`.
+    pub fn destroy_srq(&mut self, dev: u32, srq: SrqHandle) -> Result<()> {
+        self.ok(&Request::DestroySrq { dev, srq: srq.0 })
+    }
+
+    /// `ibv_post_srq_recv` of a list.
+    pub fn post_srq_recv(&mut self, dev: u32, srq: SrqHandle, wrs: Vec<RecvWr>) -> Result<()> {
+        match self.call(&Request::PostSrqRecv {
+            dev,
+            srq: srq.0,
+            wrs,
+        })? {
+            Response::Posted { error: None, .. } => Ok(()),
+            Response::Posted {
+                posted,
+                error: Some(message),
+            } => Err(Error::Refused {
+                kind: ErrorKind::Invalid,
+                message: format!("receive request {posted} of the list: {message}"),
+            }),
+            _ => Err(Error::Unexpected("not Posted")),
+        }
     }
 
     /// `ibv_create_ah`.

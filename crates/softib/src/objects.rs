@@ -26,7 +26,7 @@ use crate::{
     AccessFlags, AddressVector, AhHandle, AttrMask, Buffer, CompChannel, Context, CqHandle,
     DeviceInfo, Error, ErrorKind, Gid, GlobalRoute, Lid, MrKeys, Mtu, PdHandle, PortInfo, Psn,
     QpAttr, QpCap, QpInitAttr, QpState, QpType, Qpn, RKey, RecvWr, RemoteAddr, Result, SendFlags,
-    SendWr, Sge, UdDest, WorkCompletion, WrOpcode,
+    SendWr, Sge, SrqHandle, UdDest, WorkCompletion, WrOpcode,
 };
 
 /// One device of this host, opened. Cloning shares the session.
@@ -171,6 +171,41 @@ impl ProtectionDomain {
         recv_cq: &CompletionQueue,
         depth: u32,
     ) -> Result<QueuePair> {
+        self.create_qp_on(qp_type, send_cq, recv_cq, None, depth)
+    }
+
+    /// `ibv_create_qp` of a QP that takes its receives from `srq`.
+    pub fn create_qp_with_srq(
+        &self,
+        qp_type: QpType,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+        srq: &SharedReceiveQueue,
+        depth: u32,
+    ) -> Result<QueuePair> {
+        self.create_qp_on(qp_type, send_cq, recv_cq, Some(srq.handle), depth)
+    }
+
+    /// `ibv_create_srq` of `max_wr` receives of one SGE.
+    pub fn create_srq(&self, max_wr: u32) -> Result<SharedReceiveQueue> {
+        let handle = self
+            .dev
+            .ctx()
+            .create_srq(self.dev.index, self.handle, max_wr, 1)?;
+        Ok(SharedReceiveQueue {
+            dev: self.dev.clone(),
+            handle,
+        })
+    }
+
+    fn create_qp_on(
+        &self,
+        qp_type: QpType,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+        srq: Option<SrqHandle>,
+        depth: u32,
+    ) -> Result<QueuePair> {
         let qpn = self.dev.ctx().create_qp(
             self.dev.index,
             QpInitAttr {
@@ -178,7 +213,7 @@ impl ProtectionDomain {
                 pd: self.handle,
                 send_cq: send_cq.handle,
                 recv_cq: recv_cq.handle,
-                srq: None,
+                srq,
                 cap: QpCap {
                     max_send_wr: depth,
                     max_recv_wr: depth,
@@ -208,6 +243,40 @@ impl ProtectionDomain {
 impl Drop for ProtectionDomain {
     fn drop(&mut self) {
         let _ = self.dev.ctx().dealloc_pd(self.dev.index, self.handle);
+    }
+}
+
+/// A shared receive queue (`ibv_srq`): receives that any QP created with it consumes.
+#[derive(Debug)]
+pub struct SharedReceiveQueue {
+    dev: Device,
+    handle: SrqHandle,
+}
+
+impl SharedReceiveQueue {
+    /// Posts a receive of `len` bytes at `offset` of `mr`.
+    pub fn recv(&self, mr: &MemoryRegion<'_>, offset: usize, len: usize, wr_id: u64) -> Result<()> {
+        self.dev.ctx().post_srq_recv(
+            self.dev.index,
+            self.handle,
+            vec![RecvWr {
+                wr_id,
+                sg_list: vec![mr.sge(offset, len)],
+            }],
+        )
+    }
+
+    /// Arms the limit event: it fires once fewer than `limit` receives remain.
+    pub fn set_limit(&self, limit: u32) -> Result<()> {
+        self.dev
+            .ctx()
+            .modify_srq(self.dev.index, self.handle, limit)
+    }
+}
+
+impl Drop for SharedReceiveQueue {
+    fn drop(&mut self) {
+        let _ = self.dev.ctx().destroy_srq(self.dev.index, self.handle);
     }
 }
 

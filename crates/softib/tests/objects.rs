@@ -350,3 +350,68 @@ fn posting_through_the_submission_ring_still_fails_at_once_as_the_verb_does() {
     }
     assert_eq!(got, (0..16).collect::<Vec<u64>>());
 }
+
+#[test]
+fn two_qps_take_their_receives_from_one_shared_receive_queue() {
+    let hca = two_devices(6);
+    let (a, b) = (
+        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
+        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
+    );
+    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
+    let (buf_a, buf_b) = (a.alloc_buffer(4096).unwrap(), b.alloc_buffer(4096).unwrap());
+    let (mr_a, mr_b) = (
+        pd_a.register(&buf_a, AccessFlags::LOCAL_WRITE).unwrap(),
+        pd_b.register(&buf_b, AccessFlags::LOCAL_WRITE).unwrap(),
+    );
+    let srq = pd_b.create_srq(8).unwrap();
+    let (a1, a2) = (
+        pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 8).unwrap(),
+        pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 8).unwrap(),
+    );
+    let (b1, b2) = (
+        pd_b.create_qp_with_srq(QpType::Rc, &cq_b, &cq_b, &srq, 8)
+            .unwrap(),
+        pd_b.create_qp_with_srq(QpType::Rc, &cq_b, &cq_b, &srq, 8)
+            .unwrap(),
+    );
+    for (x, y) in [(&a1, &b1), (&a2, &b2)] {
+        x.connect(&y.endpoint().unwrap(), Mtu::Mtu1024).unwrap();
+        y.connect(&x.endpoint().unwrap(), Mtu::Mtu1024).unwrap();
+    }
+    // A receive posted to a QP on an SRQ is refused with the reason.
+    let e = b1.recv(&mr_b, 0, 64, 1).unwrap_err().to_string();
+    assert!(e.contains("SRQ"), "{e}");
+    srq.recv(&mr_b, 0, 64, 10).unwrap();
+    srq.recv(&mr_b, 64, 64, 11).unwrap();
+    buf_a.write(0, b"one");
+    buf_a.write(8, b"two");
+    a1.send(&mr_a, 0, 3, None, 1).unwrap();
+    a2.send(&mr_a, 8, 3, None, 2).unwrap();
+    let mut got = Vec::new();
+    let t0 = std::time::Instant::now();
+    while got.len() < 2 && t0.elapsed() < Duration::from_secs(5) {
+        got.extend(
+            cq_b.poll(4)
+                .unwrap()
+                .into_iter()
+                .map(|w| (w.qp_num, w.wr_id)),
+        );
+    }
+    // Each message took one of the SRQ's receives, whichever QP it came on.
+    let mut qps: Vec<_> = got.iter().map(|g| g.0).collect();
+    let mut ids: Vec<_> = got.iter().map(|g| g.1).collect();
+    qps.sort();
+    ids.sort();
+    let mut want_qps = vec![b1.qpn(), b2.qpn()];
+    want_qps.sort();
+    assert_eq!((qps, ids), (want_qps, vec![10, 11]));
+    // Another client cannot use this client's SRQ: its handle names nothing there.
+    let mut other = Context::open_at(hca.dir()).unwrap();
+    let e = other
+        .post_srq_recv(1, softib::SrqHandle(0), vec![])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("SRQ"), "{e}");
+}
