@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Helpers for host-side interop scripts (sourced; run inside the namespace by run-job.sh).
 # The guest side runs interop/jobs/guest-agent.sh, which executes the commands posted here
 # through the 9p share: INTEROP_SHARE/cmd/NAME.sh → NAME.out, NAME.rc.

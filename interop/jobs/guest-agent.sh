@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Guest job for interop/matrix.sh: brings up rxe0 on eth0, then runs the commands the host side
 # posts into /share/cmd (NAME.sh → NAME.out, NAME.rc) until /share/cmd/stop appears or an hour
 # has passed. Runs as root in the guest (interop/run-job.sh).

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Host side of the interop matrix (run by interop/matrix.sh through run-job.sh --host, inside
 # the namespace): every cell runs one tool pair, softib's on softib0 here and the guest's on
 # rxe0, once with each side as the server. Results: $INTEROP_OUT/matrix.txt, one line a cell;
