@@ -1,7 +1,8 @@
 //! Arbitrary bytes as what a client writes on a daemon's control socket (`softib-hca::proto`).
 //!
 //! * `proto::decode` of a `Request` (what the daemon reads) and of a `Response` (what the
-//!   `softib` library reads) never panics, whatever the bytes.
+//!   `softib` library reads), and the decoding of a submission-ring entry (`proto::Submit`),
+//!   never panic, whatever the bytes.
 //! * A message that decodes round-trips: encoding it gives a frame whose length prefix is its
 //!   body's length, the body decodes, and encoding that again gives the same bytes.
 //! * `FrameReader` fed the bytes in pieces (the first input byte chooses their size) yields
@@ -20,7 +21,7 @@ use softib_engine::qp::requester::MAX_TRANSPORT_LEN;
 use softib_engine::{
     AhHandle, CqHandle, Duration, Hca, HcaConfig, Instant, PdHandle, RegionId, VecMemory,
 };
-use softib_hca::proto::{self, FrameReader, Request, Response, MAX_FRAME};
+use softib_hca::proto::{self, FrameReader, Request, Response, Submit, MAX_FRAME};
 use softib_net::fault::Faults;
 
 /// The client buffer MRs must lie inside (the daemon's `AttachBuffer` check).
@@ -35,6 +36,17 @@ fuzz_target!(|input: &[u8]| {
     }
     if let Ok(resp) = proto::decode::<Response>(input) {
         round_trip_response(&resp);
+    }
+    // A submission-ring entry (the daemon pops and decodes it without a request).
+    if let Ok(sub) = postcard::from_bytes::<Submit>(input) {
+        let _ = format!("{sub:?}");
+        let bytes = postcard::to_stdvec(&sub).expect("a decoded entry encodes");
+        let again: Submit = postcard::from_bytes(&bytes).expect("an encoded entry decodes");
+        assert_eq!(
+            postcard::to_stdvec(&again).expect("re-encode"),
+            bytes,
+            "submission entry round trip"
+        );
     }
     frames(input);
     serve(input);
