@@ -322,7 +322,8 @@ fn bidirectional_duration_and_multi_qp_runs_report_consistent_numbers() {
         a.3
     );
 
-    // --run_infinitely: a row per -D seconds until stopped; the server then ends cleanly.
+    // --run_infinitely: a row per -D seconds until stopped (SIGTERM: a test runner started
+    // in the background ignores SIGINT); the server then ends cleanly.
     let srv = Command::new(SOFTIB)
         .args(["fabric", "exec", "test214", "--dir"])
         .arg(&f.dir)
@@ -359,7 +360,7 @@ fn bidirectional_duration_and_multi_qp_runs_report_consistent_numbers() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(3500));
     if let Some(p) = rustix::process::Pid::from_raw(cli.id() as i32) {
-        let _ = rustix::process::kill_process(p, rustix::process::Signal::INT);
+        let _ = rustix::process::kill_process(p, rustix::process::Signal::TERM);
     }
     let c = cli.wait_with_output().unwrap();
     let s = srv.wait_with_output().unwrap();
