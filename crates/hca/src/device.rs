@@ -764,7 +764,14 @@ impl RoceDev {
                 active_mtu: attr.map_or(Mtu::Mtu1024, |a| a.active_mtu),
                 gids: attr.map_or_else(Vec::new, |a| a.gids.clone()),
             }],
-            drops: drops(&self.hca),
+            drops: {
+                let mut d = drops(&self.hca);
+                // Datagrams that never reached the engine: too short, or a bad ICRC.
+                if self.rx_bad > 0 {
+                    d.push(("bad_datagram".to_string(), self.rx_bad));
+                }
+                d
+            },
         }
     }
 }

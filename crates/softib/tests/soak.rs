@@ -1,0 +1,166 @@
+//! Soak: a stream of hostile datagrams at a live device's UDP port while an RC transfer runs
+//! through it. The daemon stays up, every byte of the transfer arrives right, and the bad
+//! datagrams are counted by reason (issue 8).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use softib::embedded::EmbeddedDaemon;
+use softib::{AccessFlags, Context, Device, Mtu, QpType, WcStatus};
+
+/// A small deterministic generator (xorshift), so a failure can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// Sends hostile datagrams to `to` until `stop`: random bytes, random bodies with a valid ICRC
+/// (so they reach the transport), and BTHs aimed at `qpn` with random opcodes, PSNs and keys.
+fn spray(to: SocketAddr, qpn: u32, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) {
+    let sock = UdpSocket::bind("127.0.0.7:0").unwrap();
+    let from = sock.local_addr().unwrap();
+    let mut rng = Rng(0x5eed_0f_50a4);
+    while !stop.load(Ordering::Relaxed) {
+        let kind = rng.below(3);
+        let mut d = match kind {
+            0 => {
+                let n = rng.below(1600) as usize;
+                rng.bytes(n)
+            }
+            _ => {
+                let n = 12 + rng.below(1100) as usize;
+                let mut b = rng.bytes(n + 4);
+                if kind == 2 {
+                    // BTH: a random opcode of the RC/UC/UD ranges, P_Key 0xffff, this QPN.
+                    b[0] = [0x00, 0x20, 0x60][rng.below(3) as usize] | (rng.below(0x18) as u8);
+                    b[1] &= 0x0F;
+                    b[2..4].copy_from_slice(&0xffffu16.to_be_bytes());
+                    b[4] = 0;
+                    b[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
+                }
+                softib_hca::roce::seal(from, to, &mut b, n).unwrap();
+                b
+            }
+        };
+        if kind == 1 && rng.below(4) == 0 && !d.is_empty() {
+            // Now and then a sealed datagram with one bit flipped after sealing.
+            let i = rng.below(d.len() as u64) as usize;
+            d[i] ^= 1 << rng.below(8);
+        }
+        let _ = sock.send_to(&d, to);
+        sent.fetch_add(1, Ordering::Relaxed);
+        if rng.below(64) == 0 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
+#[test]
+fn hostile_datagrams_during_an_rc_transfer_are_counted_and_change_nothing() {
+    let hca = EmbeddedDaemon::start().unwrap();
+    let port = 40000 + (std::process::id() % 5000) as u16;
+    hca.add_loopback_device("rxe0", "127.0.0.2", port).unwrap();
+    hca.add_loopback_device("rxe1", "127.0.0.3", port).unwrap();
+    let (a, b) = (
+        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
+        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
+    );
+    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    const LEN: usize = 1 << 20;
+    let (buf_a, buf_b) = (a.alloc_buffer(LEN).unwrap(), b.alloc_buffer(LEN).unwrap());
+    let all = AccessFlags::LOCAL_WRITE.with(AccessFlags::REMOTE_WRITE);
+    let (mr_a, mr_b) = (
+        pd_a.register(&buf_a, all).unwrap(),
+        pd_b.register(&buf_b, all).unwrap(),
+    );
+    let qp_a = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 32).unwrap();
+    let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 32).unwrap();
+    let (ea, eb) = (
+        qp_a.endpoint_with(Some(&mr_a)).unwrap(),
+        qp_b.endpoint_with(Some(&mr_b)).unwrap(),
+    );
+    qp_a.connect(&eb, Mtu::Mtu1024).unwrap();
+    qp_b.connect(&ea, Mtu::Mtu1024).unwrap();
+
+    let data: Vec<u8> = (0..LEN as u32).map(|i| (i * 31 % 253) as u8).collect();
+    buf_a.write(0, &data);
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let to: SocketAddr = format!("127.0.0.3:{port}").parse().unwrap();
+    let sprayer = {
+        let (stop, sent) = (stop.clone(), sent.clone());
+        let qpn = qp_b.qpn().value();
+        std::thread::spawn(move || spray(to, qpn, stop, sent))
+    };
+    // Sixteen 64 KiB WRITEs, one after the other, while the spray runs.
+    let chunk = LEN / 16;
+    for i in 0..16 {
+        qp_a.write(
+            &mr_a,
+            i * chunk,
+            chunk,
+            eb.addr + (i * chunk) as u64,
+            eb.rkey,
+            i as u64,
+        )
+        .unwrap();
+        let wc = cq_a.wait(Duration::from_secs(20)).unwrap();
+        assert_eq!((wc.status, wc.wr_id), (WcStatus::Success, i as u64));
+    }
+    // Keep spraying a moment after the transfer, then stop.
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Relaxed);
+    sprayer.join().unwrap();
+    let sent = sent.load(Ordering::Relaxed);
+    assert!(sent > 1000, "only {sent} hostile datagrams were sent");
+
+    let mut got = vec![0u8; LEN];
+    buf_b.read(0, &mut got);
+    assert!(got == data, "the transfer's bytes differ");
+
+    // The daemon still serves, and counted what it dropped, by reason.
+    let mut ctx = Context::open_at(hca.dir()).unwrap();
+    let info = ctx
+        .devices()
+        .unwrap()
+        .into_iter()
+        .find(|d| d.name == "rxe1")
+        .unwrap();
+    let total: u64 = info.drops.iter().map(|(_, n)| n).sum();
+    let bad = info
+        .drops
+        .iter()
+        .find(|(r, _)| r == "bad_datagram")
+        .map_or(0, |(_, n)| *n);
+    assert!(
+        bad > sent / 4,
+        "bad datagrams counted: {bad} of {sent}: {:?}",
+        info.drops
+    );
+    assert!(
+        info.drops.len() >= 3,
+        "drops by more than a couple of reasons: {:?}",
+        info.drops
+    );
+    assert!(total > 0);
+    eprintln!(
+        "{sent} hostile datagrams; drops by reason: {:?}",
+        info.drops
+    );
+}
