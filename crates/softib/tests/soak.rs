@@ -34,7 +34,7 @@ impl Rng {
 fn spray(to: SocketAddr, qpn: u32, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) {
     let sock = UdpSocket::bind("127.0.0.7:0").unwrap();
     let from = sock.local_addr().unwrap();
-    let mut rng = Rng(0x5eed_0f_50a4);
+    let mut rng = Rng(0x5eed_0f50_a4c1);
     while !stop.load(Ordering::Relaxed) {
         let kind = rng.below(3);
         let mut d = match kind {
