@@ -248,7 +248,7 @@ pub fn link(cmd: LinkCommand) -> Result<u8> {
                 None => (dev.clone(), 0),
             };
             let Some(("fault", spec)) = words.split_first().map(|(k, r)| (k.as_str(), r)) else {
-                bail!("usage: softib link set DEV[/PORT] fault loss 1% dup 0.5% reorder 1% corrupt 0.1% delay 5ms | none");
+                bail!("usage: softib link set DEV[/PORT] fault loss 1% dup 0.5% reorder 1% corrupt 0.1% delay 5ms | fault loss=10%,dup=0.1,reorder=10%,delay=500,corrupt=1% | fault off");
             };
             let spec = softib::FaultSpec::parse(spec).map_err(|e| anyhow!("{e}"))?;
             let idx = ctx.device_index(&name)?;
@@ -267,6 +267,19 @@ pub fn link(cmd: LinkCommand) -> Result<u8> {
         }
         LinkCommand::Show { json } => {
             let links = ctx.links()?;
+            // The live faults of each link's port, as `softib link set ... fault` set them.
+            let mut faults = std::collections::BTreeMap::new();
+            for (c, _) in &links {
+                if let Ok(idx) = ctx.device_index(&c.name) {
+                    if let Some((_, spec, _)) = ctx
+                        .faults(idx)?
+                        .into_iter()
+                        .find(|(_, spec, _)| !spec.is_none())
+                    {
+                        faults.insert(c.name.clone(), spec.to_string());
+                    }
+                }
+            }
             let mut out = std::io::stdout().lock();
             if json {
                 let v: Vec<serde_json::Value> = links
@@ -281,6 +294,7 @@ pub fn link(cmd: LinkCommand) -> Result<u8> {
                             "netdev": c.netdev,
                             "addr": c.addr.to_string(),
                             "udp_port": c.udp_port,
+                            "fault": faults.get(&c.name).cloned().unwrap_or_else(|| "none".into()),
                         })
                     })
                     .collect();
@@ -288,9 +302,13 @@ pub fn link(cmd: LinkCommand) -> Result<u8> {
             } else {
                 // `rdma link show`'s layout, with softib's address and port appended.
                 for (c, up) in links {
+                    let fault = faults
+                        .get(&c.name)
+                        .map(|f| format!("fault {f} "))
+                        .unwrap_or_default();
                     writeln!(
                         out,
-                        "link {}/1 state {} physical_state {} netdev {} addr {} udp_port {} ",
+                        "link {}/1 state {} physical_state {} netdev {} addr {} udp_port {} {fault}",
                         c.name,
                         if up { "ACTIVE" } else { "DOWN" },
                         if up { "LINK_UP" } else { "DISABLED" },

@@ -93,13 +93,21 @@ impl FaultSpec {
             && self.delay.is_zero()
     }
 
-    /// Parses `loss 1% dup 0.5% reorder 1% corrupt 0.1% delay 5ms seed 7` (any subset, any
-    /// order; `none` clears). Errors name the word that is wrong.
+    /// Parses `loss 1% dup 0.5% reorder 1% corrupt 0.1% delay 5ms seed 7`, or the same as
+    /// `loss=1%,dup=0.005,delay=500` (any subset, any order; a probability is a percentage or
+    /// a fraction; a delay without a unit is in microseconds; `none` or `off` clears). Errors
+    /// name the word that is wrong.
     pub fn parse<S: AsRef<str>>(words: &[S]) -> Result<FaultSpec, String> {
         let mut spec = FaultSpec::default();
-        let mut it = words.iter().map(AsRef::as_ref);
+        let tokens: Vec<&str> = words
+            .iter()
+            .flat_map(|w| w.as_ref().split(','))
+            .flat_map(|w| w.splitn(2, '='))
+            .filter(|t| !t.is_empty())
+            .collect();
+        let mut it = tokens.into_iter();
         while let Some(key) = it.next() {
-            if key == "none" {
+            if key == "none" || key == "off" {
                 spec = FaultSpec::default();
                 continue;
             }
@@ -117,11 +125,9 @@ impl FaultSpec {
                         .parse()
                         .map_err(|_| format!("seed {value}: expected an integer"))?
                 }
-                other => {
-                    return Err(format!(
-                        "unknown fault {other} (loss, dup, reorder, corrupt, delay, seed, none)"
-                    ))
-                }
+                other => return Err(format!(
+                    "unknown fault {other} (loss, dup, reorder, corrupt, delay, seed, none or off)"
+                )),
             }
         }
         Ok(spec)
@@ -169,7 +175,7 @@ fn probability(key: &str, v: &str) -> Result<f64, String> {
 fn duration(v: &str) -> Result<Duration, String> {
     let (num, unit) = v
         .find(|c: char| c.is_ascii_alphabetic())
-        .map_or((v, "ms"), |i| (&v[..i], &v[i..]));
+        .map_or((v, "us"), |i| (&v[..i], &v[i..]));
     let n: f64 = num
         .parse()
         .ok()
@@ -375,6 +381,13 @@ mod tests {
             .filter(|f| f[1..] != [0, 0, 0] || f[0] as usize > 255)
             .count();
         assert!(s.corrupted > 50 && changed as u64 <= s.corrupted, "{s:?}");
+        let a = FaultSpec::parse(&["loss=10%,dup=0.1,reorder=10%,delay=500,corrupt=1%"]).unwrap();
+        let b = FaultSpec::parse(&["loss", "10%", "dup", "10%", "reorder", "0.1", "corrupt"]).err();
+        assert!(b.is_some_and(|e| e.contains("corrupt needs a value")));
+        assert_eq!((a.loss, a.dup, a.reorder, a.corrupt), (0.1, 0.1, 0.1, 0.01));
+        assert_eq!(a.delay, Duration::from_micros(500));
+        assert!(FaultSpec::parse(&["off"]).unwrap().is_none());
+        assert!(FaultSpec::parse(&["loss=2", "x"]).is_err());
         let (out, s) = run("delay 5ms", 10);
         assert_eq!((out.len(), s.delayed), (10, 10));
     }

@@ -164,3 +164,109 @@ fn hostile_datagrams_during_an_rc_transfer_are_counted_and_change_nothing() {
         info.drops
     );
 }
+
+#[test]
+fn write_read_and_atomics_are_exact_through_ten_percent_loss_duplication_and_reordering() {
+    let hca = EmbeddedDaemon::start().unwrap();
+    let port = 45000 + (std::process::id() % 5000) as u16;
+    hca.add_loopback_device("rxe0", "127.0.0.2", port).unwrap();
+    hca.add_loopback_device("rxe1", "127.0.0.3", port).unwrap();
+    // As `softib link set rxe0 fault loss=10%,dup=10%,reorder=10%` (both directions).
+    let mut ctl = Context::open_at(hca.dir()).unwrap();
+    let spec = softib::FaultSpec::parse(&["loss=10%,dup=10%,reorder=10%,seed=3"]).unwrap();
+    for name in ["rxe0", "rxe1"] {
+        let i = ctl.device_index(name).unwrap();
+        ctl.set_faults(i, 1, spec).unwrap();
+    }
+    let (a, b) = (
+        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
+        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
+    );
+    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    const LEN: usize = 256 << 10;
+    let (buf_a, buf_b) = (
+        a.alloc_buffer(2 * LEN).unwrap(),
+        b.alloc_buffer(LEN).unwrap(),
+    );
+    let all = AccessFlags::LOCAL_WRITE
+        .with(AccessFlags::REMOTE_WRITE)
+        .with(AccessFlags::REMOTE_READ)
+        .with(AccessFlags::REMOTE_ATOMIC);
+    let (mr_a, mr_b) = (
+        pd_a.register(&buf_a, all).unwrap(),
+        pd_b.register(&buf_b, all).unwrap(),
+    );
+    let qp_a = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 32).unwrap();
+    let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 32).unwrap();
+    let (ea, eb) = (
+        qp_a.endpoint_with(Some(&mr_a)).unwrap(),
+        qp_b.endpoint_with(Some(&mr_b)).unwrap(),
+    );
+    qp_a.connect(&eb, Mtu::Mtu1024).unwrap();
+    qp_b.connect(&ea, Mtu::Mtu1024).unwrap();
+    let ok = |wc: softib::WorkCompletion| assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+
+    // WRITE 256 KiB (counter word at B's start left out), READ it back into A's second half.
+    let data: Vec<u8> = (0..LEN as u32).map(|i| (i * 7 % 249) as u8).collect();
+    buf_a.write(0, &data);
+    qp_a.write(&mr_a, 8, LEN - 8, eb.addr + 8, eb.rkey, 1)
+        .unwrap();
+    ok(cq_a.wait(Duration::from_secs(30)).unwrap());
+    qp_a.read(&mr_a, LEN + 8, LEN - 8, eb.addr + 8, eb.rkey, 2)
+        .unwrap();
+    ok(cq_a.wait(Duration::from_secs(30)).unwrap());
+    let (mut at_b, mut back) = (vec![0u8; LEN], vec![0u8; LEN]);
+    buf_b.read(0, &mut at_b);
+    buf_a.read(LEN, &mut back);
+    assert!(at_b[8..] == data[8..], "WRITE's bytes differ at B");
+    assert!(back[8..] == data[8..], "READ's bytes differ at A");
+
+    // 60 FETCH_ADDs of 3 and one CMP_SWAP: duplicates must not be executed twice.
+    let atomic = |op: softib::WrOpcode, id: u64| {
+        qp_a.post_send(vec![softib::SendWr {
+            wr_id: id,
+            opcode: op,
+            sg_list: vec![mr_a.sge(2 * LEN - 8, 8)],
+            flags: softib::SendFlags::SIGNALED,
+            inline_data: None,
+            ud: None,
+        }])
+        .unwrap();
+        ok(cq_a.wait(Duration::from_secs(30)).unwrap());
+        let mut old = [0u8; 8];
+        buf_a.read(2 * LEN - 8, &mut old);
+        u64::from_ne_bytes(old)
+    };
+    let remote = softib::RemoteAddr {
+        addr: eb.addr,
+        rkey: softib::RKey(eb.rkey),
+    };
+    for i in 0..60u64 {
+        let old = atomic(
+            softib::WrOpcode::AtomicFetchAndAdd { remote, add: 3 },
+            10 + i,
+        );
+        assert_eq!(old, 3 * i, "FETCH_ADD {i} saw {old}");
+    }
+    let old = atomic(
+        softib::WrOpcode::AtomicCmpAndSwp {
+            remote,
+            compare: 180,
+            swap: 7,
+        },
+        999,
+    );
+    assert_eq!(old, 180);
+    let mut word = [0u8; 8];
+    buf_b.read(0, &mut word);
+    assert_eq!(u64::from_ne_bytes(word), 7);
+
+    // The faults really acted.
+    let i = ctl.device_index("rxe0").unwrap();
+    let (_, _, st) = ctl.faults(i).unwrap().into_iter().next().unwrap();
+    assert!(
+        st.lost > 0 && st.duplicated > 0 && st.reordered > 0,
+        "{st:?}"
+    );
+}
