@@ -125,9 +125,11 @@ impl FaultSpec {
                         .parse()
                         .map_err(|_| format!("seed {value}: expected an integer"))?
                 }
-                other => return Err(format!(
+                other => {
+                    return Err(format!(
                     "unknown fault {other} (loss, dup, reorder, corrupt, delay, seed, none or off)"
-                )),
+                ))
+                }
             }
         }
         Ok(spec)
