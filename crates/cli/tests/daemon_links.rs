@@ -206,8 +206,16 @@ fn roce_links_carry_perftest_and_survive_a_daemon_restart() {
         "{out}"
     );
 
+    // A program using the daemon when it stops gets an error that says so.
+    let mut ctx = softib::Context::open_at(&dir).unwrap();
+    ctx.devices().unwrap();
     // A restart brings the devices back from the saved configuration.
     d.stop();
+    let e = ctx.devices().unwrap_err().to_string();
+    assert!(
+        e.contains("closed the connection") && e.contains("open the device again"),
+        "{e}"
+    );
     let d2 = Daemon::start(&dir);
     let show = d2.ok(&["link", "show"]);
     assert_eq!(show.matches("state ACTIVE").count(), 2, "{show}");

@@ -71,6 +71,12 @@ pub enum Error {
         /// The daemon's explanation.
         message: String,
     },
+    /// The daemon went away (stopped, restarted or killed) while this program used it.
+    #[error("softibd (pid {pid}) closed the connection: it stopped or restarted, and every object this program made on it is gone; open the device again (after `softib daemon` is back)")]
+    DaemonGone {
+        /// The daemon's process id.
+        pid: u32,
+    },
     /// The connection failed.
     #[error("softibd connection: {0}")]
     Io(#[from] std::io::Error),
@@ -263,8 +269,15 @@ impl Context {
         req: &Request,
         fds: &[std::os::fd::BorrowedFd<'_>],
     ) -> Result<Response> {
-        proto::send(&self.stream, req, fds)?;
-        let body = proto::recv_blocking(&mut self.stream)?;
+        let gone = |e: std::io::Error, pid: u32| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof
+            | std::io::ErrorKind::BrokenPipe
+            | std::io::ErrorKind::ConnectionReset => Error::DaemonGone { pid },
+            _ => Error::Io(e),
+        };
+        let pid = self.daemon_pid;
+        proto::send(&self.stream, req, fds).map_err(|e| gone(e, pid))?;
+        let body = proto::recv_blocking(&mut self.stream).map_err(|e| gone(e, pid))?;
         match proto::decode::<Response>(&body) {
             Ok(Response::Error { kind, message }) => Err(Error::Refused { kind, message }),
             Ok(r) => Ok(r),
