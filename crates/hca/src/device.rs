@@ -62,10 +62,31 @@ pub(crate) struct RoceDev {
     pub rx_bad: u64,
     /// Packets the engine built that could not be sent (no GRH, unreachable).
     pub tx_dropped: u64,
-    /// Injected faults on egress.
-    pub faults: Faults<SocketAddr>,
+    /// Injected faults on egress, per (UDP source port, destination).
+    pub faults: Faults<(u16, SocketAddr)>,
     /// `softib capture`: every datagram sent or received, with its IP and UDP headers.
     pub capture: Option<PcapWriter>,
+    /// Sockets bound to the UDP source ports rxe derives per QP (see [`rxe_source_port`]);
+    /// everything is received on `link` (destination port 4791).
+    src_links: std::collections::BTreeMap<u16, UdpLink>,
+    /// Source ports that could not be bound (taken, or too many sockets): sent from `link`.
+    src_refused: std::collections::BTreeSet<u16>,
+}
+
+/// The most per-QP source sockets a device opens; QPs beyond share the device's own port.
+const MAX_SOURCE_SOCKETS: usize = 512;
+
+/// The UDP source port the Linux rxe driver (6.1) uses for a packet of QP `lqpn`: for a
+/// connected QP the port `rdma_get_udp_sport` derives from the path's flow label, or from the
+/// two QP numbers (`udp_source_port`); for UD, 0xC000 plus the 14-bit `hash_32` of the QPN it
+/// gives every QP at creation. Checked against the source ports in rxe's own captures.
+pub fn rxe_source_port(ud: bool, flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
+    if ud {
+        const GOLDEN_RATIO_32: u32 = 0x61C8_8647;
+        0xC000 | ((lqpn.wrapping_mul(GOLDEN_RATIO_32) >> 18) & 0x3FFF) as u16
+    } else {
+        roce::udp_source_port(flow_label, lqpn, rqpn)
+    }
 }
 
 /// Frames on cables whose both ends live in this process, by the receiving end's address.
@@ -635,6 +656,8 @@ impl RoceDev {
             tx_dropped: 0,
             faults: Faults::default(),
             capture: None,
+            src_links: std::collections::BTreeMap::new(),
+            src_refused: std::collections::BTreeSet::new(),
             config,
         })
     }
@@ -697,9 +720,16 @@ impl RoceDev {
 
     fn transmit(&mut self, now: Instant, buf: &mut [u8]) -> io::Result<bool> {
         let local = self.local();
-        let (link, cap, dropped) = (&self.link, &mut self.capture, &mut self.tx_dropped);
-        self.faults.poll(StdInstant::now(), |to, frame| {
-            roce_send(link, cap, dropped, local, to, frame)
+        let (link, srcs, cap, dropped) = (
+            &self.link,
+            &self.src_links,
+            &mut self.capture,
+            &mut self.tx_dropped,
+        );
+        self.faults.poll(StdInstant::now(), |(port, to), frame| {
+            let from = SocketAddr::new(local.ip(), port);
+            let l = srcs.get(&port).unwrap_or(link);
+            roce_send(l, cap, dropped, from, to, frame)
         })?;
         let mut sent = 0;
         while let Some(t) = self.hca.poll_transmit(now, buf) {
@@ -715,22 +745,58 @@ impl RoceDev {
                 continue;
             };
             let dst = SocketAddr::new(roce::ip_of(&grh.dgid), self.config.udp_port);
-            let local = self.local();
+            // The QP's own source port, as rxe sends from (the BTH says UD or not, and to
+            // which QP).
+            let ud = t.len >= 8 && buf[0] & 0xE0 == 0x60;
+            let rqpn = u32::from_be_bytes([0, buf[5], buf[6], buf[7]]);
+            let want = rxe_source_port(ud, grh.flow_label, t.src_qpn.value(), rqpn);
+            let port = self.source_socket(want);
+            let local = SocketAddr::new(self.local().ip(), port);
             let Some(len) = roce::seal(local, dst, buf, t.len) else {
                 self.tx_dropped += 1;
                 continue;
             };
-            let (link, cap, dropped) = (&self.link, &mut self.capture, &mut self.tx_dropped);
-            self.faults
-                .apply(StdInstant::now(), dst, &buf[..len], |to, frame| {
-                    roce_send(link, cap, dropped, local, to, frame)
-                })?;
+            let (link, srcs, cap, dropped) = (
+                &self.link,
+                &self.src_links,
+                &mut self.capture,
+                &mut self.tx_dropped,
+            );
+            let l = srcs.get(&port).unwrap_or(link);
+            self.faults.apply(
+                StdInstant::now(),
+                (port, dst),
+                &buf[..len],
+                |(_, to), frame| roce_send(l, cap, dropped, local, to, frame),
+            )?;
             sent += 1;
             if sent >= 1024 {
                 return Ok(true);
             }
         }
         Ok(false)
+    }
+
+    /// The port a packet meant to leave from `want` really leaves from: a socket bound to it
+    /// (made on first use), or the device's own port when it cannot be had.
+    fn source_socket(&mut self, want: u16) -> u16 {
+        let main = self.local().port();
+        if want == main || self.src_links.contains_key(&want) {
+            return want;
+        }
+        if self.src_refused.contains(&want) || self.src_links.len() >= MAX_SOURCE_SOCKETS {
+            return main;
+        }
+        match UdpLink::bind(SocketAddr::new(self.local().ip(), want)) {
+            Ok(l) => {
+                self.src_links.insert(want, l);
+                want
+            }
+            Err(_) => {
+                self.src_refused.insert(want);
+                main
+            }
+        }
     }
 
     fn info(&self) -> DeviceInfo {
@@ -772,6 +838,22 @@ impl RoceDev {
                 }
                 d
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_ports_are_the_ones_rxe_sends_from() {
+        // ../shared/captures/rxe: ibv_rc_pingpong between QPs 0x1b and 0x1b went from port
+        // 49881 both ways; ibv_ud_pingpong's QP 0x1c sent from 60539.
+        assert_eq!(rxe_source_port(false, 0, 0x1b, 0x1b), 49881);
+        assert_eq!(rxe_source_port(true, 0, 0x1c, 0x1c), 60539);
+        for q in [1u32, 0x1c, 0xff_ffff] {
+            assert!(rxe_source_port(true, 0, q, 0) >= 0xC000);
         }
     }
 }

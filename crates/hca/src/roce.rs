@@ -25,8 +25,9 @@
 //! and the kernel's IPv4 header checksum still guard the link). IPv6 has no Identification, so
 //! over IPv6 every ICRC is checked at full strength: use IPv6 addresses where that matters.
 //!
-//! Deviation from rxe: the UDP source port is the socket's own port, not a per-QP hash, because
-//! one kernel socket has one port.
+//! The UDP source port is the one rxe uses per QP (`device::rxe_source_port`): a device sends
+//! from a socket bound to that port (one per port in use, up to a limit beyond which QPs share
+//! the device's own port), and receives everything on its own port (4791).
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -163,8 +164,7 @@ pub fn ip_of(gid: &Gid) -> IpAddr {
 }
 
 /// The UDP source port rdma-core/rxe derive from a flow label or the QP numbers
-/// (`rdma_get_udp_sport`): a value in 0xC000..=0xFFFF. softib's socket link cannot choose its
-/// source port per packet; this is what a packet-socket link would use.
+/// (`rdma_get_udp_sport`): a value in 0xC000..=0xFFFF.
 pub fn udp_source_port(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
     let mut fl = u64::from(flow_label & 0xF_FFFF);
     if fl == 0 {
