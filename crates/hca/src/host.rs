@@ -593,8 +593,10 @@ impl Daemon {
         for d in &mut h.devs {
             busy |= d.transmit(now, buf, &mut self.sb)?;
         }
-        // Send completions made while transmitting reach the rings now, not next time round.
-        h.feed_rings();
+        // Send completions made while transmitting reach the rings now, and a request parked
+        // waiting for one is answered now, not when the loop next wakes (a client that posts
+        // through its ring and then waits has its wait parked before the transmit).
+        h.finish_parked(StdInstant::now());
         Ok(busy)
     }
 
