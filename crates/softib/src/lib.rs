@@ -44,7 +44,7 @@ mod objects;
 
 pub use channel::CompChannel;
 pub use objects::{
-    CompletionQueue, Device, Endpoint, MemoryRegion, ProtectionDomain, QueuePair,
+    AddressHandle, CompletionQueue, Device, Endpoint, MemoryRegion, ProtectionDomain, QueuePair,
     SharedReceiveQueue,
 };
 

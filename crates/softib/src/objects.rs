@@ -246,6 +246,26 @@ impl Drop for ProtectionDomain {
     }
 }
 
+/// An address handle (`ibv_ah`): the path to a peer, for UD sends.
+#[derive(Debug)]
+pub struct AddressHandle {
+    dev: Device,
+    handle: AhHandle,
+}
+
+impl AddressHandle {
+    /// The daemon's handle of it.
+    pub fn handle(&self) -> AhHandle {
+        self.handle
+    }
+}
+
+impl Drop for AddressHandle {
+    fn drop(&mut self) {
+        let _ = self.dev.ctx().destroy_ah(self.dev.index, self.handle);
+    }
+}
+
 /// A shared receive queue (`ibv_srq`): receives that any QP created with it consumes.
 #[derive(Debug)]
 pub struct SharedReceiveQueue {
@@ -401,7 +421,8 @@ pub struct QueuePair {
     qp_type: QpType,
     psn: u32,
     port: u8,
-    ahs: Mutex<Vec<AhHandle>>,
+    /// Address handles `send` made, one per destination path, reused.
+    ahs: Mutex<Vec<(AddressVector, AhHandle)>>,
 }
 
 impl QueuePair {
@@ -595,8 +616,16 @@ impl QueuePair {
         let ud = match (self.qp_type, to) {
             (QpType::Ud, Some(peer)) => {
                 let av = self.av(peer)?;
-                let ah = self.dev.ctx().create_ah(self.dev.index, self.pd, av)?;
-                self.ahs.lock().unwrap_or_else(|p| p.into_inner()).push(ah);
+                let mut ahs = self.ahs.lock().unwrap_or_else(|p| p.into_inner());
+                let ah = match ahs.iter().find(|(a, _)| *a == av) {
+                    Some(&(_, ah)) => ah,
+                    None => {
+                        let ah = self.dev.ctx().create_ah(self.dev.index, self.pd, av)?;
+                        ahs.push((av, ah));
+                        ah
+                    }
+                };
+                drop(ahs);
                 Some(UdDest {
                     ah,
                     remote_qpn: peer.qpn,
@@ -618,6 +647,42 @@ impl QueuePair {
             flags: SendFlags::SIGNALED,
             inline_data: None,
             ud,
+        }])
+    }
+
+    /// `ibv_create_ah` for the path to `peer` from this QP's port: for UD sends with
+    /// [`QueuePair::send_to`], kept as long as the caller keeps it.
+    pub fn address_handle(&self, peer: &Endpoint) -> Result<AddressHandle> {
+        let av = self.av(peer)?;
+        let handle = self.dev.ctx().create_ah(self.dev.index, self.pd, av)?;
+        Ok(AddressHandle {
+            dev: self.dev.clone(),
+            handle,
+        })
+    }
+
+    /// UD: sends `len` bytes at `offset` of `mr` through `ah` to QP `remote_qpn` (signaled),
+    /// with softib's UD Q_Key.
+    pub fn send_to(
+        &self,
+        mr: &MemoryRegion<'_>,
+        offset: usize,
+        len: usize,
+        ah: &AddressHandle,
+        remote_qpn: Qpn,
+        wr_id: u64,
+    ) -> Result<()> {
+        self.post_send(vec![SendWr {
+            wr_id,
+            opcode: WrOpcode::Send,
+            sg_list: vec![mr.sge(offset, len)],
+            flags: SendFlags::SIGNALED,
+            inline_data: None,
+            ud: Some(UdDest {
+                ah: ah.handle,
+                remote_qpn,
+                remote_qkey: crate::UD_QKEY,
+            }),
         }])
     }
 
@@ -672,7 +737,7 @@ impl Drop for QueuePair {
     fn drop(&mut self) {
         let mut ctx = self.dev.ctx();
         let _ = ctx.destroy_qp(self.dev.index, self.qpn);
-        for ah in self.ahs.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+        for (_, ah) in self.ahs.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
             let _ = ctx.destroy_ah(self.dev.index, ah);
         }
     }

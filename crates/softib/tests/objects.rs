@@ -415,3 +415,60 @@ fn two_qps_take_their_receives_from_one_shared_receive_queue() {
         .to_string();
     assert!(e.contains("SRQ"), "{e}");
 }
+
+#[test]
+fn ud_sends_to_one_peer_share_one_address_handle_and_owned_handles_send_too() {
+    let hca = two_devices(7);
+    let (a, b) = (
+        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
+        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
+    );
+    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let (buf_a, buf_b) = (a.alloc_buffer(4096).unwrap(), b.alloc_buffer(4096).unwrap());
+    let (mr_a, mr_b) = (
+        pd_a.register(&buf_a, AccessFlags::LOCAL_WRITE).unwrap(),
+        pd_b.register(&buf_b, AccessFlags::LOCAL_WRITE).unwrap(),
+    );
+    let qp_a = pd_a.create_qp(QpType::Ud, &cq_a, &cq_a, 32).unwrap();
+    let qp_b = pd_b.create_qp(QpType::Ud, &cq_b, &cq_b, 32).unwrap();
+    let eb = qp_b.endpoint().unwrap();
+    qp_a.connect(&eb, Mtu::Mtu1024).unwrap();
+    qp_b.connect(&qp_a.endpoint().unwrap(), Mtu::Mtu1024)
+        .unwrap();
+    for i in 0..20 {
+        qp_b.recv(&mr_b, 0, 40 + 64, i).unwrap();
+    }
+    for i in 0..10 {
+        qp_a.send(&mr_a, 0, 8, Some(&eb), i).unwrap();
+        cq_a.wait(Duration::from_secs(5)).unwrap();
+    }
+    let ah = qp_a.address_handle(&eb).unwrap();
+    for i in 10..20 {
+        qp_a.send_to(&mr_a, 0, 8, &ah, eb.qpn, i).unwrap();
+        cq_a.wait(Duration::from_secs(5)).unwrap();
+    }
+    let mut got = 0;
+    let t0 = std::time::Instant::now();
+    while got < 20 && t0.elapsed() < Duration::from_secs(5) {
+        got += cq_b.poll(32).unwrap().len();
+    }
+    assert_eq!(got, 20);
+    // Ten sends through `send` made one AH; the owned one is the second.
+    let mut ctx = Context::open_at(hca.dir()).unwrap();
+    let ahs: u32 = ctx
+        .resources()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c.per_device.iter().map(|(_, n)| n[4]))
+        .sum();
+    assert_eq!(ahs, 2);
+    drop(ah);
+    let ahs: u32 = ctx
+        .resources()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c.per_device.iter().map(|(_, n)| n[4]))
+        .sum();
+    assert_eq!(ahs, 1, "a dropped AddressHandle is destroyed");
+}
