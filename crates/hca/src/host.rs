@@ -883,20 +883,14 @@ impl HostRt {
                 c.broken = true;
                 return;
             };
-            let (dev, qpn) = match &op {
-                proto::Submit::Send { dev, qpn, .. } | proto::Submit::Recv { dev, qpn, .. } => {
-                    (*dev, *qpn)
-                }
+            let (dev, post) = match op {
+                proto::Submit::Send { dev, qpn, wr } => (dev, Post::Send(qpn, wr)),
+                proto::Submit::Recv { dev, qpn, wr } => (dev, Post::Recv(qpn, wr)),
             };
-            let owned = c.owned.qps.contains(&(dev, qpn));
-            let Some(hca) = self.devs.get_mut(dev as usize).map(Device::hca_mut) else {
-                c.submit_errors += 1;
-                continue;
-            };
-            let result = match op {
-                _ if !owned => Err(VerbsError::NotFound("QP of this client")),
-                proto::Submit::Send { wr, .. } => hca.post_send(qpn, wr),
-                proto::Submit::Recv { wr, .. } => hca.post_recv(qpn, wr),
+            let qpn = post.target();
+            let result = match self.devs.get_mut(dev as usize).map(Device::hca_mut) {
+                Some(hca) => post_owned(hca, &c.owned, dev, post),
+                None => Err(format!("no device {dev}")),
             };
             if let Err(e) = result {
                 c.submit_errors += 1;
@@ -1354,40 +1348,16 @@ impl HostRt {
             Request::PostSend { dev, qpn, wrs } => {
                 let hca = dev!(dev).hca_mut();
                 owned!(qps, dev, qpn, "QP");
-                let mut posted = 0;
-                let mut error = None;
-                for wr in wrs {
-                    if let Some(ud) = &wr.ud {
-                        if !c.owned.ahs.contains(&(dev, ud.ah.0)) {
-                            error = Some(format!("no AH {} belongs to this client", ud.ah.0));
-                            break;
-                        }
-                    }
-                    match hca.post_send(qpn, wr) {
-                        Ok(()) => posted += 1,
-                        Err(e) => {
-                            error = Some(e.to_string());
-                            break;
-                        }
-                    }
-                }
-                Response::Posted { posted, error }
+                post_list(wrs, |wr| {
+                    post_owned(hca, &c.owned, dev, Post::Send(qpn, wr))
+                })
             }
             Request::PostRecv { dev, qpn, wrs } => {
                 let hca = dev!(dev).hca_mut();
                 owned!(qps, dev, qpn, "QP");
-                let mut posted = 0;
-                let mut error = None;
-                for wr in wrs {
-                    match hca.post_recv(qpn, wr) {
-                        Ok(()) => posted += 1,
-                        Err(e) => {
-                            error = Some(e.to_string());
-                            break;
-                        }
-                    }
-                }
-                Response::Posted { posted, error }
+                post_list(wrs, |wr| {
+                    post_owned(hca, &c.owned, dev, Post::Recv(qpn, wr))
+                })
             }
             Request::PollCq {
                 dev,
@@ -1784,18 +1754,9 @@ impl HostRt {
             Request::PostSrqRecv { dev, srq, wrs } => {
                 let hca = dev!(dev).hca_mut();
                 owned!(srqs, dev, srq, "SRQ");
-                let mut posted = 0;
-                let mut error = None;
-                for wr in wrs {
-                    match hca.post_srq_recv(softib_engine::SrqHandle(srq), wr) {
-                        Ok(()) => posted += 1,
-                        Err(e) => {
-                            error = Some(e.to_string());
-                            break;
-                        }
-                    }
-                }
-                Response::Posted { posted, error }
+                post_list(wrs, |wr| {
+                    post_owned(hca, &c.owned, dev, Post::SrqRecv(srq, wr))
+                })
             }
             Request::AttachSubmitRing { slots } => {
                 let (Some(bell), Some(fd)) = (c.reader.fds.pop(), c.reader.fds.pop()) else {
@@ -2099,6 +2060,84 @@ fn feed_ring(
         }
     }
     Ok(())
+}
+
+/// One work request to post.
+enum Post {
+    Send(Qpn, softib_engine::verbs::SendWr),
+    Recv(Qpn, softib_engine::verbs::RecvWr),
+    SrqRecv(u32, softib_engine::verbs::RecvWr),
+}
+
+impl Post {
+    /// The QPN (or SRQ handle) it goes to, for messages.
+    fn target(&self) -> u32 {
+        match self {
+            Post::Send(q, _) | Post::Recv(q, _) => q.value(),
+            Post::SrqRecv(s, _) => *s,
+        }
+    }
+}
+
+/// Posts one WR for a client whose objects are `owned`: the single place where both a
+/// `PostSend`/`PostRecv`/`PostSrqRecv` request and an entry of the submission ring are checked
+/// (the queue, and a UD WR's address handle, must be the client's own) and executed.
+fn post_owned(
+    hca: &mut softib_engine::Hca<ShmMemory>,
+    owned: &Owned,
+    dev: u32,
+    post: Post,
+) -> Result<(), String> {
+    match post {
+        Post::Send(qpn, wr) => {
+            if !owned.qps.contains(&(dev, qpn)) {
+                return Err(format!(
+                    "no QP {qpn} on device {dev} belongs to this client"
+                ));
+            }
+            if let Some(ud) = &wr.ud {
+                if !owned.ahs.contains(&(dev, ud.ah.0)) {
+                    return Err(format!("no AH {} belongs to this client", ud.ah.0));
+                }
+            }
+            hca.post_send(qpn, wr)
+        }
+        Post::Recv(qpn, wr) => {
+            if !owned.qps.contains(&(dev, qpn)) {
+                return Err(format!(
+                    "no QP {qpn} on device {dev} belongs to this client"
+                ));
+            }
+            hca.post_recv(qpn, wr)
+        }
+        Post::SrqRecv(srq, wr) => {
+            if !owned.srqs.contains(&(dev, srq)) {
+                return Err(format!(
+                    "no SRQ {srq} on device {dev} belongs to this client"
+                ));
+            }
+            hca.post_srq_recv(softib_engine::SrqHandle(srq), wr)
+        }
+    }
+    .map_err(|e| e.to_string())
+}
+
+/// Posts a list in order, stopping at the first WR that fails (the verbs' `bad_wr`).
+fn post_list<W>(wrs: Vec<W>, mut post: impl FnMut(W) -> Result<(), String>) -> Response {
+    let mut posted = 0;
+    for wr in wrs {
+        if let Err(error) = post(wr) {
+            return Response::Posted {
+                posted,
+                error: Some(error),
+            };
+        }
+        posted += 1;
+    }
+    Response::Posted {
+        posted,
+        error: None,
+    }
 }
 
 fn drain_cq(

@@ -472,3 +472,61 @@ fn ud_sends_to_one_peer_share_one_address_handle_and_owned_handles_send_too() {
         .sum();
     assert_eq!(ahs, 1, "a dropped AddressHandle is destroyed");
 }
+
+#[test]
+fn another_clients_address_handle_is_refused_on_the_ring_too() {
+    let hca = two_devices(8);
+    let (a, b) = (
+        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
+        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
+    );
+    // A second client on rxe0.
+    let rogue = Device::open_at(hca.dir(), Some("rxe0")).unwrap();
+    let (pd_a, pd_b, pd_r) = (
+        a.alloc_pd().unwrap(),
+        b.alloc_pd().unwrap(),
+        rogue.alloc_pd().unwrap(),
+    );
+    let (cq_a, cq_b, cq_r) = (
+        a.create_cq(16).unwrap(),
+        b.create_cq(16).unwrap(),
+        rogue.create_cq(16).unwrap(),
+    );
+    let (buf_b, buf_r) = (
+        b.alloc_buffer(4096).unwrap(),
+        rogue.alloc_buffer(4096).unwrap(),
+    );
+    let mr_b = pd_b.register(&buf_b, AccessFlags::LOCAL_WRITE).unwrap();
+    let mr_r = pd_r.register(&buf_r, AccessFlags::LOCAL_WRITE).unwrap();
+    let qp_a = pd_a.create_qp(QpType::Ud, &cq_a, &cq_a, 16).unwrap();
+    let qp_b = pd_b.create_qp(QpType::Ud, &cq_b, &cq_b, 16).unwrap();
+    let qp_r = pd_r.create_qp(QpType::Ud, &cq_r, &cq_r, 16).unwrap();
+    let eb = qp_b.endpoint().unwrap();
+    for q in [&qp_a, &qp_r] {
+        q.connect(&eb, Mtu::Mtu1024).unwrap();
+    }
+    qp_b.connect(&qp_a.endpoint().unwrap(), Mtu::Mtu1024)
+        .unwrap();
+    qp_b.recv(&mr_b, 0, 40 + 64, 1).unwrap();
+    // The first client's AH, used by the second: the daemon refuses the WR.
+    let ah = qp_a.address_handle(&eb).unwrap();
+    qp_r.post_send(vec![softib::SendWr {
+        wr_id: 7,
+        opcode: softib::WrOpcode::Send,
+        sg_list: vec![mr_r.sge(0, 8)],
+        flags: softib::SendFlags::SIGNALED,
+        inline_data: None,
+        ud: Some(softib::UdDest {
+            ah: ah.handle(),
+            remote_qpn: eb.qpn,
+            remote_qkey: softib::UD_QKEY,
+        }),
+    }])
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        cq_r.poll(4).unwrap().is_empty(),
+        "the refused WR did not run"
+    );
+    assert!(cq_b.poll(4).unwrap().is_empty(), "nothing reached the peer");
+}
