@@ -230,6 +230,12 @@ fn del(ifname: &str) -> Result<u8> {
         while alive(s.pid) && t0.elapsed() < Duration::from_secs(5) {
             std::thread::sleep(Duration::from_millis(20));
         }
+        if alive(s.pid) {
+            if let Some(p) = rustix::process::Pid::from_raw(s.pid as i32) {
+                let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+            }
+            eprintln!("{ifname}: pid {} did not stop within 5 s; killed", s.pid);
+        }
     }
     let _ = std::fs::remove_file(&path);
     println!("{ifname}: removed");
