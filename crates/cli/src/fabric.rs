@@ -581,7 +581,7 @@ fn status(dir: &Path) -> Result<u8> {
                             format!(
                                 "port {} {} lid {} sm {}",
                                 p.number,
-                                crate::tools::state_name(p.state),
+                                p.state_name(),
                                 p.lid.0,
                                 p.sm_lid.0
                             )

@@ -577,37 +577,6 @@ fn because(upstream: &str, e: impl std::fmt::Display) -> Fail {
     Fail(format!("{upstream}\n ({e})"))
 }
 
-fn state_name(s: u8) -> &'static str {
-    match s {
-        1 => "Down",
-        2 => "Initializing",
-        3 => "Armed",
-        4 => "Active",
-        _ => "in an unknown state",
-    }
-}
-
-/// Why a port that is not Active cannot carry the ping-pong.
-fn port_not_active(dev: &DeviceInfo, p: &PortInfo) -> String {
-    let why = match (p.phys_state, p.state) {
-        (5, 2) | (5, 3) => format!(
-            "its link is up but no subnet manager has configured it (LID {}, SM LID {}); \
-             start one on this subnet (e.g. `opensm -g 0x{:016x}`) and the port becomes \
-             Active after its sweep",
-            p.lid.0, p.sm_lid.0, p.port_guid.0
-        ),
-        (5, _) => "its link is up but its logical state does not carry data".to_string(),
-        (3, _) => "it is Disabled".to_string(),
-        _ => "its link is down: no cable, or the port at the other end is not up".to_string(),
-    };
-    format!(
-        "Port {} of {} is {}, not Active: {why}.",
-        p.number,
-        dev.name,
-        state_name(p.state)
-    )
-}
-
 /// What an error completion status means here.
 fn explain_status(s: WcStatus) -> &'static str {
     match s {
@@ -901,7 +870,7 @@ impl Pp {
                     if let Some(p) = d.ports.iter().find(|p| p.number == self.port.number) {
                         if p.state != 4 {
                             msg.push('\n');
-                            msg.push_str(&port_not_active(d, p));
+                            msg.push_str(&p.why_not_active(&d.name).unwrap_or_default());
                         }
                     }
                     if d.drops.is_empty() {
@@ -1152,7 +1121,10 @@ fn run(t: Transport, a: &Args) -> Result<u8> {
         } else {
             ""
         };
-        return fail(format!("{head}{}", port_not_active(&info, &port)));
+        return fail(format!(
+            "{head}{}",
+            port.why_not_active(&info.name).unwrap_or_default()
+        ));
     }
     let mut gid_idx = a.gid_idx;
     if !port.link_layer_ib && gid_idx.is_none() {

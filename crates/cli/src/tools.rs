@@ -16,17 +16,6 @@ use softib_wire::mad::{smp, MAD_LEN};
 
 use crate::exit;
 
-/// The name of a PortState value, as ibstat prints it.
-pub fn state_name(state: u8) -> &'static str {
-    match state {
-        1 => "Down",
-        2 => "Initializing",
-        3 => "Armed",
-        4 => "Active",
-        _ => "???",
-    }
-}
-
 /// Converts the daemon's view of a device into what the formatters print.
 pub fn device_view(d: &DeviceInfo) -> DeviceView {
     let a = &d.attr;
@@ -952,7 +941,7 @@ pub fn perfquery(args: &[String]) -> Result<u8> {
         bail!(
             "perfquery: port {} has no LID (state {}): the PMA is reached by LID once an SM has configured the port",
             me.number,
-            state_name(me.state)
+            me.state_name()
         );
     }
     let qport: u8 = match pos.get(1) {
@@ -1017,7 +1006,7 @@ pub fn saquery(args: &[String]) -> Result<u8> {
         bail!(
             "saquery: port {} knows no SM (SM lid 0, state {}): start opensm on this subnet first",
             me.number,
-            state_name(me.state)
+            me.state_name()
         );
     }
     let segs = a.gmp(me.sm_lid, |tid| {
@@ -1106,7 +1095,7 @@ fn saquery_multicast(port: Option<u8>, view: McView) -> Result<u8> {
         bail!(
             "saquery: port {} knows no SM (SM lid 0, state {}): start opensm on this subnet first",
             me.number,
-            state_name(me.state)
+            me.state_name()
         );
     }
     let records: Vec<McMemberRecord> = sa_table(&mut a, me.sm_lid, AttrId::MC_MEMBER_RECORD)?
@@ -1198,7 +1187,7 @@ pub fn sminfo(args: &[String]) -> Result<u8> {
         eprintln!(
             "sminfo: iberror: failed: query (port {} knows no SM: SM lid 0, state {})",
             me.number,
-            state_name(me.state)
+            me.state_name()
         );
         return Ok(255);
     }

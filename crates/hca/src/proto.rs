@@ -514,6 +514,43 @@ pub struct PortInfo {
     pub gids: Vec<Gid>,
 }
 
+impl PortInfo {
+    /// The logical state's name, as `ibstat` prints it.
+    pub fn state_name(&self) -> &'static str {
+        match self.state {
+            1 => "Down",
+            2 => "Initializing",
+            3 => "Armed",
+            4 => "Active",
+            _ => "???",
+        }
+    }
+
+    /// Why this port, on device `dev`, carries no data and what to do about it; `None` when it
+    /// is Active. One sentence, shared by every tool that must explain a stall.
+    pub fn why_not_active(&self, dev: &str) -> Option<String> {
+        if self.state == 4 {
+            return None;
+        }
+        let why = match (self.phys_state, self.state) {
+            (5, 2) | (5, 3) => format!(
+                "its link is up but no subnet manager has configured it (LID {}, SM lid {}); \
+                 start one on this subnet, e.g. `opensm -g 0x{:016x}` on a host of it, and the \
+                 port becomes Active after the SM's sweep",
+                self.lid.0, self.sm_lid.0, self.port_guid.0
+            ),
+            (5, _) => "its link is up but its logical state does not carry data".into(),
+            (3, _) => "it is Disabled".into(),
+            _ => "its link is down: no cable, or the port at the other end is not up".into(),
+        };
+        Some(format!(
+            "Port {} of {dev} is {}, not Active: {why}.",
+            self.number,
+            self.state_name()
+        ))
+    }
+}
+
 /// What one client owns.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClientResources {

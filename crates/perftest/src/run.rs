@@ -113,37 +113,6 @@ fn mtu_bytes(m: Mtu) -> u64 {
     }
 }
 
-fn state_name(s: u8) -> &'static str {
-    match s {
-        1 => "Down",
-        2 => "Initializing",
-        3 => "Armed",
-        4 => "Active",
-        _ => "unknown",
-    }
-}
-
-/// Why a port that is not Active cannot run a benchmark, in words.
-fn port_not_active(dev: &DeviceInfo, p: &PortInfo) -> String {
-    let why = match (p.phys_state, p.state) {
-        (5, 2) | (5, 3) => format!(
-            "its link is up but no subnet manager has configured it (LID {}, SM lid {}).\n \
-             Start one on this subnet, e.g. `opensm -g 0x{:016x}` on a host of it; \
-             the port becomes Active after the SM's sweep",
-            p.lid.0, p.sm_lid.0, p.port_guid.0
-        ),
-        (5, _) => "its link is up but its logical state does not carry data".into(),
-        (3, _) => "it is Disabled".into(),
-        _ => "its link is down: no cable, or the peer port is not up".into(),
-    };
-    format!(
-        " Port {} of {} is {}, not Active: {why}.",
-        p.number,
-        dev.name,
-        state_name(p.state)
-    )
-}
-
 fn run(mut args: PerftestArgs) -> Result<()> {
     for n in &args.notices {
         println!("{n}");
@@ -178,7 +147,10 @@ fn run(mut args: PerftestArgs) -> Result<()> {
             ))
         })?;
     if port.state != 4 {
-        return fail(port_not_active(&dev, &port));
+        return fail(format!(
+            " {}",
+            port.why_not_active(&dev.name).unwrap_or_default()
+        ));
     }
     if !port.link_layer_ib && args.gid_index.is_none() {
         // RoCE needs a GID. Upstream takes index 0, rxe's IPv6 link-local GID, which the
@@ -654,7 +626,10 @@ impl Local {
                     if let Some(p) = d.ports.iter().find(|p| p.number == self.port.number) {
                         if p.state != 4 {
                             msg.push('\n');
-                            msg.push_str(&port_not_active(d, p));
+                            msg.push_str(&format!(
+                                " {}",
+                                p.why_not_active(&d.name).unwrap_or_default()
+                            ));
                         }
                     }
                     if d.drops.is_empty() {
