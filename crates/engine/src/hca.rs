@@ -173,6 +173,7 @@ impl<M: Memory> Hca<M> {
                 drops: DropCounters::default(),
                 events: VecDeque::new(),
                 comp_events: VecDeque::new(),
+                overflowed: Vec::new(),
                 transport: config.transport,
             },
             qps: BTreeMap::new(),
@@ -841,6 +842,7 @@ impl<M: Memory> Hca<M> {
         qp.rq.push_back(wr);
         if qp.state == QpState::Err {
             qp.flush_receives(&mut self.res);
+            self.fail_overflowed_cqs();
         }
         Ok(())
     }
@@ -1010,8 +1012,32 @@ impl<M: Memory> Hca<M> {
         self.res.events.pop_front()
     }
 
+    /// IBA §11.6.3.1 and what hardware does: a CQ that overflowed is in error (CQ_ERR was
+    /// raised), and so is every QP that completes into it (QP_FATAL): its work is flushed and
+    /// it answers nothing more, so its peer's requests end in retries exceeded. The QPs used
+    /// to go on as if nothing had happened, their completions silently lost.
+    fn fail_overflowed_cqs(&mut self) {
+        while let Some(cq) = self.res.overflowed.pop() {
+            let qpns: Vec<Qpn> = self
+                .qps
+                .values()
+                .filter(|q| q.init.send_cq == cq || q.init.recv_cq == cq)
+                .filter(|q| !matches!(q.state, QpState::Reset | QpState::Err))
+                .map(|q| q.qpn)
+                .collect();
+            for qpn in qpns {
+                if let Some(qp) = self.qps.get_mut(&qpn) {
+                    qp.enter_error(&mut self.res, None);
+                    self.res.events.push_back(AsyncEvent::QpFatal(qpn));
+                }
+                self.reschedule(qpn);
+            }
+        }
+    }
+
     /// Puts a QP in the transmit schedule if it has something to send, and re-arms its timer.
     fn reschedule(&mut self, qpn: Qpn) {
+        self.fail_overflowed_cqs();
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
         };

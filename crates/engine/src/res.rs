@@ -58,11 +58,14 @@ pub(crate) struct Resources<M> {
     pub drops: DropCounters,
     pub events: VecDeque<AsyncEvent>,
     pub comp_events: VecDeque<CqHandle>,
+    /// CQs that overflowed since the HCA last put their QPs in error.
+    pub overflowed: Vec<CqHandle>,
     pub transport: TransportConfig,
 }
 
 impl<M: Memory> Resources<M> {
-    /// Delivers a completion to a CQ, raising the CQ error event on overflow.
+    /// Delivers a completion to a CQ, raising the CQ error event on overflow (the HCA then
+    /// puts the CQ's QPs in error, `Hca::fail_overflowed_cqs`).
     pub fn complete(&mut self, cq: CqHandle, wc: WorkCompletion, solicited: bool) {
         let Some(q) = self.cqs.get_mut(&cq) else {
             return;
@@ -73,7 +76,10 @@ impl<M: Memory> Resources<M> {
                     self.comp_events.push_back(cq);
                 }
             }
-            Pushed::Overflowed => self.events.push_back(AsyncEvent::CqErr(cq)),
+            Pushed::Overflowed => {
+                self.events.push_back(AsyncEvent::CqErr(cq));
+                self.overflowed.push(cq);
+            }
             Pushed::InError => {}
         }
     }

@@ -279,7 +279,14 @@ fn cq_overflow_raises_cq_err_and_the_cq_takes_no_more_completions() {
     }
     p.drive();
     assert_eq!(p.a.hca.cq_len(small), 2);
-    assert_eq!(p.a.events(), vec![AsyncEvent::CqErr(small)], "raised once");
+    // The CQ is in error, and so is the QP that completes into it (QP_FATAL), as hardware
+    // does; each event once.
+    assert_eq!(
+        p.a.events(),
+        vec![AsyncEvent::CqErr(small), AsyncEvent::QpFatal(qa)],
+        "raised once"
+    );
+    assert_eq!(p.a.state(qa), QpState::Err);
     let polled: Vec<u64> = std::iter::from_fn(|| p.a.hca.poll_cq(small))
         .map(|w| w.wr_id)
         .collect();
@@ -294,6 +301,47 @@ fn cq_overflow_raises_cq_err_and_the_cq_takes_no_more_completions() {
     p.drive();
     assert_eq!(p.a.hca.cq_len(small), 0);
     assert!(p.a.events().is_empty());
+}
+
+#[test]
+fn a_receive_cq_that_overflows_fails_its_qp_and_the_sender_runs_out_of_retries() {
+    let mut p = Pair::new();
+    let small = p.b.hca.create_cq(2).unwrap();
+    let qa = p.a.create_qp(QpType::Rc);
+    let qb = p.b.create_qp_with(QpType::Rc, |init| {
+        init.send_cq = small;
+        init.recv_cq = small;
+    });
+    p.connect_qps(qa, qb, QpType::Rc);
+    for i in 0..6 {
+        p.b.post_recv(qb, 100 + i, BUF + 64 * i, 64);
+    }
+    // B never polls: the third SEND's completion overflows its CQ.
+    for i in 0..6 {
+        p.a.post(qa, i, WrOpcode::Send, vec![p.a.sge(BUF, 8)]);
+    }
+    p.drive();
+    assert_eq!(
+        p.b.events(),
+        vec![AsyncEvent::CqErr(small), AsyncEvent::QpFatal(qb)]
+    );
+    assert_eq!(p.b.state(qb), QpState::Err);
+    let got: Vec<(u64, WcStatus)> =
+        p.a.completions()
+            .into_iter()
+            .map(|w| (w.wr_id, w.status))
+            .collect();
+    // What B acknowledged before the overflow succeeded (its coalesced ACK may not have left
+    // before the QP failed); the rest ran out of retries against a QP that answers no more
+    // (the first error, then flushes).
+    let ok = got.iter().take_while(|w| w.1 == WcStatus::Success).count();
+    assert!(ok <= 2, "{got:?}");
+    assert_eq!(got[ok], (ok as u64, WcStatus::RetryExcErr), "{got:?}");
+    assert!(
+        got[ok + 1..].iter().all(|w| w.1 == WcStatus::WrFlushErr),
+        "{got:?}"
+    );
+    assert_eq!(got.len(), 6);
 }
 
 // ---- inline sends -------------------------------------------------------------------------------
