@@ -16,7 +16,9 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rustix::fs::{fstat, ftruncate, memfd_create, MemfdFlags};
+use rustix::fs::{
+    fcntl_add_seals, fcntl_get_seals, fstat, ftruncate, memfd_create, MemfdFlags, SealFlags,
+};
 use rustix::mm::{mmap, munmap, MapFlags, ProtFlags};
 
 /// An access outside the mapping.
@@ -37,17 +39,30 @@ pub struct SharedRegion {
 unsafe impl Send for SharedRegion {}
 
 impl SharedRegion {
-    /// Creates a memfd of `len` bytes (rounded up to a page) and maps it read-write.
+    /// Creates a memfd of `len` bytes (rounded up to a page), sealed against shrinking (the
+    /// other side checks, see [`SharedRegion::from_fd`]), and maps it read-write.
     pub fn create(name: &str, len: usize) -> io::Result<SharedRegion> {
-        let fd = memfd_create(name, MemfdFlags::CLOEXEC)?;
+        let fd = memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
         let len = round_to_page(len.max(1));
         ftruncate(&fd, len as u64)?;
+        fcntl_add_seals(&fd, SealFlags::SHRINK)?;
         SharedRegion::map(fd, len)
     }
 
     /// Maps a memfd received from another process. `len` must not exceed the file's size: a
     /// mapping beyond the end would fault (SIGBUS) on access, which a daemon must never risk.
+    /// For the same reason the file must be sealed against shrinking (F_SEAL_SHRINK): the
+    /// other process could otherwise truncate it under the mapping at any time, and the
+    /// daemon's next access to the region would kill it with SIGBUS.
     pub fn from_fd(fd: OwnedFd, len: usize) -> io::Result<SharedRegion> {
+        let sealed = fcntl_get_seals(&fd).is_ok_and(|s| s.contains(SealFlags::SHRINK));
+        if !sealed {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the shared buffer's memfd is not sealed against shrinking (F_SEAL_SHRINK): \
+                 its owner could truncate it under the mapping",
+            ));
+        }
         let st = fstat(&fd)?;
         let size = usize::try_from(st.st_size).unwrap_or(0);
         if len == 0 || len > size {
@@ -211,5 +226,18 @@ mod tests {
         let a = SharedRegion::create("t", 4096).unwrap();
         let fd = a.fd().try_clone_to_owned().unwrap();
         assert!(SharedRegion::from_fd(fd, 1 << 20).is_err());
+    }
+
+    #[test]
+    fn a_memfd_its_owner_could_shrink_is_refused_and_a_sealed_one_cannot_shrink() {
+        // A client that truncated its buffer after the daemon mapped it would kill the
+        // daemon with SIGBUS on its next access to the region.
+        let fd = memfd_create("t", MemfdFlags::CLOEXEC).unwrap();
+        ftruncate(&fd, 4096).unwrap();
+        let e = SharedRegion::from_fd(fd, 4096).unwrap_err().to_string();
+        assert!(e.contains("F_SEAL_SHRINK"), "{e}");
+        let a = SharedRegion::create("t", 4096).unwrap();
+        assert!(ftruncate(a.fd(), 0).is_err(), "sealed against shrinking");
+        assert!(SharedRegion::from_fd(a.fd().try_clone_to_owned().unwrap(), 4096).is_ok());
     }
 }
