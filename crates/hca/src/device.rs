@@ -16,7 +16,7 @@ use softib_fabric::SmaEvent;
 use softib_net::cable::{Cable, CableEvent, CableRecv};
 use softib_net::fault::{FaultSpec, FaultStats, Faults};
 use softib_net::pcap::{PcapWriter, LINKTYPE_INFINIBAND, LINKTYPE_RAW};
-use softib_net::UdpLink;
+use softib_net::{RxBatch, TxQueue, UdpLink};
 use softib_wire::{Gid, Guid, Lid, Mtu};
 
 use crate::ib::{IbCa, MadIn};
@@ -71,7 +71,16 @@ pub(crate) struct RoceDev {
     src_links: std::collections::BTreeMap<u16, UdpLink>,
     /// Source ports that could not be bound (taken, or too many sockets): sent from `link`.
     src_refused: std::collections::BTreeSet<u16>,
+    /// A turn's datagrams, by source port, sent together at its end (`softib_net::batch`).
+    tx: TxQueue<u16>,
+    /// Re-seals datagrams for the IPv4 Identification their place in a GSO run gives them.
+    ident: roce::IdentPatch,
+    /// Receive slots (made on first use: 1 MiB).
+    rx: Option<Box<RxBatch>>,
 }
+
+/// Bytes queued in a turn after which they are sent at once rather than at the turn's end.
+const TX_FLUSH_BYTES: usize = 1 << 20;
 
 /// The most per-QP source sockets a device opens; QPs beyond share the device's own port.
 const MAX_SOURCE_SOCKETS: usize = 512;
@@ -179,7 +188,7 @@ impl Device {
     ) -> io::Result<bool> {
         match self {
             Device::Ib(d) => d.receive(std_now, now, buf, sb),
-            Device::Roce(d) => d.receive(std_now, now, buf),
+            Device::Roce(d) => d.receive(std_now, now),
         }
     }
 
@@ -573,35 +582,24 @@ pub fn ib_mtu_for(eth_mtu: u32) -> Mtu {
     }
 }
 
-/// Sends one RoCEv2 datagram (and captures it).
-fn roce_send(
-    link: &UdpLink,
+/// Queues one RoCEv2 datagram (sealed for IPv4 Identification 0) to leave from `local`, seals
+/// it for the Identification its place in a GSO run will give it, and captures it.
+fn queue_datagram(
+    tx: &mut TxQueue<u16>,
+    ident: &mut roce::IdentPatch,
     cap: &mut Option<PcapWriter>,
-    dropped: &mut u64,
+    gso: bool,
     local: SocketAddr,
     to: SocketAddr,
     frame: &[u8],
-) -> io::Result<()> {
+) {
+    let (index, stored) = tx.push(local.port(), to, frame, gso);
+    let index = if local.is_ipv4() { index } else { 0 };
+    ident.apply(stored, index);
     if cap.is_some() {
-        if let Some(d) = roce::datagram(local, to, frame) {
+        if let Some(d) = roce::datagram(local, to, stored, index) {
             capture(cap, &d);
         }
-    }
-    match link.send_to(frame, to) {
-        Ok(()) => Ok(()),
-        // A full buffer or an unreachable peer loses the packet, as a wire would.
-        Err(e)
-            if matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock
-                    | io::ErrorKind::ConnectionRefused
-                    | io::ErrorKind::NetworkUnreachable
-            ) =>
-        {
-            *dropped += 1;
-            Ok(())
-        }
-        Err(e) => Err(e),
     }
 }
 
@@ -610,7 +608,7 @@ impl RoceDev {
     pub fn new(config: LinkConfig, seed: u64) -> io::Result<RoceDev> {
         let nd = netdev(&config.netdev)?;
         let local = SocketAddr::new(config.addr, config.udp_port);
-        let link = UdpLink::bind(local).map_err(|e| {
+        let link = UdpLink::bind_with(local, true).map_err(|e| {
             io::Error::new(
                 e.kind(),
                 format!(
@@ -658,6 +656,9 @@ impl RoceDev {
             capture: None,
             src_links: std::collections::BTreeMap::new(),
             src_refused: std::collections::BTreeSet::new(),
+            tx: TxQueue::new(),
+            ident: roce::IdentPatch::default(),
+            rx: None,
             config,
         })
     }
@@ -666,7 +667,7 @@ impl RoceDev {
         self.link.local_addr()
     }
 
-    fn receive(&mut self, std_now: StdInstant, now: Instant, buf: &mut [u8]) -> io::Result<bool> {
+    fn receive(&mut self, std_now: StdInstant, now: Instant) -> io::Result<bool> {
         if std_now >= self.next_check {
             self.next_check = std_now + OPERSTATE_EVERY;
             // The port follows the interface, as rxe's does (netdev events).
@@ -679,36 +680,43 @@ impl RoceDev {
         let mut busy = false;
         if self.ready {
             self.ready = false;
-            for i in 0..256 {
-                let Some((n, from)) = self.link.try_recv(buf)? else {
+            let local = self.local();
+            let batch = self.rx.get_or_insert_with(|| Box::new(RxBatch::new()));
+            // At most 16 calls a turn, so that sending and the clients get their turn too.
+            for call in 0..16 {
+                if self.link.recv_batch(batch)? == 0 {
                     break;
-                };
-                let local = self.local();
-                if self.capture.is_some() {
-                    if let Some(d) = roce::datagram(from, local, &buf[..n]) {
-                        capture(&mut self.capture, &d);
-                    }
                 }
-                match roce::open(from, local, &buf[..n]) {
-                    Ok(body) => {
-                        let meta = RxMeta {
-                            grh: roce::grh_area(from, local, n),
-                            ..RxMeta::default()
-                        };
-                        self.hca.handle_packet(now, 1, &meta, body);
-                        busy = true;
+                // Cut short (larger than a slot) or not from an IP address.
+                self.rx_bad += batch.malformed() as u64;
+                for dg in batch.datagrams() {
+                    let index = if dg.from.is_ipv4() { dg.index } else { 0 };
+                    if self.capture.is_some() {
+                        if let Some(d) = roce::datagram(dg.from, local, dg.data, index) {
+                            capture(&mut self.capture, &d);
+                        }
                     }
-                    Err(e) => {
-                        self.rx_bad += 1;
-                        if std::env::var_os("SOFTIB_DEBUG").is_some() {
-                            eprintln!(
-                                "{}: dropped a datagram from {from}: {e:?}",
-                                self.config.name
-                            );
+                    match roce::open_hinted(dg.from, local, dg.data, index) {
+                        Ok(body) => {
+                            let meta = RxMeta {
+                                grh: roce::grh_area(dg.from, local, dg.data.len()),
+                                ..RxMeta::default()
+                            };
+                            self.hca.handle_packet(now, 1, &meta, body);
+                            busy = true;
+                        }
+                        Err(e) => {
+                            self.rx_bad += 1;
+                            if std::env::var_os("SOFTIB_DEBUG").is_some() {
+                                eprintln!(
+                                    "{}: dropped a datagram from {}: {e:?}",
+                                    self.config.name, dg.from
+                                );
+                            }
                         }
                     }
                 }
-                if i == 255 {
+                if call == 15 {
                     self.ready = true;
                     busy = true;
                 }
@@ -719,18 +727,44 @@ impl RoceDev {
     }
 
     fn transmit(&mut self, now: Instant, buf: &mut [u8]) -> io::Result<bool> {
+        let more = self.queue_transmit(now, buf);
+        self.flush();
+        Ok(more)
+    }
+
+    /// Sends what is queued; what the kernel would not take is lost, as on a wire.
+    fn flush(&mut self) {
+        let main = self.link.local_addr().port();
+        let (link, srcs) = (&self.link, &self.src_links);
+        let out = self.tx.flush(|port| {
+            if port == main {
+                Some(link)
+            } else {
+                srcs.get(&port)
+            }
+        });
+        self.tx_dropped += out.dropped;
+    }
+
+    /// Queues what the engine has to send (and delayed frames whose time has come); returns
+    /// whether more may be waiting.
+    fn queue_transmit(&mut self, now: Instant, buf: &mut [u8]) -> bool {
         let local = self.local();
-        let (link, srcs, cap, dropped) = (
+        let (link, srcs, tx, ident, cap) = (
             &self.link,
             &self.src_links,
+            &mut self.tx,
+            &mut self.ident,
             &mut self.capture,
-            &mut self.tx_dropped,
         );
-        self.faults.poll(StdInstant::now(), |(port, to), frame| {
-            let from = SocketAddr::new(local.ip(), port);
-            let l = srcs.get(&port).unwrap_or(link);
-            roce_send(l, cap, dropped, from, to, frame)
-        })?;
+        let _ = self
+            .faults
+            .poll(StdInstant::now(), |(port, to), frame| -> Result<(), ()> {
+                let from = SocketAddr::new(local.ip(), port);
+                let gso = srcs.get(&port).unwrap_or(link).gso();
+                queue_datagram(tx, ident, cap, gso, from, to, frame);
+                Ok(())
+            });
         let mut sent = 0;
         while let Some(t) = self.hca.poll_transmit(now, buf) {
             let Some(grh) = t.av.grh else {
@@ -756,25 +790,32 @@ impl RoceDev {
                 self.tx_dropped += 1;
                 continue;
             };
-            let (link, srcs, cap, dropped) = (
+            let (link, srcs, tx, ident, cap) = (
                 &self.link,
                 &self.src_links,
+                &mut self.tx,
+                &mut self.ident,
                 &mut self.capture,
-                &mut self.tx_dropped,
             );
-            let l = srcs.get(&port).unwrap_or(link);
-            self.faults.apply(
+            let gso = srcs.get(&port).unwrap_or(link).gso();
+            let _ = self.faults.apply(
                 StdInstant::now(),
                 (port, dst),
                 &buf[..len],
-                |(_, to), frame| roce_send(l, cap, dropped, local, to, frame),
-            )?;
+                |(_, to), frame| -> Result<(), ()> {
+                    queue_datagram(tx, ident, cap, gso, local, to, frame);
+                    Ok(())
+                },
+            );
+            if self.tx.bytes() >= TX_FLUSH_BYTES {
+                self.flush();
+            }
             sent += 1;
             if sent >= 1024 {
-                return Ok(true);
+                return true;
             }
         }
-        Ok(false)
+        false
     }
 
     /// The port a packet meant to leave from `want` really leaves from: a socket bound to it

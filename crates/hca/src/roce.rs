@@ -45,13 +45,13 @@ struct Headers {
     ip_len: usize,
 }
 
-fn headers(src: SocketAddr, dst: SocketAddr, payload_len: usize) -> Option<Headers> {
+fn headers(src: SocketAddr, dst: SocketAddr, payload_len: usize, ident: u16) -> Option<Headers> {
     let mut bytes = [0u8; 48];
     let ip_len = match (src.ip(), dst.ip()) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             Ipv4Repr {
                 tos: 0,
-                ident: 0,
+                ident,
                 dont_frag: true,
                 ttl: 64,
                 protocol: PROTOCOL_UDP,
@@ -82,20 +82,25 @@ fn headers(src: SocketAddr, dst: SocketAddr, payload_len: usize) -> Option<Heade
     Some(Headers { bytes, ip_len })
 }
 
-/// The whole IP datagram the kernel puts on the wire for `payload` from `src` to `dst` (for
-/// captures): the headers the ICRC was computed over, then the payload. The UDP checksum is
-/// left 0, which IPv4 allows; captures of IPv6 show it as missing.
-pub fn datagram(src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> Option<Vec<u8>> {
-    let h = headers(src, dst, payload.len())?;
+/// The whole IP datagram the kernel puts on the wire for `payload` from `src` to `dst` with
+/// IPv4 Identification `ident` (for captures): the headers the ICRC was computed over, then the
+/// payload. The UDP checksum is left 0, which IPv4 allows; captures of IPv6 show it as missing.
+pub fn datagram(src: SocketAddr, dst: SocketAddr, payload: &[u8], ident: u16) -> Option<Vec<u8>> {
+    let h = headers(src, dst, payload.len(), ident)?;
     let mut v = Vec::with_capacity(h.ip_len + 8 + payload.len());
     v.extend_from_slice(&h.bytes[..h.ip_len + 8]);
     v.extend_from_slice(payload);
     Some(v)
 }
 
-/// The ICRC of a RoCEv2 packet whose UDP payload is `body` followed by the 4-byte ICRC.
+/// The ICRC of a RoCEv2 packet whose UDP payload is `body` followed by the 4-byte ICRC (sent
+/// with IPv4 Identification 0).
 pub fn icrc(src: SocketAddr, dst: SocketAddr, body: &[u8]) -> Option<u32> {
-    let h = headers(src, dst, body.len() + ICRC_LEN)?;
+    icrc_with_ident(src, dst, body, 0)
+}
+
+fn icrc_with_ident(src: SocketAddr, dst: SocketAddr, body: &[u8], ident: u16) -> Option<u32> {
+    let h = headers(src, dst, body.len() + ICRC_LEN, ident)?;
     let ip = &h.bytes[..h.ip_len];
     let udp = &h.bytes[h.ip_len..h.ip_len + 8];
     Some(if src.is_ipv4() {
@@ -127,23 +132,75 @@ pub enum RxError {
 /// Checks the ICRC of a received UDP payload from `src` to `dst`; returns the body (BTH
 /// through pad) the engine takes.
 pub fn open(src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> Result<&[u8], RxError> {
+    open_hinted(src, dst, payload, 0)
+}
+
+/// [`open`] for a datagram that most likely carried IPv4 Identification `ident`: the `ident`th
+/// segment of a run the kernel coalesced (UDP GRO), which a softib sender sealed for that
+/// Identification (see [`IdentPatch`]). Tried first; then 0; then any (foreign senders).
+pub fn open_hinted(
+    src: SocketAddr,
+    dst: SocketAddr,
+    payload: &[u8],
+    ident: u16,
+) -> Result<&[u8], RxError> {
     if payload.len() < 12 + ICRC_LEN {
         return Err(RxError::TooShort);
     }
     let (body, tail) = payload.split_at(payload.len() - ICRC_LEN);
-    let want = icrc(src, dst, body).ok_or(RxError::AddressFamily)?;
+    let ident = if src.is_ipv4() { ident } else { 0 };
+    let want = icrc_with_ident(src, dst, body, ident).ok_or(RxError::AddressFamily)?;
     let got = crc::read_icrc(tail).ok_or(RxError::TooShort)?;
     if got == want {
         return Ok(body);
     }
-    // A foreign IPv4 sender's nonzero Identification (see the module docs).
-    if let (IpAddr::V4(_), Some(h)) = (src.ip(), headers(src, dst, payload.len())) {
+    // A foreign IPv4 sender's nonzero Identification (see the module docs); the solve also
+    // covers Identification 0 when the hint was another.
+    if let (IpAddr::V4(_), Some(h)) = (src.ip(), headers(src, dst, payload.len(), 0)) {
         let (ip, udp) = (&h.bytes[..h.ip_len], &h.bytes[h.ip_len..h.ip_len + 8]);
         if crc::roce_v4_ident_for_icrc(ip, udp, body, got).is_some() {
             return Ok(body);
         }
     }
     Err(RxError::BadIcrc)
+}
+
+/// Re-seals IPv4 RoCEv2 datagrams sealed for Identification 0 (by [`seal`]) for the one the
+/// kernel will really give them: the `n`th datagram of a UDP GSO run gets `n`
+/// (`softib_net::batch`). The ICRC change depends only on the Identification and the length,
+/// and a run's datagrams share their length, so the few lengths in use are remembered.
+#[derive(Debug, Default)]
+pub struct IdentPatch {
+    recent: [Option<crc::Ipv4IdentEffect>; 4],
+    next: usize,
+}
+
+impl IdentPatch {
+    /// Makes `payload` (a UDP payload ending in its ICRC, sent over IPv4 with a 20-byte header)
+    /// carry the ICRC for Identification `ident`. Nothing to do for 0.
+    pub fn apply(&mut self, payload: &mut [u8], ident: u16) {
+        let Some(body_len) = payload.len().checked_sub(ICRC_LEN) else {
+            return;
+        };
+        if ident == 0 {
+            return;
+        }
+        // After the Identification: the rest of the IPv4 header (14), UDP (8), the body.
+        let after = 14 + 8 + body_len;
+        let effect = match self.recent.iter().flatten().find(|e| e.after == after) {
+            Some(e) => *e,
+            None => {
+                let e = crc::Ipv4IdentEffect::new(after);
+                self.recent[self.next] = Some(e);
+                self.next = (self.next + 1) % self.recent.len();
+                e
+            }
+        };
+        let tail = &mut payload[body_len..];
+        if let Some(old) = crc::read_icrc(tail) {
+            crc::write_icrc(tail, old ^ effect.delta(ident));
+        }
+    }
 }
 
 /// The RoCEv2 GID of an IP address: IPv4-mapped for IPv4 (IBA A17.8), the address itself for
@@ -230,7 +287,7 @@ mod tests {
         assert_eq!(open(src, dst, &buf[..n]), Ok(body));
         // The same packet as the kernel would put on the wire parses with a valid ICRC.
         let mut datagram = vec![0u8; 28];
-        let h = headers(src, dst, n).unwrap();
+        let h = headers(src, dst, n, 0).unwrap();
         datagram.copy_from_slice(&h.bytes[..28]);
         datagram.extend_from_slice(&buf[..n]);
         assert!(RoceV2Repr::parse(&datagram).unwrap().icrc_ok);
@@ -256,6 +313,35 @@ mod tests {
         assert_eq!(open(src, dst, &bad), Err(RxError::BadIcrc));
         let wrong_port: SocketAddr = "10.77.0.1:49477".parse().unwrap();
         assert_eq!(open(wrong_port, dst, payload), Err(RxError::BadIcrc));
+    }
+
+    #[test]
+    fn a_gso_segment_is_sealed_for_the_identification_the_kernel_gives_it() {
+        let src: SocketAddr = "10.0.0.1:49881".parse().unwrap();
+        let dst: SocketAddr = "10.0.0.2:4791".parse().unwrap();
+        let mut patch = IdentPatch::default();
+        for (len, ident) in [
+            (12usize, 1u16),
+            (1024 + 12, 2),
+            (4096 + 12, 14),
+            (4096 + 12, 63),
+        ] {
+            // An RC SEND_ONLY BTH (rxe's), then any payload.
+            let mut buf: Vec<u8> = (0..len + 4).map(|i| (i * 31 + 7) as u8).collect();
+            buf[..12].copy_from_slice(&unhex("0400ffff0000001280af47ee"));
+            let n = seal(src, dst, &mut buf, len).unwrap();
+            patch.apply(&mut buf[..n], ident);
+            // What the wire carries: the header with that Identification, a valid ICRC.
+            let mut wire = datagram(src, dst, &buf[..n], ident).unwrap();
+            assert!(RoceV2Repr::parse(&wire).unwrap().icrc_ok, "{len} {ident}");
+            // A receiver told the index checks it at once; one that is not still accepts it.
+            assert_eq!(open_hinted(src, dst, &buf[..n], ident), Ok(&buf[..len]));
+            assert_eq!(open(src, dst, &buf[..n]), Ok(&buf[..len]));
+            // Identification 0 on the wire would not match.
+            wire[4] = 0;
+            wire[5] = 0;
+            assert!(!RoceV2Repr::parse(&wire).unwrap().icrc_ok);
+        }
     }
 
     #[test]

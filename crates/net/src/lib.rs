@@ -8,6 +8,7 @@ use std::net::{SocketAddr, UdpSocket};
 
 use rustix::net::sockopt;
 
+pub mod batch;
 pub mod cable;
 pub mod fault;
 pub mod fdpass;
@@ -17,6 +18,7 @@ pub mod ring;
 pub mod shm;
 pub mod tun;
 
+pub use batch::{RxBatch, RxDatagram, TxFlush, TxQueue};
 pub use cable::{Cable, CableEvent, CableRecv, CableStats, PhysState};
 
 /// Socket buffer size asked for: a burst of READ responses or a 64-packet window must not
@@ -33,20 +35,18 @@ pub const SOCKET_BUFFER: usize = 8 << 20;
 pub struct UdpLink {
     socket: UdpSocket,
     local: SocketAddr,
+    /// Whether sends may be UDP GSO runs ([`batch`]); turned off when the kernel refuses one.
+    gso: std::sync::atomic::AtomicBool,
+    /// Whether the kernel may hand this socket coalesced runs (UDP GRO is on).
+    gro: bool,
 }
 
 /// `UDP_NO_CHECK6_RX` from `linux/udp.h` (level `SOL_UDP`); the libc crate does not name it.
 const UDP_NO_CHECK6_RX: libc::c_int = 102;
 
-/// Lets an IPv6 UDP socket receive datagrams whose UDP checksum is zero.
-///
-/// Linux drops those by default (RFC 8200), but RoCEv2 senders write zero over IPv6 — the Linux
-/// rxe driver does (its own socket accepts them the same way; RFC 6935 allows zero for
-/// tunnels), and the ICRC covers the packet anyway. Without this, every packet from rxe over
-/// IPv6 vanished in the kernel before softib saw it.
-fn accept_zero_udp6_checksum(socket: &UdpSocket) -> io::Result<()> {
+/// Sets an integer socket option at level `SOL_UDP`.
+fn set_udp_option(socket: &UdpSocket, option: libc::c_int, value: libc::c_int) -> io::Result<()> {
     use std::os::fd::AsRawFd;
-    let one: libc::c_int = 1;
     #[allow(unsafe_code)]
     // SAFETY: the descriptor is an open socket owned by `socket` for the whole call; the option
     // value is a live `c_int` and the length passed is exactly its size.
@@ -54,8 +54,8 @@ fn accept_zero_udp6_checksum(socket: &UdpSocket) -> io::Result<()> {
         libc::setsockopt(
             socket.as_raw_fd(),
             libc::SOL_UDP,
-            UDP_NO_CHECK6_RX,
-            (&one as *const libc::c_int).cast(),
+            option,
+            (&value as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
@@ -66,10 +66,46 @@ fn accept_zero_udp6_checksum(socket: &UdpSocket) -> io::Result<()> {
     }
 }
 
+/// Whether the kernel knows `UDP_SEGMENT` (reading it fails with ENOPROTOOPT before 4.18).
+fn kernel_has_gso(socket: &UdpSocket) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    #[allow(unsafe_code)]
+    // SAFETY: an open socket, a live out-parameter and its exact length.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_UDP,
+            batch::UDP_SEGMENT,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    rc == 0
+}
+
+/// Lets an IPv6 UDP socket receive datagrams whose UDP checksum is zero.
+///
+/// Linux drops those by default (RFC 8200), but RoCEv2 senders write zero over IPv6 — the Linux
+/// rxe driver does (its own socket accepts them the same way; RFC 6935 allows zero for
+/// tunnels), and the ICRC covers the packet anyway. Without this, every packet from rxe over
+/// IPv6 vanished in the kernel before softib saw it.
+fn accept_zero_udp6_checksum(socket: &UdpSocket) -> io::Result<()> {
+    set_udp_option(socket, UDP_NO_CHECK6_RX, 1)
+}
+
 impl UdpLink {
     /// Binds `local`, non-blocking, DF on, ID 0, large buffers; over IPv6 it also accepts
-    /// datagrams with a zero UDP checksum (see `accept_zero_udp6_checksum`).
+    /// datagrams with a zero UDP checksum (see `accept_zero_udp6_checksum`). Received datagrams
+    /// come one by one (no GRO).
     pub fn bind(local: SocketAddr) -> io::Result<UdpLink> {
+        UdpLink::bind_with(local, false)
+    }
+
+    /// Binds `local` like [`UdpLink::bind`], with UDP GRO on where the kernel has it when
+    /// `gro`: for readers that use [`UdpLink::recv_batch`].
+    pub fn bind_with(local: SocketAddr, gro: bool) -> io::Result<UdpLink> {
         let socket = UdpSocket::bind(local)?;
         socket.set_nonblocking(true)?;
         match local {
@@ -90,7 +126,32 @@ impl UdpLink {
             let _ = sockopt::set_socket_send_buffer_size(&socket, SOCKET_BUFFER);
         }
         let local = socket.local_addr()?;
-        Ok(UdpLink { socket, local })
+        let gso = !batch::env_disabled("SOFTIB_UDP_GSO") && kernel_has_gso(&socket);
+        let gro = gro
+            && !batch::env_disabled("SOFTIB_UDP_GRO")
+            && set_udp_option(&socket, batch::UDP_GRO, 1).is_ok();
+        Ok(UdpLink {
+            socket,
+            local,
+            gso: std::sync::atomic::AtomicBool::new(gso),
+            gro,
+        })
+    }
+
+    /// Whether sends may be UDP GSO runs.
+    pub fn gso(&self) -> bool {
+        self.gso.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Turns GSO off (the kernel refused a GSO send on this socket's route).
+    pub fn disable_gso(&self) {
+        self.gso.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the kernel may coalesce received datagrams into runs (UDP GRO): a socket with
+    /// GRO must be read with [`UdpLink::recv_batch`], never with [`UdpLink::try_recv`] alone.
+    pub fn gro(&self) -> bool {
+        self.gro
     }
 
     /// The socket, for readiness polling.

@@ -138,6 +138,61 @@ fn zero_byte_operator() -> [u32; 32] {
     gf2_square(&gf2_square(&gf2_square(&op)))
 }
 
+/// How the IPv4 Identification of a RoCEv2 packet changes its ICRC, for packets with a given
+/// number of bytes after the Identification field.
+///
+/// The ICRC is affine in the message over GF(2), so changing the Identification from 0 to `x`
+/// XORs into the ICRC a value that depends only on `x` and on how many bytes follow the field
+/// (`delta`). A sender that hands the kernel a batch of datagrams to segment (UDP GSO) knows
+/// the kernel numbers the segments' Identifications 0, 1, 2, ... and seals each with its own;
+/// a receiver that gets such a batch back whole (UDP GRO) checks each segment the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ipv4IdentEffect {
+    /// Bytes after the Identification field (the rest of the IPv4 header, UDP, BTH to the end).
+    pub after: usize,
+    /// The ICRC change of each Identification bit (bit 0 = the field's least significant bit).
+    columns: [u32; 16],
+}
+
+impl Ipv4IdentEffect {
+    /// The effect for packets with `after` bytes after the Identification field: for a packet
+    /// with a 20-byte IPv4 header whose UDP payload is BTH..ICRC of `n` bytes, `after` is
+    /// 14 + 8 + (n - 4).
+    pub fn new(after: usize) -> Ipv4IdentEffect {
+        // How flipping each Identification bit changes the final CRC: the register change
+        // after the two Identification bytes, moved over every byte after them.
+        let byte = zero_byte_operator();
+        let mut columns = [0u32; 16];
+        for (i, col) in columns.iter_mut().enumerate() {
+            let [hi, lo] = (1u16 << i).to_be_bytes();
+            *col = gf2_apply(&byte, gf2_apply(&byte, u32::from(hi)) ^ u32::from(lo));
+        }
+        let mut rest = after;
+        let mut op = byte;
+        while rest != 0 {
+            if rest & 1 != 0 {
+                for col in columns.iter_mut() {
+                    *col = gf2_apply(&op, *col);
+                }
+            }
+            rest >>= 1;
+            if rest != 0 {
+                op = gf2_square(&op);
+            }
+        }
+        Ipv4IdentEffect { after, columns }
+    }
+
+    /// What to XOR into the ICRC computed with Identification 0 to get the one with `ident`.
+    pub fn delta(&self, ident: u16) -> u32 {
+        self.columns
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| ident & (1 << i) != 0)
+            .fold(0, |acc, (_, c)| acc ^ c)
+    }
+}
+
 /// The IPv4 Identification that makes `icrc` the RoCEv2 ICRC of a packet whose other bytes are
 /// `ipv4_header` (its own Identification is ignored), `udp_header` and `bth_to_end`, if one does.
 ///
@@ -166,28 +221,8 @@ pub fn roce_v4_ident_for_icrc(
     let ident = if diff == 0 {
         0
     } else {
-        // How flipping each Identification bit changes the final CRC: the register change after
-        // the two Identification bytes, moved over every byte after them.
-        let byte = zero_byte_operator();
-        let mut columns = [0u32; 16];
-        for (i, col) in columns.iter_mut().enumerate() {
-            let [hi, lo] = (1u16 << i).to_be_bytes();
-            *col = gf2_apply(&byte, gf2_apply(&byte, u32::from(hi)) ^ u32::from(lo));
-        }
-        let mut after = ip.len() - 6 + UDP_LEN + bth_to_end.len();
-        let mut op = byte;
-        while after != 0 {
-            if after & 1 != 0 {
-                for col in columns.iter_mut() {
-                    *col = gf2_apply(&op, *col);
-                }
-            }
-            after >>= 1;
-            if after != 0 {
-                op = gf2_square(&op);
-            }
-        }
-        solve16(&columns, diff)?
+        let after = ip.len() - 6 + UDP_LEN + bth_to_end.len();
+        solve16(&Ipv4IdentEffect::new(after).columns, diff)?
     };
     ip[4..6].copy_from_slice(&ident.to_be_bytes());
     (icrc_roce_v4(ip, udp_header, bth_to_end) == icrc).then_some(ident)
@@ -383,6 +418,30 @@ mod tests {
                 ip[4..6].copy_from_slice(&id.to_be_bytes());
                 let icrc = icrc_roce_v4(&ip, udp, &body);
                 assert_eq!(roce_v4_ident_for_icrc(&zeroed, udp, &body, icrc), Some(id));
+            }
+        }
+    }
+
+    #[test]
+    fn ident_effect_turns_an_icrc_with_ident_zero_into_one_with_any_ident() {
+        let p = unhex(RXE_SEND_ONLY);
+        let (ip, rest) = p.split_at(20);
+        let (udp, _) = rest.split_at(8);
+        let mut zeroed = ip.to_vec();
+        zeroed[4] = 0;
+        zeroed[5] = 0;
+        for len in [12usize, 40, 1024 + 12, 4096 + 28] {
+            let body: std::vec::Vec<u8> = (0..len).map(|i| (i * 13 + 5) as u8).collect();
+            let effect = Ipv4IdentEffect::new(14 + 8 + len);
+            let base = icrc_roce_v4(&zeroed, udp, &body);
+            for id in [0u16, 1, 2, 63, 0x8000, 0xffff] {
+                let mut ip = zeroed.clone();
+                ip[4..6].copy_from_slice(&id.to_be_bytes());
+                assert_eq!(
+                    base ^ effect.delta(id),
+                    icrc_roce_v4(&ip, udp, &body),
+                    "{len} {id}"
+                );
             }
         }
     }
