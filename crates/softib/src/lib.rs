@@ -41,6 +41,7 @@ use softib_hca::proto::{self, Request, Response};
 mod channel;
 pub mod embedded;
 mod objects;
+mod rdma_core;
 
 pub use channel::CompChannel;
 pub use objects::{
@@ -55,14 +56,21 @@ use softib_net::shm::SharedRegion;
 /// What went wrong.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// No daemon serves this host.
-    #[error("cannot reach softibd at {path}: {source} (start it with `softib daemon`, or `softib fabric up`, or set SOFTIB_RUNTIME_DIR)")]
+    /// No daemon serves this host (and, when the backend was chosen automatically, no
+    /// rdma-core device either).
+    #[error("cannot reach softibd at {path}: {source} (start it with `softib daemon`, or `softib fabric up`, or set SOFTIB_RUNTIME_DIR){rdma_core}")]
     NoDaemon {
         /// The socket tried.
         path: PathBuf,
         /// Why.
         source: std::io::Error,
+        /// Why the rdma-core backend was not used instead (empty, or "; ..." to append).
+        rdma_core: String,
     },
+    /// The rdma-core backend (`SOFTIB_BACKEND=rdma-core`): libibverbs is missing, lists no
+    /// device, a verb failed, or the operation exists only on softib devices.
+    #[error("{0}")]
+    RdmaCore(String),
     /// The daemon refused the request.
     #[error("{message}")]
     Refused {
@@ -156,7 +164,10 @@ pub struct MrKeys {
 /// A session with the daemon.
 #[derive(Debug)]
 pub struct Context {
-    stream: UnixStream,
+    /// The daemon's control socket (`None` on the rdma-core backend).
+    stream: Option<UnixStream>,
+    /// The rdma-core backend, when this context drives a real RDMA device through libibverbs.
+    rdma: Option<Box<rdma_core::Backend>>,
     host: String,
     daemon_pid: u32,
     /// Completion rings by (device, CQ): polled without a request.
@@ -205,9 +216,65 @@ struct QpTrack {
 }
 
 impl Context {
-    /// Connects to the daemon of this host ([`runtime_dir`]).
+    /// Opens the verbs of this host: the softib daemon ([`runtime_dir`]) or, through
+    /// rdma-core's libibverbs (loaded at run time), the host's real RDMA devices.
+    ///
+    /// `SOFTIB_BACKEND=softib` forces the daemon, `SOFTIB_BACKEND=rdma-core` libibverbs; unset,
+    /// the daemon when its socket answers, else rdma-core when libibverbs loads and lists a
+    /// device.
     pub fn open() -> Result<Context> {
-        Context::open_at(&runtime_dir())
+        match std::env::var("SOFTIB_BACKEND").as_deref() {
+            Ok("rdma-core") | Ok("rdma_core") | Ok("ibverbs") => Context::open_rdma_core(),
+            Ok("softib") | Ok("") | Err(std::env::VarError::NotPresent) => {
+                let forced = std::env::var_os("SOFTIB_BACKEND").is_some_and(|v| v == "softib");
+                match Context::open_at(&runtime_dir()) {
+                    Err(Error::NoDaemon { path, source, .. }) if !forced => {
+                        match rdma_core::probe() {
+                            Ok(()) => Context::open_rdma_core(),
+                            Err(why) => Err(Error::NoDaemon {
+                                path,
+                                source,
+                                rdma_core: format!(
+                                    "; no rdma-core device either: {why} \
+                                     (SOFTIB_BACKEND=rdma-core forces libibverbs)"
+                                ),
+                            }),
+                        }
+                    }
+                    r => r,
+                }
+            }
+            Ok(other) => Err(Error::RdmaCore(format!(
+                "SOFTIB_BACKEND={other}: unknown backend (softib: the softib daemon; \
+                 rdma-core: a real RDMA device through libibverbs)"
+            ))),
+            Err(e) => Err(Error::RdmaCore(format!("SOFTIB_BACKEND: {e}"))),
+        }
+    }
+
+    /// Opens the host's real RDMA devices through rdma-core's libibverbs (loaded at run
+    /// time). The verbs the tools use work as on softib devices; what only softib has (fault
+    /// injection, capture, links, MADs, SRQs, completion channels) is refused with an error
+    /// saying so.
+    pub fn open_rdma_core() -> Result<Context> {
+        let backend = rdma_core::Backend::open()?;
+        Ok(Context {
+            stream: None,
+            rdma: Some(Box::new(backend)),
+            host: String::new(),
+            daemon_pid: 0,
+            cq_rings: std::collections::BTreeMap::new(),
+            ring_buf: Vec::new(),
+            qps: std::collections::BTreeMap::new(),
+            submit: None,
+            submit_off: true,
+            empty_polls: 0,
+        })
+    }
+
+    /// Whether this context drives a real RDMA device through rdma-core (not softibd).
+    pub fn is_rdma_core(&self) -> bool {
+        self.rdma.is_some()
     }
 
     /// Connects to the daemon whose runtime directory is `dir`.
@@ -216,9 +283,11 @@ impl Context {
         let stream = UnixStream::connect(&path).map_err(|source| Error::NoDaemon {
             path: path.clone(),
             source,
+            rdma_core: String::new(),
         })?;
         let mut ctx = Context {
-            stream,
+            stream: Some(stream),
+            rdma: None,
             host: String::new(),
             daemon_pid: 0,
             cq_rings: std::collections::BTreeMap::new(),
@@ -276,8 +345,20 @@ impl Context {
             _ => Error::Io(e),
         };
         let pid = self.daemon_pid;
-        proto::send(&self.stream, req, fds).map_err(|e| gone(e, pid))?;
-        let body = proto::recv_blocking(&mut self.stream).map_err(|e| gone(e, pid))?;
+        let Some(stream) = self.stream.as_mut() else {
+            // Only the daemon serves requests: this is a softib-only operation.
+            let name: String = format!("{req:?}")
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric())
+                .collect();
+            return Err(Error::RdmaCore(format!(
+                "{name} is a softib feature, not available on an rdma-core device \
+                 (SOFTIB_BACKEND=rdma-core, or no softibd was running); run it against softibd \
+                 (SOFTIB_BACKEND=softib)"
+            )));
+        };
+        proto::send(stream, req, fds).map_err(|e| gone(e, pid))?;
+        let body = proto::recv_blocking(stream).map_err(|e| gone(e, pid))?;
         match proto::decode::<Response>(&body) {
             Ok(Response::Error { kind, message }) => Err(Error::Refused { kind, message }),
             Ok(r) => Ok(r),
@@ -304,6 +385,9 @@ impl Context {
 
     /// The devices of this host (`ibv_get_device_list` + `ibv_query_device` + ports).
     pub fn devices(&mut self) -> Result<Vec<DeviceInfo>> {
+        if let Some(r) = self.rdma.as_mut() {
+            return r.devices();
+        }
         match self.call(&Request::ListDevices)? {
             Response::Devices(d) => Ok(d),
             _ => Err(Error::Unexpected("not a device list")),
@@ -312,6 +396,11 @@ impl Context {
 
     /// Allocates a buffer of `len` bytes shared with the HCA.
     pub fn alloc_buffer(&mut self, len: usize) -> Result<Buffer> {
+        if self.rdma.is_some() {
+            // Plain process memory: the rdma-core device pins it when it is registered.
+            let map = SharedRegion::create("softib-buffer", len)?;
+            return Ok(Buffer { map, id: 0 });
+        }
         let map = SharedRegion::create("softib-buffer", len)?;
         let req = Request::AttachBuffer {
             len: map.len() as u64,
@@ -326,12 +415,18 @@ impl Context {
 
     /// `ibv_alloc_pd`.
     pub fn alloc_pd(&mut self, dev: u32) -> Result<PdHandle> {
+        if let Some(r) = self.rdma.as_mut() {
+            return r.alloc_pd(dev);
+        }
         let h = self.handle(&Request::AllocPd { dev })?;
         Ok(PdHandle(h as u32))
     }
 
     /// `ibv_dealloc_pd`.
     pub fn dealloc_pd(&mut self, dev: u32, pd: PdHandle) -> Result<()> {
+        if let Some(r) = self.rdma.as_mut() {
+            return r.dealloc_pd(dev, pd);
+        }
         self.ok(&Request::DeallocPd { dev, pd: pd.0 })
     }
 
@@ -346,6 +441,15 @@ impl Context {
         access: AccessFlags,
     ) -> Result<MrKeys> {
         let addr = buffer.addr() + offset as u64;
+        if let Some(r) = self.rdma.as_mut() {
+            if offset.checked_add(len).is_none_or(|end| end > buffer.len()) {
+                return Err(Error::RdmaCore(format!(
+                    "ibv_reg_mr: {len} bytes from offset {offset} do not fit the buffer of {} bytes",
+                    buffer.len()
+                )));
+            }
+            return r.reg_mr(dev, pd, addr, len, access);
+        }
         match self.call(&Request::RegMr {
             dev,
             pd: pd.0,
@@ -379,6 +483,9 @@ impl Context {
         len: usize,
         access: AccessFlags,
     ) -> Result<MrKeys> {
+        if let Some(r) = self.rdma.as_mut() {
+            return r.reg_mr(dev, pd, addr, len, access);
+        }
         if let Some(pid) = rustix::process::Pid::from_raw(self.daemon_pid as i32) {
             // Under Yama ptrace_scope 1 the daemon (not our parent) needs this; where Yama is
             // absent the call fails harmlessly and the user check applies.
@@ -403,6 +510,9 @@ impl Context {
 
     /// `ibv_dereg_mr`.
     pub fn dereg_mr(&mut self, dev: u32, mr: &MrKeys) -> Result<()> {
+        if let Some(r) = self.rdma.as_mut() {
+            return r.dereg_mr(dev, mr.lkey);
+        }
         self.ok(&Request::DeregMr { dev, lkey: mr.lkey })
     }
 
@@ -411,6 +521,9 @@ impl Context {
     /// The CQ's completions come through a ring in memory shared with the daemon, so polling
     /// it is a load, not a request (as a hardware CQ is polled in host memory).
     pub fn create_cq(&mut self, dev: u32, cqe: u32) -> Result<CqHandle> {
+        if let Some(r) = self.rdma.as_mut() {
+            return r.create_cq(dev, cqe);
+        }
         let h = self.handle(&Request::CreateCq { dev, cqe })?;
         let cq = h as u32;
         // SOFTIB_CQ_RING=0 turns the rings off (completions then come by request), to compare.
@@ -432,6 +545,9 @@ impl Context {
 
     /// `ibv_destroy_cq`.
     pub fn destroy_cq(&mut self, dev: u32, cq: CqHandle) -> Result<()> {
+        if let Some(r) = self.rdma.as_mut() {
+            return r.destroy_cq(dev, cq);
+        }
         self.ok(&Request::DestroyCq { dev, cq: cq.0 })?;
         self.cq_rings.remove(&(dev, cq.0));
         Ok(())
@@ -473,6 +589,9 @@ impl Context {
 
     /// `ibv_create_qp`.
     pub fn create_qp(&mut self, dev: u32, init: QpInitAttr) -> Result<Qpn> {
+        if let Some(r) = self.rdma.as_mut() {
+            return r.create_qp(dev, init);
+        }
         match self.call(&Request::CreateQp { dev, init })? {
             Response::Qp(q) => {
                 self.qps.insert(
@@ -495,6 +614,9 @@ impl Context {
 
     /// `ibv_modify_qp`.
     pub fn modify_qp(&mut self, dev: u32, qpn: Qpn, attr: &QpAttr, mask: AttrMask) -> Result<()> {
+        if let Some(r) = self.rdma.as_mut() {
+            return r.modify_qp(dev, qpn, attr, mask);
+        }
         self.ok(&Request::ModifyQp {
             dev,
             qpn,
@@ -516,6 +638,9 @@ impl Context {
 
     /// `ibv_query_qp`.
     pub fn query_qp(&mut self, dev: u32, qpn: Qpn) -> Result<(QpAttr, QpInitAttr)> {
+        if let Some(r) = self.rdma.as_mut() {
+            return r.query_qp(dev, qpn);
+        }
         match self.call(&Request::QueryQp { dev, qpn })? {
             Response::QpAttr(a, i) => Ok((*a, i)),
             _ => Err(Error::Unexpected("not QP attributes")),
@@ -524,6 +649,9 @@ impl Context {
 
     /// `ibv_destroy_qp`.
     pub fn destroy_qp(&mut self, dev: u32, qpn: Qpn) -> Result<()> {
+        if let Some(r) = self.rdma.as_mut() {
+            return r.destroy_qp(dev, qpn);
+        }
         self.ok(&Request::DestroyQp { dev, qpn })?;
         self.qps.remove(&(dev, qpn));
         Ok(())
@@ -582,12 +710,18 @@ impl Context {
 
     /// `ibv_create_ah`.
     pub fn create_ah(&mut self, dev: u32, pd: PdHandle, av: AddressVector) -> Result<AhHandle> {
+        if let Some(r) = self.rdma.as_mut() {
+            return r.create_ah(dev, pd, av);
+        }
         let h = self.handle(&Request::CreateAh { dev, pd: pd.0, av })?;
         Ok(AhHandle(h as u32))
     }
 
     /// `ibv_destroy_ah`.
     pub fn destroy_ah(&mut self, dev: u32, ah: AhHandle) -> Result<()> {
+        if let Some(r) = self.rdma.as_mut() {
+            return r.destroy_ah(dev, ah);
+        }
         self.ok(&Request::DestroyAh { dev, ah: ah.0 })
     }
 
@@ -599,6 +733,9 @@ impl Context {
     /// shared memory and the daemon's doorbell rings: no request, no reply to wait for.
     /// Anything else is a request, whose answer says what is wrong.
     pub fn post_send(&mut self, dev: u32, qpn: Qpn, wrs: Vec<SendWr>) -> Result<()> {
+        if let Some(r) = self.rdma.as_mut() {
+            return r.post_send(dev, qpn, &wrs);
+        }
         if self.try_submit_sends(dev, qpn, &wrs)? {
             return Ok(());
         }
@@ -786,6 +923,9 @@ impl Context {
 
     /// `ibv_post_recv` of a list.
     pub fn post_recv(&mut self, dev: u32, qpn: Qpn, wrs: Vec<RecvWr>) -> Result<()> {
+        if let Some(r) = self.rdma.as_mut() {
+            return r.post_recv(dev, qpn, &wrs);
+        }
         if self.try_submit_recvs(dev, qpn, &wrs)? {
             return Ok(());
         }
@@ -821,6 +961,9 @@ impl Context {
         max: u32,
         wait: Duration,
     ) -> Result<Vec<WorkCompletion>> {
+        if let Some(r) = self.rdma.as_mut() {
+            return r.poll_cq(dev, cq, max, wait);
+        }
         let v = self.poll_cq_inner(dev, cq, max, wait)?;
         self.note_completions(dev, &v);
         Ok(v)
