@@ -42,6 +42,7 @@ mod channel;
 pub mod embedded;
 mod objects;
 mod rdma_core;
+pub mod typed;
 
 pub use channel::CompChannel;
 pub use objects::{

@@ -206,6 +206,20 @@ impl ProtectionDomain {
         srq: Option<SrqHandle>,
         depth: u32,
     ) -> Result<QueuePair> {
+        let qp = self.create_qp_reset(qp_type, send_cq, recv_cq, srq, depth)?;
+        qp.modify_to_init(&InitAttr::default())?;
+        Ok(qp)
+    }
+
+    /// `ibv_create_qp`, the QP left in RESET.
+    pub(crate) fn create_qp_reset(
+        &self,
+        qp_type: QpType,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+        srq: Option<SrqHandle>,
+        depth: u32,
+    ) -> Result<QueuePair> {
         let qpn = self.dev.ctx().create_qp(
             self.dev.index,
             QpInitAttr {
@@ -232,10 +246,9 @@ impl ProtectionDomain {
             qpn,
             qp_type,
             psn,
-            port: 1,
+            port: std::sync::atomic::AtomicU8::new(1),
             ahs: Mutex::new(Vec::new()),
         };
-        qp.to_init(1)?;
         Ok(qp)
     }
 }
@@ -420,7 +433,8 @@ pub struct QueuePair {
     qpn: Qpn,
     qp_type: QpType,
     psn: u32,
-    port: u8,
+    /// The HCA port (set at INIT).
+    port: std::sync::atomic::AtomicU8,
     /// Address handles `send` made, one per destination path, reused.
     ahs: Mutex<Vec<(AddressVector, AhHandle)>>,
 }
@@ -443,25 +457,126 @@ impl QueuePair {
         self.qpn
     }
 
-    fn to_init(&self, port: u8) -> Result<()> {
+    /// RESET → INIT with `attr` (the port is remembered: endpoints and paths use it).
+    pub(crate) fn modify_to_init(&self, attr: &InitAttr) -> Result<()> {
         let mut a = QpAttr {
             qp_state: QpState::Init,
-            port_num: port,
+            port_num: attr.port,
+            pkey_index: attr.pkey_index,
             ..QpAttr::default()
         };
         let mut mask = AttrMask::STATE
             .with(AttrMask::PKEY_INDEX)
             .with(AttrMask::PORT);
         if self.qp_type == QpType::Ud {
-            a.qkey = crate::UD_QKEY;
+            a.qkey = attr.qkey;
             mask = mask.with(AttrMask::QKEY);
         } else {
-            a.qp_access_flags = AccessFlags::REMOTE_WRITE
-                .with(AccessFlags::REMOTE_READ)
-                .with(AccessFlags::REMOTE_ATOMIC);
+            a.qp_access_flags = attr.access;
             mask = mask.with(AttrMask::ACCESS_FLAGS);
         }
-        self.dev.ctx().modify_qp(self.dev.index, self.qpn, &a, mask)
+        self.dev
+            .ctx()
+            .modify_qp(self.dev.index, self.qpn, &a, mask)?;
+        self.port
+            .store(attr.port, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// INIT → RTR with `attr`.
+    pub(crate) fn modify_to_rtr(&self, attr: &RtrAttr) -> Result<()> {
+        if self.qp_type == QpType::Ud {
+            let rtr = QpAttr {
+                qp_state: QpState::Rtr,
+                ..QpAttr::default()
+            };
+            return self
+                .dev
+                .ctx()
+                .modify_qp(self.dev.index, self.qpn, &rtr, AttrMask::STATE);
+        }
+        let Some(peer) = &attr.peer else {
+            return Err(Error::Refused {
+                kind: ErrorKind::Invalid,
+                message: format!(
+                    "QP {:#x} is {:?}: RTR needs the peer's endpoint (RtrAttr::connect)",
+                    self.qpn.value(),
+                    self.qp_type
+                ),
+            });
+        };
+        let rtr = QpAttr {
+            qp_state: QpState::Rtr,
+            path_mtu: attr.path_mtu,
+            dest_qp_num: peer.qpn,
+            rq_psn: Psn::new(peer.psn),
+            ah_attr: self.av(peer)?,
+            max_dest_rd_atomic: attr.max_dest_rd_atomic,
+            min_rnr_timer: attr.min_rnr_timer,
+            ..QpAttr::default()
+        };
+        let mut mask = AttrMask::STATE
+            .with(AttrMask::AV)
+            .with(AttrMask::PATH_MTU)
+            .with(AttrMask::DEST_QPN)
+            .with(AttrMask::RQ_PSN);
+        if self.qp_type == QpType::Rc {
+            mask = mask
+                .with(AttrMask::MAX_DEST_RD_ATOMIC)
+                .with(AttrMask::MIN_RNR_TIMER);
+        }
+        self.dev
+            .ctx()
+            .modify_qp(self.dev.index, self.qpn, &rtr, mask)
+    }
+
+    /// RTR → RTS with `attr`.
+    pub(crate) fn modify_to_rts(&self, attr: &RtsAttr) -> Result<()> {
+        let rts = QpAttr {
+            qp_state: QpState::Rts,
+            sq_psn: Psn::new(attr.sq_psn.unwrap_or(self.psn)),
+            timeout: attr.timeout,
+            retry_cnt: attr.retry_cnt,
+            rnr_retry: attr.rnr_retry,
+            max_rd_atomic: attr.max_rd_atomic,
+            ..QpAttr::default()
+        };
+        let mut mask = AttrMask::STATE.with(AttrMask::SQ_PSN);
+        if self.qp_type == QpType::Rc {
+            mask = mask
+                .with(AttrMask::TIMEOUT)
+                .with(AttrMask::RETRY_CNT)
+                .with(AttrMask::RNR_RETRY)
+                .with(AttrMask::MAX_QP_RD_ATOMIC);
+        }
+        self.dev
+            .ctx()
+            .modify_qp(self.dev.index, self.qpn, &rts, mask)
+    }
+
+    /// To RESET or ERROR (no attributes).
+    pub(crate) fn modify_state(&self, state: QpState) -> Result<()> {
+        let a = QpAttr {
+            qp_state: state,
+            ..QpAttr::default()
+        };
+        self.dev
+            .ctx()
+            .modify_qp(self.dev.index, self.qpn, &a, AttrMask::STATE)
+    }
+
+    fn port(&self) -> u8 {
+        self.port.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The state the HCA says this QP is in.
+    pub fn query_state(&self) -> Result<QpState> {
+        Ok(self
+            .dev
+            .ctx()
+            .query_qp(self.dev.index, self.qpn)?
+            .0
+            .qp_state)
     }
 
     /// This QP's endpoint on port 1, with `mr` (if any) as the buffer the peer may access.
@@ -471,7 +586,7 @@ impl QueuePair {
 
     /// [`QueuePair::endpoint`] offering `mr` to the peer.
     pub fn endpoint_with(&self, mr: Option<&MemoryRegion<'_>>) -> Result<Endpoint> {
-        let p = self.dev.port(self.port)?;
+        let p = self.dev.port(self.port())?;
         // On RoCE the GID of the device's own address (IPv4-mapped) is the one that routes.
         let gid = p
             .gids
@@ -492,7 +607,7 @@ impl QueuePair {
     }
 
     fn av(&self, to: &Endpoint) -> Result<AddressVector> {
-        let p = self.dev.port(self.port)?;
+        let p = self.dev.port(self.port())?;
         let sgid_index = p.gids.iter().position(|g| {
             g.0[..12] == to.gid.0[..12] || (!p.link_layer_ib && g.0[10..12] == [0xff, 0xff])
         });
@@ -508,82 +623,20 @@ impl QueuePair {
                 hop_limit: 64,
                 traffic_class: 0,
             }),
-            port_num: self.port,
+            port_num: self.port(),
         })
     }
 
     /// RC/UC: INIT → RTR → RTS towards `peer`. UD: RTR → RTS (peers are named per send).
+    /// (The [`crate::typed`] QPs do the same one step at a time, their state in their type.)
     pub fn connect(&self, peer: &Endpoint, mtu: Mtu) -> Result<()> {
-        let mut ctx = self.dev.ctx();
-        if self.qp_type == QpType::Ud {
-            drop(ctx);
-            return self.ready_ud();
-        }
-        let rc = self.qp_type == QpType::Rc;
-        let rtr = QpAttr {
-            qp_state: QpState::Rtr,
-            path_mtu: mtu,
-            dest_qp_num: peer.qpn,
-            rq_psn: Psn::new(peer.psn),
-            ah_attr: {
-                drop(ctx);
-                let av = self.av(peer)?;
-                ctx = self.dev.ctx();
-                av
-            },
-            max_dest_rd_atomic: 16,
-            min_rnr_timer: 12,
-            ..QpAttr::default()
+        let rtr = if self.qp_type == QpType::Ud {
+            RtrAttr::datagram()
+        } else {
+            RtrAttr::connect(peer, mtu)
         };
-        let mut mask = AttrMask::STATE
-            .with(AttrMask::AV)
-            .with(AttrMask::PATH_MTU)
-            .with(AttrMask::DEST_QPN)
-            .with(AttrMask::RQ_PSN);
-        if rc {
-            mask = mask
-                .with(AttrMask::MAX_DEST_RD_ATOMIC)
-                .with(AttrMask::MIN_RNR_TIMER);
-        }
-        ctx.modify_qp(self.dev.index, self.qpn, &rtr, mask)?;
-        let rts = QpAttr {
-            qp_state: QpState::Rts,
-            sq_psn: Psn::new(self.psn),
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            max_rd_atomic: 16,
-            ..QpAttr::default()
-        };
-        let mut mask = AttrMask::STATE.with(AttrMask::SQ_PSN);
-        if rc {
-            mask = mask
-                .with(AttrMask::TIMEOUT)
-                .with(AttrMask::RETRY_CNT)
-                .with(AttrMask::RNR_RETRY)
-                .with(AttrMask::MAX_QP_RD_ATOMIC);
-        }
-        ctx.modify_qp(self.dev.index, self.qpn, &rts, mask)
-    }
-
-    fn ready_ud(&self) -> Result<()> {
-        let mut ctx = self.dev.ctx();
-        let rtr = QpAttr {
-            qp_state: QpState::Rtr,
-            ..QpAttr::default()
-        };
-        ctx.modify_qp(self.dev.index, self.qpn, &rtr, AttrMask::STATE)?;
-        let rts = QpAttr {
-            qp_state: QpState::Rts,
-            sq_psn: Psn::new(self.psn),
-            ..QpAttr::default()
-        };
-        ctx.modify_qp(
-            self.dev.index,
-            self.qpn,
-            &rts,
-            AttrMask::STATE.with(AttrMask::SQ_PSN),
-        )
+        self.modify_to_rtr(&rtr)?;
+        self.modify_to_rts(&RtsAttr::default())
     }
 
     /// Posts work requests (all, or the error of the first that failed).
