@@ -22,6 +22,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use crate::typed::{InitAttr, RtrAttr, RtsAttr};
 use crate::{
     AccessFlags, AddressVector, AhHandle, AttrMask, Buffer, CompChannel, Context, CqHandle,
     DeviceInfo, Error, ErrorKind, Gid, GlobalRoute, Lid, MrKeys, Mtu, PdHandle, PortInfo, Psn,
