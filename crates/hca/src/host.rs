@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use softib_engine::verbs::AsyncEvent;
 use softib_engine::{AhHandle, CqHandle, Instant, PdHandle, RegionId, VerbsError};
 use softib_fabric::{Node, Switch, SwitchAction};
 use softib_net::cable::{Cable, CableEvent, CableRecv};
@@ -80,7 +81,18 @@ pub const SOCKET_NAME: &str = "softibd.sock";
 const MAX_QPS_PER_CLIENT: usize = 16 * 1024;
 const MAX_MRS_PER_CLIENT: usize = 16 * 1024;
 const MAX_BUFFERS_PER_CLIENT: usize = 1024;
-const MAX_CQS_PER_CLIENT: usize = 16 * 1024;
+/// A quarter of the device's CQ table (`max_cq`), as QPs are a quarter of `max_qp`: at the
+/// device's size, one client could take every CQ and leave none to anyone else.
+const MAX_CQS_PER_CLIENT: usize = 4 * 1024;
+/// PDs and address handles had no limit of their own: one client could fill the device's
+/// tables (`max_pd`, `max_ah`). A quarter of each, too.
+const MAX_PDS_PER_CLIENT: usize = 16 * 1024;
+const MAX_AHS_PER_CLIENT: usize = 8 * 1024;
+/// The most requests of one client served in one turn of the loop. A client that writes
+/// requests back to back without waiting for the answers had its whole buffer — a million
+/// small requests — served in one turn, and every other client and packet waited seconds for
+/// it; a flood of them slowed another client's 8 MiB transfer from 38 MiB/s to 0.2.
+const MAX_REQUESTS_PER_TURN: usize = 64;
 /// MADs queued for an agent that does not read them are dropped beyond this.
 const MAX_QUEUED_MADS: usize = 4096;
 
@@ -138,7 +150,13 @@ struct Client {
     /// Ring entries the engine refused although the library had checked them (their WRs
     /// are lost; counted and logged, as a device reports an asynchronous error).
     submit_errors: u64,
+    /// Asynchronous events of its objects and of the ports, not yet asked for (the newest
+    /// [`MAX_ASYNC_EVENTS`]).
+    events: VecDeque<(u32, AsyncEvent)>,
 }
+
+/// The most asynchronous events kept for a client that does not ask for them.
+const MAX_ASYNC_EVENTS: usize = 1024;
 
 struct HostRt {
     name: String,
@@ -581,7 +599,7 @@ impl Daemon {
             h.listener_ready = false;
             h.accept()?;
         }
-        h.serve_clients(now);
+        busy |= h.serve_clients(now);
         // MADs for agents.
         for d in 0..h.devs.len() {
             while let Some(m) = h.devs[d].poll_mad() {
@@ -840,6 +858,7 @@ impl HostRt {
                             broken: false,
                             submit: None,
                             submit_errors: 0,
+                            events: VecDeque::new(),
                         },
                     );
                 }
@@ -905,7 +924,9 @@ impl HostRt {
         }
     }
 
-    fn serve_clients(&mut self, _now: Instant) {
+    /// Serves the requests that arrived, at most [`MAX_REQUESTS_PER_TURN`] per client; returns
+    /// whether some wait for the next turn.
+    fn serve_clients(&mut self, _now: Instant) -> bool {
         self.drain_submissions();
         let ready = std::mem::take(&mut self.ready_clients);
         // Ready sockets, and clients whose requests wait in their buffer behind a parked one.
@@ -915,16 +936,23 @@ impl HostRt {
             .filter(|(id, c)| ready.contains(id) || (c.parked.is_none() && c.reader.has_data()))
             .map(|(id, _)| *id)
             .collect();
+        let mut more = false;
         for id in ids {
             let alive = match self.clients.get_mut(&id) {
                 Some(c) if ready.contains(&id) => c.reader.fill(&c.stream).unwrap_or(false),
                 Some(_) => true,
                 None => continue,
             };
+            let mut served = 0;
             while let Some(c) = self.clients.get_mut(&id) {
                 if c.parked.is_some() {
                     break;
                 }
+                if served == MAX_REQUESTS_PER_TURN {
+                    more = true;
+                    break;
+                }
+                served += 1;
                 let frame = match c.reader.next_frame() {
                     Ok(Some(f)) => f,
                     Ok(None) => break,
@@ -944,10 +972,13 @@ impl HostRt {
                     self.reply(id, &r);
                 }
             }
-            if !alive {
+            // A client that hung up after its requests has the rest served first (its socket
+            // stays readable at end of stream, so the next turn comes back here).
+            if !alive && served < MAX_REQUESTS_PER_TURN {
                 self.drop_client(id);
             }
         }
+        more
     }
 
     fn reply(&mut self, id: u64, r: &Response) {
@@ -1163,6 +1194,12 @@ impl HostRt {
             },
             Request::AllocPd { dev } => {
                 let hca = dev!(dev).hca_mut();
+                if c.owned.pds.len() >= MAX_PDS_PER_CLIENT {
+                    return Some(err(
+                        ErrorKind::Exhausted,
+                        format!("a client may allocate at most {MAX_PDS_PER_CLIENT} PDs"),
+                    ));
+                }
                 match hca.alloc_pd() {
                     Ok(pd) => {
                         c.owned.pds.insert((dev, pd.0));
@@ -1246,7 +1283,10 @@ impl HostRt {
             Request::CreateCq { dev, cqe } => {
                 let hca = dev!(dev).hca_mut();
                 if c.owned.cqs.len() >= MAX_CQS_PER_CLIENT {
-                    return Some(err(ErrorKind::Exhausted, "too many CQs for one client"));
+                    return Some(err(
+                        ErrorKind::Exhausted,
+                        format!("a client may create at most {MAX_CQS_PER_CLIENT} CQs"),
+                    ));
                 }
                 match hca.create_cq(cqe) {
                     Ok(cq) => {
@@ -1326,6 +1366,12 @@ impl HostRt {
             Request::CreateAh { dev, pd, av } => {
                 let hca = dev!(dev).hca_mut();
                 owned!(pds, dev, pd, "PD");
+                if c.owned.ahs.len() >= MAX_AHS_PER_CLIENT {
+                    return Some(err(
+                        ErrorKind::Exhausted,
+                        format!("a client may create at most {MAX_AHS_PER_CLIENT} AHs"),
+                    ));
+                }
                 match hca.create_ah(PdHandle(pd), av) {
                     Ok(ah) => {
                         c.owned.ahs.insert((dev, ah.0));
@@ -1855,6 +1901,7 @@ impl HostRt {
                 c.armed.insert((dev, cq), channel);
                 Response::Ok
             }
+            Request::AsyncEvents => Response::AsyncEvents(c.events.drain(..).collect()),
         };
         Some(r)
     }
@@ -1951,9 +1998,36 @@ impl HostRt {
         }
     }
 
+    /// Hands each engine's asynchronous events to the client owning the object they name
+    /// (port events to every client). They used to stay in the engine, unread and unbounded.
+    fn route_events(&mut self) {
+        for (dev, d) in self.devs.iter_mut().enumerate() {
+            let dev = dev as u32;
+            while let Some(e) = d.hca_mut().poll_event() {
+                let owns = |o: &Owned| match e {
+                    AsyncEvent::CqErr(cq) => o.cqs.contains(&(dev, cq.0)),
+                    AsyncEvent::SrqLimitReached(srq) => o.srqs.contains(&(dev, srq.0)),
+                    AsyncEvent::QpFatal(q)
+                    | AsyncEvent::QpReqErr(q)
+                    | AsyncEvent::QpAccessErr(q)
+                    | AsyncEvent::SqDrained(q)
+                    | AsyncEvent::QpLastWqeReached(q) => o.qps.contains(&(dev, q)),
+                    AsyncEvent::PortActive(_) | AsyncEvent::PortErr(_) => true,
+                };
+                for c in self.clients.values_mut().filter(|c| owns(&c.owned)) {
+                    if c.events.len() >= MAX_ASYNC_EVENTS {
+                        c.events.pop_front();
+                    }
+                    c.events.push_back((dev, e));
+                }
+            }
+        }
+    }
+
     /// Answers parked requests whose condition came true or whose wait ran out.
     fn finish_parked(&mut self, now: StdInstant) {
         self.feed_rings();
+        self.route_events();
         let broken: Vec<u64> = self
             .clients
             .iter()

@@ -430,6 +430,9 @@ pub enum Request {
         /// The channel's handle.
         channel: u64,
     },
+    /// `ibv_get_async_event`, without waiting: the asynchronous events of this client's
+    /// objects (and of the ports) since it last asked, oldest first.
+    AsyncEvents,
 }
 
 /// Why a request failed.
@@ -640,6 +643,8 @@ pub enum Response {
             softib_net::fault::FaultStats,
         )>,
     ),
+    /// Asynchronous events: (device index, event), oldest first.
+    AsyncEvents(Vec<(u32, softib_engine::verbs::AsyncEvent)>),
 }
 
 /// Encodes a message into a frame.

@@ -22,6 +22,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use softib_engine::verbs::AsyncEvent;
+use softib_hca::proto::{Request, Response};
+
 use crate::typed::{InitAttr, RtrAttr, RtsAttr};
 use crate::{
     AccessFlags, AddressVector, AhHandle, AttrMask, Buffer, CompChannel, Context, CqHandle,
@@ -106,6 +109,20 @@ impl Device {
     /// [`CompletionQueue::req_notify`] (see [`CompChannel`]).
     pub fn create_comp_channel(&self) -> Result<CompChannel> {
         self.ctx().create_comp_channel()
+    }
+
+    /// `ibv_get_async_event` without waiting: the events of this session's objects on this
+    /// device and of its ports since last asked, oldest first (a CQ that overflowed raises
+    /// `CqErr`, and each QP completing into it `QpFatal`).
+    pub fn async_events(&self) -> Result<Vec<AsyncEvent>> {
+        match self.ctx().call(&Request::AsyncEvents)? {
+            Response::AsyncEvents(all) => Ok(all
+                .into_iter()
+                .filter(|&(d, _)| d == self.index)
+                .map(|(_, e)| e)
+                .collect()),
+            _ => Err(Error::Unexpected("not events")),
+        }
     }
 
     /// `ibv_create_cq`.

@@ -1,0 +1,455 @@
+//! Hostile and crashing clients on a live daemon (issue 8, item 3): one that never polls its
+//! CQ until it overflows, one that floods the daemon with doorbells and requests, one killed
+//! with SIGKILL in the middle of RDMA traffic. Each time another client's transfer on the same
+//! daemon runs to the end with every byte right, and the bad client's peer gets the
+//! completions hardware would give. Speeds are printed, never asserted (the machine is shared).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use softib::embedded::EmbeddedDaemon;
+use softib::{AccessFlags, Context, Device, Endpoint, Mtu, QpType, WcStatus, WorkCompletion};
+use softib_engine::verbs::AsyncEvent;
+use softib_hca::proto::{self, Request, Response};
+
+/// Each test its own UDP port: tests run in parallel in one process.
+fn two_devices(n: u16) -> EmbeddedDaemon {
+    let hca = EmbeddedDaemon::start().unwrap();
+    let port = 45000 + (std::process::id() % 5000) as u16 * 2 + n;
+    hca.add_loopback_device("rxe0", "127.0.0.2", port).unwrap();
+    hca.add_loopback_device("rxe1", "127.0.0.3", port).unwrap();
+    hca
+}
+
+fn all() -> AccessFlags {
+    AccessFlags::LOCAL_WRITE
+        .with(AccessFlags::REMOTE_WRITE)
+        .with(AccessFlags::REMOTE_READ)
+}
+
+/// A well-behaved client pair (two sessions of their own) writes `len` bytes from rxe0 to
+/// rxe1 in 64 KiB RDMA WRITEs, eight in flight, and checks every byte; returns how long it
+/// took.
+fn good_transfer(dir: &Path, len: usize) -> Duration {
+    let (a, b) = (
+        Device::open_at(dir, Some("rxe0")).unwrap(),
+        Device::open_at(dir, Some("rxe1")).unwrap(),
+    );
+    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let (buf_a, buf_b) = (a.alloc_buffer(len).unwrap(), b.alloc_buffer(len).unwrap());
+    let (mr_a, mr_b) = (
+        pd_a.register(&buf_a, all()).unwrap(),
+        pd_b.register(&buf_b, all()).unwrap(),
+    );
+    let qp_a = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 32).unwrap();
+    let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 32).unwrap();
+    let (ea, eb) = (
+        qp_a.endpoint_with(Some(&mr_a)).unwrap(),
+        qp_b.endpoint_with(Some(&mr_b)).unwrap(),
+    );
+    qp_a.connect(&eb, Mtu::Mtu1024).unwrap();
+    qp_b.connect(&ea, Mtu::Mtu1024).unwrap();
+    let data: Vec<u8> = (0..len as u32).map(|i| (i * 131 % 251) as u8).collect();
+    buf_a.write(0, &data);
+    const CHUNK: usize = 64 << 10;
+    let n = len / CHUNK;
+    let t0 = Instant::now();
+    let (mut posted, mut done) = (0, 0);
+    while done < n {
+        while posted < n && posted - done < 8 {
+            let off = posted * CHUNK;
+            qp_a.write(
+                &mr_a,
+                off,
+                CHUNK,
+                eb.addr + off as u64,
+                eb.rkey,
+                posted as u64,
+            )
+            .unwrap();
+            posted += 1;
+        }
+        let wc = cq_a.wait(Duration::from_secs(30)).unwrap();
+        assert_eq!((wc.status, wc.wr_id), (WcStatus::Success, done as u64));
+        done += 1;
+    }
+    let took = t0.elapsed();
+    let mut got = vec![0u8; len];
+    buf_b.read(0, &mut got);
+    assert!(got == data, "the good client's bytes differ");
+    took
+}
+
+fn mib_per_s(len: usize, t: Duration) -> f64 {
+    len as f64 / (1 << 20) as f64 / t.as_secs_f64()
+}
+
+/// Polls `cq` until `n` completions arrived (or panics after `limit`).
+fn collect(cq: &softib::CompletionQueue, n: usize, limit: Duration) -> Vec<WorkCompletion> {
+    let mut got = Vec::new();
+    let t0 = Instant::now();
+    while got.len() < n {
+        assert!(t0.elapsed() < limit, "{} of {n} completions", got.len());
+        got.extend(cq.poll(64).unwrap());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    got
+}
+
+/// What a peer sees when the QP it talks to stops answering: what was acknowledged succeeds,
+/// then the first WR still outstanding fails with retries exceeded and the rest are flushed,
+/// in order, each once.
+fn assert_retry_exceeded_then_flushed(wcs: &[WorkCompletion]) {
+    let ok = wcs
+        .iter()
+        .take_while(|w| w.status == WcStatus::Success)
+        .count();
+    assert!(ok < wcs.len(), "all {} WRs succeeded", wcs.len());
+    assert_eq!(wcs[ok].status, WcStatus::RetryExcErr, "{:?}", &wcs[ok..]);
+    assert!(
+        wcs[ok + 1..]
+            .iter()
+            .all(|w| w.status == WcStatus::WrFlushErr),
+        "{:?}",
+        &wcs[ok..]
+    );
+    let ids: Vec<u64> = wcs.iter().map(|w| w.wr_id).collect();
+    assert_eq!(
+        ids,
+        (0..wcs.len() as u64).collect::<Vec<_>>(),
+        "in order, each once"
+    );
+}
+
+#[test]
+fn a_client_that_never_polls_overflows_its_own_cq_and_nobody_elses() {
+    let hca = two_devices(0);
+    const LEN: usize = 8 << 20;
+    let alone = good_transfer(hca.dir(), LEN);
+
+    // The hostile client on rxe1: a CQ of 8, 256 receives posted, never polled. Its peer, a
+    // client of its own on rxe0, sends it 256 messages.
+    let (p, h) = (
+        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
+        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
+    );
+    let (pd_p, pd_h) = (p.alloc_pd().unwrap(), h.alloc_pd().unwrap());
+    let (cq_p, cq_h) = (p.create_cq(512).unwrap(), h.create_cq(8).unwrap());
+    let (buf_p, buf_h) = (
+        p.alloc_buffer(4096).unwrap(),
+        h.alloc_buffer(64 * 256).unwrap(),
+    );
+    let (mr_p, mr_h) = (
+        pd_p.register(&buf_p, all()).unwrap(),
+        pd_h.register(&buf_h, all()).unwrap(),
+    );
+    let qp_p = pd_p.create_qp(QpType::Rc, &cq_p, &cq_p, 256).unwrap();
+    let qp_h = pd_h.create_qp(QpType::Rc, &cq_h, &cq_h, 256).unwrap();
+    qp_p.connect(&qp_h.endpoint().unwrap(), Mtu::Mtu1024)
+        .unwrap();
+    qp_h.connect(&qp_p.endpoint().unwrap(), Mtu::Mtu1024)
+        .unwrap();
+    for i in 0..256 {
+        qp_h.recv(&mr_h, 64 * i, 64, i as u64).unwrap();
+    }
+
+    // The good pair transfers while the hostile client's CQ overflows.
+    let dir = hca.dir().to_path_buf();
+    let good = std::thread::spawn(move || good_transfer(&dir, LEN));
+    for i in 0..256 {
+        qp_p.send(&mr_p, 0, 64, None, i).unwrap();
+    }
+    let wcs = collect(&cq_p, 256, Duration::from_secs(20));
+    let during = good.join().unwrap();
+
+    // The peer: what the hostile QP acknowledged before its CQ overflowed succeeded (at most
+    // what its CQ and completion ring hold), then retries ran out against a QP in error.
+    assert_retry_exceeded_then_flushed(&wcs);
+    let ok = wcs.iter().filter(|w| w.status == WcStatus::Success).count();
+    assert!(ok <= 16, "{ok} succeeded");
+    // The hostile client: CQ_ERR on its CQ, QP_FATAL on its QP, as from hardware.
+    let t0 = Instant::now();
+    let mut events = Vec::new();
+    while events.len() < 2 && t0.elapsed() < Duration::from_secs(5) {
+        events.extend(h.async_events().unwrap());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        matches!(events[..], [AsyncEvent::CqErr(_), AsyncEvent::QpFatal(q)] if q == qp_h.qpn()),
+        "{events:?}"
+    );
+    // What fitted is still there to poll; nothing more arrives.
+    let held = cq_h.poll(64).unwrap();
+    assert!(
+        held.len() <= 16 && held.iter().all(|w| w.status == WcStatus::Success),
+        "{held:?}"
+    );
+    assert!(
+        p.async_events().unwrap().is_empty(),
+        "the peer's QP is fine"
+    );
+    println!(
+        "good transfer of {} MiB: alone {:.1} MiB/s, beside a CQ overflowing {:.1} MiB/s; \
+         the overflowing client's peer: {ok} sends succeeded, then retries exceeded",
+        LEN >> 20,
+        mib_per_s(LEN, alone),
+        mib_per_s(LEN, during)
+    );
+}
+
+/// A client that rings its submission ring's doorbell (an eventfd the daemon polls) as fast
+/// as it can, with nothing in the ring; returns how many times it rang.
+fn ring_doorbells(dir: &Path, stop: Arc<AtomicBool>) -> u64 {
+    let s = UnixStream::connect(dir.join(softib_hca::host::SOCKET_NAME)).unwrap();
+    let mut s2 = s.try_clone().unwrap();
+    proto::send(
+        &s,
+        &Request::Hello {
+            version: proto::VERSION,
+            pid: std::process::id(),
+            program: "doorbells".into(),
+        },
+        &[],
+    )
+    .unwrap();
+    proto::recv_blocking(&mut s2).unwrap();
+    let ring = softib_net::ring::Ring::create("flood", 1, proto::SUBMIT_SLOT_LEN).unwrap();
+    let bell = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC).unwrap();
+    {
+        use std::os::fd::AsFd;
+        proto::send(
+            &s,
+            &Request::AttachSubmitRing { slots: 1 },
+            &[ring.fd(), bell.as_fd()],
+        )
+        .unwrap();
+    }
+    let r: Response = proto::decode(&proto::recv_blocking(&mut s2).unwrap()).unwrap();
+    assert!(matches!(r, Response::Ok), "{r:?}");
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        rustix::io::write(&bell, &1u64.to_ne_bytes()).unwrap();
+        n += 1;
+    }
+    n
+}
+
+/// A client that sends no-op requests (ListDevices) back to back without waiting for the
+/// answers, reading them on another thread; returns how many were answered.
+fn flood_requests(dir: &Path, stop: Arc<AtomicBool>) -> u64 {
+    let mut s = UnixStream::connect(dir.join(softib_hca::host::SOCKET_NAME)).unwrap();
+    let hello = Request::Hello {
+        version: proto::VERSION,
+        pid: std::process::id(),
+        program: "requests".into(),
+    };
+    proto::send(&s, &hello, &[]).unwrap();
+    proto::recv_blocking(&mut s).unwrap();
+    let answered = Arc::new(AtomicU64::new(0));
+    let reader = {
+        let mut s = s.try_clone().unwrap();
+        let answered = answered.clone();
+        std::thread::spawn(move || {
+            while proto::recv_blocking(&mut s).is_ok() {
+                answered.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    let frame = proto::encode(&Request::ListDevices).unwrap();
+    let batch: Vec<u8> = frame
+        .iter()
+        .copied()
+        .cycle()
+        .take(frame.len() * 64)
+        .collect();
+    while !stop.load(Ordering::Relaxed) {
+        if s.write_all(&batch).is_err() {
+            break;
+        }
+    }
+    // Hang up without waiting for the answers still due.
+    let _ = s.shutdown(std::net::Shutdown::Both);
+    let _ = reader.join();
+    answered.load(Ordering::Relaxed)
+}
+
+#[test]
+fn a_flood_of_doorbells_and_requests_does_not_starve_another_clients_transfer() {
+    let hca = two_devices(1);
+    const LEN: usize = 8 << 20;
+    let alone = good_transfer(hca.dir(), LEN);
+    let stop = Arc::new(AtomicBool::new(false));
+    let bells = {
+        let (dir, stop) = (hca.dir().to_path_buf(), stop.clone());
+        std::thread::spawn(move || ring_doorbells(&dir, stop))
+    };
+    let requests = {
+        let (dir, stop) = (hca.dir().to_path_buf(), stop.clone());
+        std::thread::spawn(move || flood_requests(&dir, stop))
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let during = good_transfer(hca.dir(), LEN);
+    // A bound far above a loaded machine's time for 8 MiB (under a second here) and far below
+    // what the flood did to it when the daemon served a client's whole buffer of requests in
+    // one turn (42 s).
+    assert!(during < Duration::from_secs(15), "{during:?}");
+    stop.store(true, Ordering::Relaxed);
+    let (bells, requests) = (bells.join().unwrap(), requests.join().unwrap());
+    assert!(
+        bells > 1000 && requests > 1000,
+        "{bells} doorbells, {requests} requests"
+    );
+    // The daemon still serves.
+    let mut ctx = Context::open_at(hca.dir()).unwrap();
+    assert_eq!(ctx.devices().unwrap().len(), 2);
+    println!(
+        "good transfer of {} MiB: alone {:.1} MiB/s, beside {bells} doorbells and {requests} \
+         answered requests {:.1} MiB/s ({:.2} s)",
+        LEN >> 20,
+        mib_per_s(LEN, alone),
+        mib_per_s(LEN, during),
+        during.as_secs_f64()
+    );
+}
+
+/// The program [`a_client_killed_mid_rdma_leaves_its_peer_error_completions_and_nothing_else`]
+/// kills: a client on rxe1 that connects an RC QP to the test's and then writes to it without
+/// end. Runs only when that test starts it (with `SOFTIB_KILLED_CHILD_DIR` set).
+#[test]
+#[ignore = "started by a_client_killed_mid_rdma_leaves_its_peer_error_completions_and_nothing_else"]
+fn killed_child() {
+    let Some(dir) = std::env::var_os("SOFTIB_KILLED_CHILD_DIR") else {
+        return;
+    };
+    let b = Device::open_at(Path::new(&dir), Some("rxe1")).unwrap();
+    let pd = b.alloc_pd().unwrap();
+    let cq = b.create_cq(64).unwrap();
+    let buf = b.alloc_buffer(1 << 20).unwrap();
+    let mr = pd.register(&buf, all()).unwrap();
+    let qp = pd.create_qp(QpType::Rc, &cq, &cq, 32).unwrap();
+    let me = qp.endpoint_with(Some(&mr)).unwrap();
+    println!("ENDPOINT {}", serde_json::to_string(&me).unwrap());
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    let peer: Endpoint = serde_json::from_str(line.trim()).unwrap();
+    qp.connect(&peer, Mtu::Mtu1024).unwrap();
+    println!("READY");
+    let mut i = 0u64;
+    loop {
+        qp.write(&mr, 0, 4096, peer.addr, peer.rkey, i).unwrap();
+        let _ = cq.wait(Duration::from_secs(5));
+        i += 1;
+    }
+}
+
+#[test]
+fn a_client_killed_mid_rdma_leaves_its_peer_error_completions_and_nothing_else() {
+    let hca = two_devices(2);
+    let a = Device::open_at(hca.dir(), Some("rxe0")).unwrap();
+    let pd = a.alloc_pd().unwrap();
+    let cq = a.create_cq(256).unwrap();
+    let buf = a.alloc_buffer(1 << 20).unwrap();
+    let mr = pd.register(&buf, all()).unwrap();
+    let qp = pd.create_qp(QpType::Rc, &cq, &cq, 128).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "killed_child", "--ignored", "--nocapture"])
+        .env("SOFTIB_KILLED_CHILD_DIR", hca.dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let child_pid = child.id();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    let peer: Endpoint = loop {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the child ended");
+        if let Some(json) = line.trim().strip_prefix("ENDPOINT ") {
+            break serde_json::from_str(json).unwrap();
+        }
+    };
+    let me = qp.endpoint_with(Some(&mr)).unwrap();
+    writeln!(
+        child.stdin.as_mut().unwrap(),
+        "{}",
+        serde_json::to_string(&me).unwrap()
+    )
+    .unwrap();
+    qp.connect(&peer, Mtu::Mtu1024).unwrap();
+    while line.trim() != "READY" {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the child ended");
+    }
+
+    // RDMA both ways: the child writes to us; we write to and read from it, 64 in flight.
+    let mut posted = 0u64;
+    let mut wcs = Vec::new();
+    let post = |i: u64| {
+        let off = (i as usize % 64) * 4096;
+        if i % 2 == 0 {
+            qp.write(&mr, off, 4096, peer.addr + off as u64, peer.rkey, i)
+        } else {
+            qp.read(&mr, off, 4096, peer.addr + off as u64, peer.rkey, i)
+        }
+    };
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(300) {
+        while posted - (wcs.len() as u64) < 64 {
+            post(posted).unwrap();
+            posted += 1;
+        }
+        wcs.extend(cq.poll(64).unwrap());
+    }
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
+    let before = wcs.len();
+    // SIGKILL. Its QP lives in the daemon, which answers for it until it learns the process
+    // is gone (as an HCA does until the kernel destroys a dead process's QPs), so we keep 64
+    // WRs in flight until the first fails.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let killed = Instant::now();
+    while wcs.iter().all(|w| w.status == WcStatus::Success) {
+        assert!(killed.elapsed() < Duration::from_secs(20), "no error");
+        while posted - (wcs.len() as u64) < 64 {
+            post(posted).unwrap();
+            posted += 1;
+        }
+        wcs.extend(cq.poll(64).unwrap());
+    }
+    let failed_after = killed.elapsed();
+    wcs.extend(collect(
+        &cq,
+        posted as usize - wcs.len(),
+        Duration::from_secs(20),
+    ));
+    assert_retry_exceeded_then_flushed(&wcs);
+
+    // Everything the killed client owned is reclaimed.
+    let mut ctx = Context::open_at(hca.dir()).unwrap();
+    let t = Instant::now();
+    while ctx.resources().unwrap().iter().any(|c| c.pid == child_pid) {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the killed client's objects remain"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // And the daemon serves on.
+    let after = good_transfer(hca.dir(), 1 << 20);
+    println!(
+        "killed mid-RDMA after {before} completions: the peer's first error (retries exceeded, \
+         then {} flushed) {:.2} s later; a 1 MiB transfer after it took {:.3} s",
+        wcs.iter()
+            .filter(|w| w.status == WcStatus::WrFlushErr)
+            .count(),
+        failed_after.as_secs_f64(),
+        after.as_secs_f64()
+    );
+}
