@@ -505,3 +505,81 @@ fn a_pkey_mismatch_is_dropped_counted_and_writes_nothing() {
     assert_eq!(p.b.hca.drops().get(DropReason::PKeyMismatch), 1);
     assert_eq!(p.b.hca.counters(1).unwrap().pkey_violations, 1);
 }
+
+#[test]
+fn partition_membership_matrix() {
+    // IBA §10.9.1.2, §10.9.3: a packet is accepted when its P_Key and the receiving QP's are
+    // of the same partition and at least one of them is a full member. Both directions of UD
+    // datagrams, and an RC SEND and WRITE, for each pair of memberships.
+    const FULL: PKey = PKey(0x8002);
+    const LIMITED: PKey = PKey(0x0002);
+    const OTHER: PKey = PKey(0x8003);
+    for (a, b, accepted) in [
+        (FULL, FULL, true),
+        (FULL, LIMITED, true),
+        (LIMITED, FULL, true),
+        (LIMITED, LIMITED, false),
+        (OTHER, FULL, false),
+        (FULL, OTHER, false),
+    ] {
+        let case = format!("{:#06x} <-> {:#06x}", a.0, b.0);
+        let mut p = Pair::new();
+        set_pkeys(&mut p, false, vec![a]);
+        set_pkeys(&mut p, true, vec![b]);
+        let (qa, qb, to_b, to_a) = p.ud();
+        p.a.post_recv(qa, 1, BUF + 0x1000, 256);
+        p.b.post_recv(qb, 1, BUF + 0x1000, 256);
+        fill(&mut p);
+        let before = memory(&p);
+        p.a.post_ud(qa, 2, to_b, vec![p.a.sge(BUF, 64)]);
+        p.b.post_ud(qb, 2, to_a, vec![p.b.sge(BUF, 64)]);
+        p.drive();
+        for (side, name) in [(&mut p.a, "A"), (&mut p.b, "B")] {
+            let received = side
+                .completions()
+                .iter()
+                .filter(|w| w.wr_id == 1 && w.status == WcStatus::Success)
+                .count();
+            let dropped = side.hca.drops().get(DropReason::PKeyMismatch);
+            let violations = side.hca.counters(1).unwrap().pkey_violations;
+            let want = if accepted { (1, 0, 0) } else { (0, 1, 1) };
+            assert_eq!((received, dropped, violations), want, "UD {case}: {name}");
+        }
+        if !accepted {
+            assert!(memory(&p) == before, "UD {case}: memory changed");
+        }
+
+        // RC, A to B: a SEND and a WRITE.
+        let mut p = Pair::new();
+        set_pkeys(&mut p, false, vec![a]);
+        set_pkeys(&mut p, true, vec![b]);
+        let (qa, qb) = p.connect(QpType::Rc);
+        p.b.post_recv(qb, 1, BUF + 0x1000, 256);
+        fill(&mut p);
+        let before = memory(&p);
+        p.a.post(qa, 2, WrOpcode::Send, vec![p.a.sge(BUF, 64)]);
+        p.a.post(
+            qa,
+            3,
+            WrOpcode::RdmaWrite(p.b.remote(BUF + 0x2000)),
+            vec![p.a.sge(BUF, 64)],
+        );
+        p.drive();
+        let got: Vec<WcStatus> = p.a.completions().iter().map(|w| w.status).collect();
+        if accepted {
+            assert_eq!(got, [WcStatus::Success; 2], "RC {case}");
+            assert_eq!(p.b.bytes(BUF + 0x2000, 64), p.a.bytes(BUF, 64), "RC {case}");
+        } else {
+            assert_eq!(
+                got,
+                [WcStatus::RetryExcErr, WcStatus::WrFlushErr],
+                "RC {case}"
+            );
+            assert!(memory(&p) == before, "RC {case}: memory changed");
+            assert!(
+                p.b.hca.drops().get(DropReason::PKeyMismatch) > 0,
+                "RC {case}"
+            );
+        }
+    }
+}

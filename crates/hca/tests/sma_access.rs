@@ -1,0 +1,214 @@
+//! Subnet management access control through a real daemon (issue 8, item 2): the master SM
+//! protects a port with an M_Key; SubnSet(PortInfo) from a port that is not the master's and
+//! does not know the key is discarded without a response, changes nothing and is counted in
+//! PortInfo.M_KeyViolations (IBA §14.2.4); the master, with the key, still configures it.
+//! All through the MAD client API applications use (`Context::open_mad`/`send_smp`/
+//! `recv_mads`) on the emulated fabric of topology A (test213 ⇄ test214, port 1 ⇄ port 1).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use softib::{Context, MadQp};
+use softib_fabric::Topology;
+use softib_hca::host::{host_dir, Daemon};
+use softib_wire::mad::attr::{PortInfo, PortPhysicalState, PortState, SmpAttribute};
+use softib_wire::mad::{smp, status, AttrId, MAD_LEN};
+use softib_wire::Lid;
+
+const TOPO_A: &str = include_str!("../../../topologies/topoA.net");
+
+struct Running {
+    dir: PathBuf,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn start(name: &str) -> Running {
+    let dir = std::env::temp_dir().join(format!("softib-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let stop = Arc::new(AtomicBool::new(false));
+    let topology = Topology::parse(TOPO_A).unwrap();
+    let (d2, s2) = (dir.clone(), stop.clone());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let mut daemon =
+            Daemon::from_topology(&topology, &d2, "127.0.0.1".parse().unwrap(), 11).unwrap();
+        tx.send(()).unwrap();
+        daemon.run(&s2).unwrap();
+    });
+    rx.recv_timeout(Duration::from_secs(10))
+        .expect("daemon started");
+    Running {
+        dir,
+        stop,
+        thread: Some(thread),
+    }
+}
+
+/// A MAD agent on port 1 of one host.
+struct Agent {
+    ctx: Context,
+    tid: u64,
+}
+
+impl Agent {
+    fn open(f: &Running, host: &str, sm: bool) -> Agent {
+        let mut ctx = Context::open_at(&host_dir(&f.dir, host)).unwrap();
+        ctx.open_mad(0, 1, sm).unwrap();
+        Agent {
+            ctx,
+            tid: u64::from(sm) << 32 | 0x100,
+        }
+    }
+
+    /// Sends a directed-route SMP along `path` and returns the response, or `None` when
+    /// none comes within `wait`.
+    fn ask(&mut self, req: smp::Repr, wait: Duration) -> Option<smp::Repr> {
+        let mut b = [0u8; MAD_LEN];
+        req.emit(&mut smp::Packet::new_unchecked(&mut b[..]));
+        self.ctx.send_smp(0, 1, None, &b).unwrap();
+        let t0 = Instant::now();
+        while t0.elapsed() < wait {
+            for m in self.ctx.recv_mads(16, Duration::from_millis(50)).unwrap() {
+                if m.qp != MadQp::Smi {
+                    continue;
+                }
+                let r = smp::Repr::parse(&smp::Packet::new_unchecked(&m.mad[..])).unwrap();
+                if r.header.tid == req.header.tid {
+                    return Some(r);
+                }
+            }
+        }
+        None
+    }
+
+    fn next_tid(&mut self) -> u64 {
+        self.tid += 1;
+        self.tid
+    }
+
+    fn get_port_info(&mut self, path: &[u8], m_key: u64) -> Option<(u16, PortInfo)> {
+        let tid = self.next_tid();
+        let req = smp::Repr::dr_get(tid, AttrId::PORT_INFO, 0, m_key, path).unwrap();
+        self.ask(req, Duration::from_secs(1))
+            .map(|r| (r.header.status, PortInfo::parse(&r.data).unwrap()))
+    }
+
+    fn set_port_info(&mut self, path: &[u8], m_key: u64, pi: &PortInfo) -> Option<u16> {
+        let tid = self.next_tid();
+        let req = smp::Repr::dr_set(tid, AttrId::PORT_INFO, 0, m_key, path, pi.to_data()).unwrap();
+        self.ask(req, Duration::from_secs(1))
+            .map(|r| r.header.status)
+    }
+}
+
+/// PortInfo as read, with the states left alone (what an SM sends to change other fields).
+fn unchanged_states(mut pi: PortInfo) -> PortInfo {
+    pi.port_state = PortState::NoChange;
+    pi.port_physical_state = PortPhysicalState::NoChange;
+    pi
+}
+
+#[test]
+fn an_m_key_protected_port_refuses_and_counts_a_set_from_a_port_that_is_not_the_master() {
+    let f = start("mkey");
+    // The master SM on test213 port 1 reaches test214's port 1 one hop away; the rogue runs
+    // on test214 itself and asks its own port's SMA (hop count 0).
+    let mut master = Agent::open(&f, "test213", true);
+    let mut rogue = Agent::open(&f, "test214", false);
+    const TARGET: &[u8] = &[1];
+    const LOCAL: &[u8] = &[];
+    let t0 = Instant::now();
+    let pi = loop {
+        if let Some((status::SUCCESS, pi)) = master.get_port_info(TARGET, 0) {
+            break pi;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the link never trained"
+        );
+    };
+    assert_eq!((pi.m_key, pi.m_key_violations), (0, 0));
+
+    // The master assigns LID 0x21 and protects the port: M_Key K, protect bits 2 (a Get
+    // without the key fails too).
+    const K: u64 = 0x5EC0_0000_0000_0001;
+    let mut set = unchanged_states(pi);
+    set.lid = Lid(0x21);
+    set.master_sm_lid = Lid(0x20);
+    set.m_key = K;
+    set.m_key_protect_bits = 2;
+    assert_eq!(master.set_port_info(TARGET, 0, &set), Some(status::SUCCESS));
+
+    // The rogue: a Set without the key, one with a wrong key, and a Get, from a port that is
+    // not the master's. No response to any (IBA §14.2.4.1: discarded)...
+    let mut evil = unchanged_states(pi);
+    evil.lid = Lid(0x66);
+    evil.m_key = 0xBAD;
+    evil.m_key_protect_bits = 0;
+    let wait = Duration::from_millis(300);
+    let tid = rogue.next_tid();
+    for key in [0, 0xBAD, K ^ 1] {
+        let tid = rogue.next_tid();
+        let req = smp::Repr::dr_set(tid, AttrId::PORT_INFO, 0, key, LOCAL, evil.to_data()).unwrap();
+        assert!(
+            rogue.ask(req, wait).is_none(),
+            "a Set with M_Key {key:#x} was answered"
+        );
+    }
+    let req = smp::Repr::dr_get(tid, AttrId::PORT_INFO, 0, 0, LOCAL).unwrap();
+    assert!(
+        rogue.ask(req, wait).is_none(),
+        "a Get without the key was answered"
+    );
+
+    // ... nothing changed, and each was counted in M_KeyViolations.
+    let (st, now) = master
+        .get_port_info(TARGET, K)
+        .expect("the master still reaches it");
+    assert_eq!(st, status::SUCCESS);
+    assert_eq!(
+        (
+            now.lid,
+            now.m_key,
+            now.m_key_protect_bits,
+            now.m_key_violations
+        ),
+        (Lid(0x21), K, 2, 4),
+        "{now:?}"
+    );
+    // The verbs view agrees: the port's LID is the master's.
+    let port = Context::open_at(&host_dir(&f.dir, "test214"))
+        .unwrap()
+        .devices()
+        .unwrap()[0]
+        .ports[0]
+        .clone();
+    assert_eq!(port.lid, Lid(0x21));
+
+    // The master, with the key, still configures the port (and may lift the protection).
+    let mut lift = unchanged_states(now);
+    lift.lid = Lid(0x22);
+    lift.m_key = 0;
+    lift.m_key_protect_bits = 0;
+    assert_eq!(
+        master.set_port_info(TARGET, K, &lift),
+        Some(status::SUCCESS)
+    );
+    let (_, after) = rogue.get_port_info(LOCAL, 0).expect("unprotected again");
+    assert_eq!((after.lid, after.m_key), (Lid(0x22), 0));
+}
