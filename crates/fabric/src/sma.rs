@@ -43,8 +43,12 @@
 //! switch. A stored key of 0, or an SMP carrying the stored key, passes. Otherwise, by
 //! M_KeyProtectBits: 0 — Get succeeds; 1 — Get succeeds but PortInfo.M_Key reads as 0; 2 and
 //! 3 — Get fails. Set (and every failed Get) is discarded without a response and counted in
-//! PortInfo.M_KeyViolations and [`SmaCounters::m_key_violations`]. Not done: the M_Key lease
-//! timer (it needs time; the lease period is stored but never expires) and the bad-M_Key trap.
+//! PortInfo.M_KeyViolations and [`SmaCounters::m_key_violations`], and reported to the master
+//! SM (PortInfo.MasterSMLID, when set) with a Bad M_Key trap: a LID-routed SubnTrap(Notice) of
+//! trap number 256 naming the requester's LID, the method, attribute and M_Key it used
+//! ([`Sma::poll_trap`]; IBA §14.2.4.3, §14.2.5.1). Not done: the M_Key lease timer (it needs
+//! time; the lease period is stored but never expires) and resending a trap until the SM
+//! answers with TrapRepress (each is sent once).
 //!
 //! # Port states (IBA §14.2.5.6, §7.2)
 //!
@@ -432,7 +436,16 @@ pub struct Sma {
     sm_info: Option<SmInfo>,
     events: VecDeque<SmaEvent>,
     counters: SmaCounters,
+    /// Traps to send, oldest first (at most [`MAX_PENDING_TRAPS`]).
+    traps: VecDeque<Outgoing>,
+    /// The TID of the last trap sent.
+    trap_tid: u64,
+    /// The LRH SLID of the SMP being handled (permissive for one from this node).
+    requester: Lid,
 }
+
+/// Traps kept for a link layer that does not send them.
+const MAX_PENDING_TRAPS: usize = 16;
 
 impl Sma {
     /// An SMA in power-on state: no LIDs, M_Key 0, every physical port Polling/Down until the
@@ -499,6 +512,9 @@ impl Sma {
             sm_info: None,
             events: VecDeque::new(),
             counters: SmaCounters::default(),
+            traps: VecDeque::new(),
+            trap_tid: 0,
+            requester: Lid::PERMISSIVE,
         }
     }
 
@@ -668,6 +684,11 @@ impl Sma {
     /// The next pending event, oldest first.
     pub fn poll_event(&mut self) -> Option<SmaEvent> {
         self.events.pop_front()
+    }
+
+    /// The next trap to send to the master SM, LID-routed, oldest first.
+    pub fn poll_trap(&mut self) -> Option<Outgoing> {
+        self.traps.pop_front()
     }
 
     // --- The link layer's reports -----------------------------------------------------------
@@ -857,9 +878,64 @@ impl Sma {
             _ => {
                 port.info.m_key_violations = port.info.m_key_violations.saturating_add(1);
                 self.counters.m_key_violations += 1;
+                self.bad_m_key_trap(in_port, key_port, request);
                 KeyCheck::Fail
             }
         }
+    }
+
+    /// Queues Trap 256, Bad M_Key (IBA §14.2.5.1 table 133, as opensm's `ntc_256` lays it
+    /// out), for the master SM of `key_port`, if the port knows one and supports traps.
+    fn bad_m_key_trap(&mut self, in_port: u8, key_port: u8, request: &smp::Repr) {
+        let Some(port) = self.ports.get(usize::from(key_port)) else {
+            return;
+        };
+        let info = &port.info;
+        if info.master_sm_lid.0 == 0
+            || info.capability_mask & capability_mask::IS_TRAP_SUPPORTED == 0
+        {
+            return;
+        }
+        let (sm, own, m_key) = (info.master_sm_lid, info.lid, info.m_key);
+        let mut d = [0u8; DATA_LEN];
+        // IsGeneric, Type 2 (security); ProducerType 1 (CA) or 2 (switch); TrapNumber 256.
+        d[0] = 0x80 | 2;
+        d[3] = if self.is_switch() { 2 } else { 1 };
+        d[4..6].copy_from_slice(&256u16.to_be_bytes());
+        d[6..8].copy_from_slice(&own.0.to_be_bytes());
+        // DataDetails: the requester's LID, the DR SLID, method, attribute, modifier, M_Key.
+        d[12..14].copy_from_slice(&self.requester.0.to_be_bytes());
+        let dr_slid = request.dr.map_or(Lid(0), |dr| dr.dr_slid);
+        d[14..16].copy_from_slice(&dr_slid.0.to_be_bytes());
+        d[16] = u8::from(request.header.method);
+        d[18..20].copy_from_slice(&request.header.attr_id.0.to_be_bytes());
+        d[20..24].copy_from_slice(&request.header.attr_mod.to_be_bytes());
+        d[24..32].copy_from_slice(&request.m_key.to_be_bytes());
+        self.trap_tid = self.trap_tid.wrapping_add(1);
+        let smp = smp::Repr::new(
+            Method::Trap,
+            self.trap_tid,
+            AttrId::NOTICE,
+            0,
+            m_key,
+            None,
+            d,
+        );
+        // A CA sends it out of the port the SMP came in on; a switch routes it by its LFT.
+        let out_port = if self.is_switch() {
+            self.lft_port(sm).unwrap_or(0)
+        } else {
+            in_port
+        };
+        if self.traps.len() >= MAX_PENDING_TRAPS {
+            self.traps.pop_front();
+        }
+        self.traps.push_back(Outgoing {
+            out_port,
+            dlid: sm,
+            slid: own,
+            smp,
+        });
     }
 
     /// The port a PortInfo attribute modifier names: on a CA 0 means the arrival port.
@@ -1362,6 +1438,13 @@ impl Sma {
     /// its LRH SLID. Walks the directed route, lets the SMA answer requests meant for this node,
     /// and returns what leaves the node.
     pub fn receive_smp(&mut self, in_port: u8, slid: Lid, smp: &smp::Repr) -> SmiOutput {
+        self.requester = slid;
+        let out = self.receive_smp_from(in_port, slid, smp);
+        self.requester = Lid::PERMISSIVE;
+        out
+    }
+
+    fn receive_smp_from(&mut self, in_port: u8, slid: Lid, smp: &smp::Repr) -> SmiOutput {
         if smp.is_directed_route() {
             match self.process_dr(in_port, smp) {
                 DrAction::Forward { out_port, smp } => SmiOutput::Send(Outgoing {
@@ -1391,7 +1474,8 @@ impl Sma {
                     }
                 }
             }
-        } else if smp.header.method.is_response() {
+        } else if smp.header.method.is_response() || smp.header.method == Method::Trap {
+            // Responses, and traps the SMAs of the subnet send this node's SM.
             SmiOutput::ToSm(*smp)
         } else {
             let Some(response) = self.handle_smp(in_port, smp) else {

@@ -284,6 +284,7 @@ impl<M: Memory> IbCa<M> {
         };
         if lrh.vl == smp_packet::VL15 {
             self.handle_vl15(port, &lrh, frame);
+            self.send_traps();
         } else {
             self.handle_data(now, port, &lrh, frame, body_end);
         }
@@ -344,6 +345,14 @@ impl<M: Memory> IbCa<M> {
                 .push_back((o.out_port, smp_packet::emit(o.dlid, o.slid, &o.smp))),
             SmiOutput::ToSm(smp) => self.deliver_smp(port, lrh.slid, &smp),
             SmiOutput::Nothing => {}
+        }
+    }
+
+    /// Sends the traps the SMA raised (a Bad M_Key trap to the master SM).
+    fn send_traps(&mut self) {
+        while let Some(t) = self.sma.poll_trap() {
+            self.out
+                .push_back((t.out_port, smp_packet::emit(t.dlid, t.slid, &t.smp)));
         }
     }
 
@@ -416,6 +425,11 @@ impl<M: Memory> IbCa<M> {
     /// Sends an SMP from the local SM out of `port`: directed-route when `dlid` is `None`
     /// (the SMI routes it from hop 0), LID-routed to `dlid` otherwise.
     pub fn send_smp(&mut self, port: u8, dlid: Option<Lid>, smp: &smp::Repr) {
+        self.send_smp_to(port, dlid, smp);
+        self.send_traps();
+    }
+
+    fn send_smp_to(&mut self, port: u8, dlid: Option<Lid>, smp: &smp::Repr) {
         match dlid {
             None => match self.sma.send_dr(port, smp) {
                 softib_fabric::DrAction::Forward { out_port, smp } => self.out.push_back((

@@ -16,7 +16,7 @@ use softib::{Context, MadQp};
 use softib_fabric::Topology;
 use softib_hca::host::{host_dir, Daemon};
 use softib_wire::mad::attr::{PortInfo, PortPhysicalState, PortState, SmpAttribute};
-use softib_wire::mad::{smp, status, AttrId, MAD_LEN};
+use softib_wire::mad::{smp, status, AttrId, Method, MAD_LEN};
 use softib_wire::Lid;
 
 const TOPO_A: &str = include_str!("../../../topologies/topoA.net");
@@ -63,6 +63,8 @@ fn start(name: &str) -> Running {
 struct Agent {
     ctx: Context,
     tid: u64,
+    /// Traps that arrived (an SM's agent receives them).
+    traps: Vec<smp::Repr>,
 }
 
 impl Agent {
@@ -72,6 +74,7 @@ impl Agent {
         Agent {
             ctx,
             tid: u64::from(sm) << 32 | 0x100,
+            traps: Vec::new(),
         }
     }
 
@@ -88,7 +91,9 @@ impl Agent {
                     continue;
                 }
                 let r = smp::Repr::parse(&smp::Packet::new_unchecked(&m.mad[..])).unwrap();
-                if r.header.tid == req.header.tid {
+                if r.header.method == Method::Trap {
+                    self.traps.push(r);
+                } else if r.header.tid == req.header.tid {
                     return Some(r);
                 }
             }
@@ -143,6 +148,11 @@ fn an_m_key_protected_port_refuses_and_counts_a_set_from_a_port_that_is_not_the_
         );
     };
     assert_eq!((pi.m_key, pi.m_key_violations), (0, 0));
+    // The master's own port gets LID 0x20, so that traps LID-routed to it arrive.
+    let (_, own) = master.get_port_info(LOCAL, 0).unwrap();
+    let mut set = unchanged_states(own);
+    set.lid = Lid(0x20);
+    assert_eq!(master.set_port_info(LOCAL, 0, &set), Some(status::SUCCESS));
 
     // The master assigns LID 0x21 and protects the port: M_Key K, protect bits 2 (a Get
     // without the key fails too).
@@ -191,6 +201,36 @@ fn an_m_key_protected_port_refuses_and_counts_a_set_from_a_port_that_is_not_the_
         (Lid(0x21), K, 2, 4),
         "{now:?}"
     );
+    // And each was reported to the master SM with a Bad M_Key trap (IBA §14.2.4.3): Trap 256
+    // from LID 0x21 naming the requester (permissive: hop 0 on that node), the method, the
+    // attribute and the M_Key it tried.
+    let t0 = Instant::now();
+    while master.traps.len() < 4 && t0.elapsed() < Duration::from_secs(2) {
+        let _ = master.get_port_info(TARGET, K);
+    }
+    let seen: Vec<(u16, u16, u16, u8, u16, u64)> = master
+        .traps
+        .iter()
+        .map(|t| {
+            let d = &t.data;
+            let be16 = |i: usize| u16::from_be_bytes([d[i], d[i + 1]]);
+            let key = u64::from_be_bytes(d[24..32].try_into().unwrap());
+            (t.header.attr_id.0, be16(4), be16(6), d[16], be16(18), key)
+        })
+        .collect();
+    let notice = AttrId::NOTICE.0;
+    let pi_id = AttrId::PORT_INFO.0;
+    assert_eq!(
+        seen,
+        [
+            (notice, 256, 0x21, 2, pi_id, 0),
+            (notice, 256, 0x21, 2, pi_id, 0xBAD),
+            (notice, 256, 0x21, 2, pi_id, K ^ 1),
+            (notice, 256, 0x21, 1, pi_id, 0),
+        ]
+    );
+    assert!(master.traps.iter().all(|t| t.data[12..14] == [0xFF, 0xFF]));
+
     // The verbs view agrees: the port's LID is the master's.
     let port = Context::open_at(&host_dir(&f.dir, "test214"))
         .unwrap()
