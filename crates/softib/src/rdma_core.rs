@@ -722,7 +722,7 @@ impl Backend {
                 vendor_id: a.vendor_id,
                 vendor_part_id: a.vendor_part_id,
                 hw_ver: a.hw_ver,
-                fw_ver: fw_ver.clone(),
+                fw_ver,
                 max_mr_size: a.max_mr_size,
                 max_qp: u(a.max_qp),
                 max_qp_wr: u(a.max_qp_wr),
@@ -747,7 +747,9 @@ impl Backend {
                 name: d.name.clone(),
                 ca_type: sysfs("hca_type"),
                 description: sysfs("node_desc"),
-                fw_ver,
+                // What sysfs says (as ibstat prints it: empty for rxe); the verb's value is in
+                // `attr.fw_ver`.
+                fw_ver: sysfs("fw_ver"),
                 hw_ver: a.hw_ver,
                 node_guid: Guid(u64::from_be(a.node_guid)),
                 sys_image_guid: Guid(u64::from_be(a.sys_image_guid)),
