@@ -837,6 +837,23 @@ impl HostRt {
         loop {
             match self.listener.accept() {
                 Ok((stream, _)) => {
+                    // The socket's mode keeps other users out, but only once it is set (bind
+                    // creates it with the umask's) and only as long as nobody loosens it: the
+                    // kernel's word on who connected is checked as well.
+                    let me = rustix::process::geteuid();
+                    match rustix::net::sockopt::socket_peercred(&stream) {
+                        Ok(c) if c.uid == me || c.uid.is_root() => {}
+                        peer => {
+                            let uid = peer.map_or(-1, |c| i64::from(c.uid.as_raw()));
+                            eprintln!(
+                                "softibd[{}]: refused a connection from uid {uid}: this daemon \
+                                 serves uid {} (and root) only",
+                                self.name,
+                                me.as_raw()
+                            );
+                            continue;
+                        }
+                    }
                     stream.set_nonblocking(true)?;
                     let id = self.next_client;
                     self.next_client += 1;

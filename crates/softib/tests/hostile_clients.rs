@@ -453,3 +453,69 @@ fn a_client_killed_mid_rdma_leaves_its_peer_error_completions_and_nothing_else()
         after.as_secs_f64()
     );
 }
+
+/// Run as another user by [`the_control_socket_keeps_other_users_out`]: connects to the
+/// socket in `SOFTIB_OTHER_USER_SOCKET` and prints what happened.
+#[test]
+#[ignore = "started by the_control_socket_keeps_other_users_out"]
+fn other_user_child() {
+    let Some(path) = std::env::var_os("SOFTIB_OTHER_USER_SOCKET") else {
+        return;
+    };
+    let mut s = match UnixStream::connect(&path) {
+        Ok(s) => s,
+        Err(e) => {
+            println!("RESULT connect: {:?}", e.kind());
+            return;
+        }
+    };
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let hello = Request::Hello {
+        version: proto::VERSION,
+        pid: std::process::id(),
+        program: "intruder".into(),
+    };
+    let _ = proto::send(&s, &hello, &[]);
+    match proto::recv_blocking(&mut s) {
+        Ok(_) => println!("RESULT served"),
+        Err(e) => println!("RESULT closed: {:?}", e.kind()),
+    }
+}
+
+#[test]
+fn the_control_socket_keeps_other_users_out() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let hca = EmbeddedDaemon::start().unwrap();
+    let sock = hca.dir().join(softib_hca::host::SOCKET_NAME);
+    let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "the socket is its user's alone");
+    if !rustix::process::geteuid().is_root() {
+        println!("not root: cannot try as another user; checked the socket's mode only");
+        return;
+    }
+    let as_nobody = || {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "other_user_child", "--ignored", "--nocapture"])
+            .env("SOFTIB_OTHER_USER_SOCKET", &sock)
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
+            .find_map(|l| l.strip_prefix("RESULT "))
+            .map(str::to_owned)
+            .unwrap_or_else(|| format!("no result: {text}"))
+    };
+    // The mode keeps another user out...
+    assert_eq!(as_nobody(), "connect: PermissionDenied");
+    // ... and were it loosened (bind creates the socket with the umask's mode before the
+    // daemon narrows it), the daemon still serves no one but its user.
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let r = as_nobody();
+    assert!(r.starts_with("closed"), "{r}");
+    // Its own user is served as ever.
+    let mut ctx = Context::open_at(hca.dir()).unwrap();
+    assert!(ctx.devices().unwrap().is_empty());
+}
