@@ -103,6 +103,7 @@ fn hostile_datagrams_during_an_rc_transfer_are_counted_and_change_nothing() {
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
     let to: SocketAddr = format!("127.0.0.3:{port}").parse().unwrap();
+    let t0 = std::time::Instant::now();
     let sprayer = {
         let (stop, sent) = (stop.clone(), sent.clone());
         let qpn = qp_b.qpn().value();
@@ -160,7 +161,9 @@ fn hostile_datagrams_during_an_rc_transfer_are_counted_and_change_nothing() {
     );
     assert!(total > 0);
     eprintln!(
-        "{sent} hostile datagrams; drops by reason: {:?}",
+        "{sent} hostile datagrams in {:.2} s beside a 1 MiB transfer (every byte verified); \
+         drops by reason: {:?}",
+        t0.elapsed().as_secs_f64(),
         info.drops
     );
 }
@@ -268,5 +271,12 @@ fn write_read_and_atomics_are_exact_through_ten_percent_loss_duplication_and_reo
     assert!(
         st.lost > 0 && st.duplicated > 0 && st.reordered > 0,
         "{st:?}"
+    );
+    let j = ctl.device_index("rxe1").unwrap();
+    let (_, _, st1) = ctl.faults(j).unwrap().into_iter().next().unwrap();
+    eprintln!(
+        "faults injected: rxe0 {st:?}; rxe1 {st1:?}; verified: {} bytes written, the same read \
+         back, 61 atomics",
+        LEN - 8
     );
 }
