@@ -108,6 +108,84 @@ pub fn rxe_source_port(ud: bool, flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
 pub struct Switchboard {
     queues: std::collections::BTreeMap<SocketAddr, std::collections::VecDeque<Vec<u8>>>,
     pending: usize,
+    /// RoCEv2 datagrams between this process's own RoCE devices.
+    pub roce: LocalRoce,
+}
+
+/// RoCEv2 datagrams between the RoCE devices of one daemon, handed over in-process.
+///
+/// Two QPs on devices of the same daemon (the intra-host case: `rxe0` and `rxe1` on `lo`, or
+/// two QPs of one device) would otherwise cross the kernel's UDP stack twice per datagram
+/// (send, then receive) and wait for the loop to wake on the socket. Here a device's queued
+/// datagrams for an address of this daemon go straight to that device's inbound queue, which
+/// it takes at its next receive, as if from its socket: the same ICRC check, capture, counters
+/// and faults (faults act before the queue). Nothing is allocated in the steady state.
+#[derive(Debug, Default)]
+pub struct LocalRoce {
+    /// The devices' addresses (refreshed every turn), and what waits for each.
+    ends: Vec<SocketAddr>,
+    inbound: Vec<Inbound>,
+    pending: usize,
+}
+
+#[derive(Debug, Default)]
+struct Inbound {
+    data: Vec<u8>,
+    /// (sender, index in its GSO run, offset, length).
+    items: Vec<(SocketAddr, u16, usize, usize)>,
+}
+
+impl LocalRoce {
+    /// The addresses of this process's RoCE devices; what waited for an address that is gone
+    /// is lost, as datagrams to a vanished host.
+    pub fn set_ends<I: Iterator<Item = SocketAddr> + Clone>(&mut self, ends: I) {
+        if ends.clone().eq(self.ends.iter().copied()) {
+            return;
+        }
+        let old_ends = std::mem::take(&mut self.ends);
+        let mut old = std::mem::take(&mut self.inbound);
+        for e in ends {
+            let kept = old_ends
+                .iter()
+                .position(|o| *o == e)
+                .map(|i| std::mem::take(&mut old[i]));
+            self.ends.push(e);
+            self.inbound.push(kept.unwrap_or_default());
+        }
+        self.pending = self.inbound.iter().map(|q| q.items.len()).sum();
+    }
+
+    /// Whether `to` is a device of this process.
+    pub fn is_local(&self, to: &SocketAddr) -> bool {
+        self.ends.contains(to)
+    }
+
+    /// Queues a datagram for the device at `to`.
+    pub fn deliver(&mut self, from: SocketAddr, to: SocketAddr, index: u16, bytes: &[u8]) {
+        if let Some(i) = self.ends.iter().position(|e| *e == to) {
+            let q = &mut self.inbound[i];
+            q.items.push((from, index, q.data.len(), bytes.len()));
+            q.data.extend_from_slice(bytes);
+            self.pending += 1;
+        }
+    }
+
+    /// Hands what waits for the device at `at` to `take` (sender, index, bytes), in order.
+    pub fn drain(&mut self, at: SocketAddr, mut take: impl FnMut(SocketAddr, u16, &[u8])) {
+        let Some(i) = self.ends.iter().position(|e| *e == at) else {
+            return;
+        };
+        let q = &mut self.inbound[i];
+        if q.items.is_empty() {
+            return;
+        }
+        for &(from, index, off, len) in &q.items {
+            take(from, index, &q.data[off..off + len]);
+        }
+        self.pending -= q.items.len();
+        q.items.clear();
+        q.data.clear();
+    }
 }
 
 impl Switchboard {
@@ -142,7 +220,7 @@ impl Switchboard {
 
     /// Whether frames are waiting anywhere.
     pub fn is_busy(&self) -> bool {
-        self.pending > 0
+        self.pending > 0 || self.roce.pending > 0
     }
 }
 
@@ -188,7 +266,7 @@ impl Device {
     ) -> io::Result<bool> {
         match self {
             Device::Ib(d) => d.receive(std_now, now, buf, sb),
-            Device::Roce(d) => d.receive(std_now, now),
+            Device::Roce(d) => d.receive(std_now, now, &mut sb.roce),
         }
     }
 
@@ -201,7 +279,15 @@ impl Device {
     ) -> io::Result<bool> {
         match self {
             Device::Ib(d) => d.transmit(now, buf, sb),
-            Device::Roce(d) => d.transmit(now, buf),
+            Device::Roce(d) => d.transmit(now, buf, &mut sb.roce),
+        }
+    }
+
+    /// The address a RoCE device receives on.
+    pub fn roce_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Device::Ib(_) => None,
+            Device::Roce(d) => Some(d.local()),
         }
     }
 
@@ -603,6 +689,63 @@ fn queue_datagram(
     }
 }
 
+/// A device's view of [`LocalRoce`] when it sends: from its address, by source port.
+struct FromAddr<'a> {
+    local: &'a mut LocalRoce,
+    ip: IpAddr,
+}
+
+impl softib_net::batch::Loopback<u16> for FromAddr<'_> {
+    fn is_local(&self, to: &SocketAddr) -> bool {
+        self.local.is_local(to)
+    }
+
+    fn deliver(&mut self, port: u16, to: SocketAddr, index: u16, bytes: &[u8]) {
+        self.local
+            .deliver(SocketAddr::new(self.ip, port), to, index, bytes);
+    }
+}
+
+/// What a RoCE device does with a datagram it received (from its socket or in-process).
+struct RxPath<'a> {
+    hca: &'a mut Hca<ShmMemory>,
+    capture: &'a mut Option<PcapWriter>,
+    rx_bad: &'a mut u64,
+    name: &'a str,
+    local: SocketAddr,
+    now: Instant,
+}
+
+impl RxPath<'_> {
+    /// Captures, checks the ICRC (for the IPv4 Identification `index` first: its place in a
+    /// GSO run) and hands the packet to the engine; returns whether it was taken.
+    fn accept(&mut self, from: SocketAddr, index: u16, data: &[u8]) -> bool {
+        let index = if from.is_ipv4() { index } else { 0 };
+        if self.capture.is_some() {
+            if let Some(d) = roce::datagram(from, self.local, data, index) {
+                capture(self.capture, &d);
+            }
+        }
+        match roce::open_hinted(from, self.local, data, index) {
+            Ok(body) => {
+                let meta = RxMeta {
+                    grh: roce::grh_area(from, self.local, data.len()),
+                    ..RxMeta::default()
+                };
+                self.hca.handle_packet(self.now, 1, &meta, body);
+                true
+            }
+            Err(e) => {
+                *self.rx_bad += 1;
+                if std::env::var_os("SOFTIB_DEBUG").is_some() {
+                    eprintln!("{}: dropped a datagram from {from}: {e:?}", self.name);
+                }
+                false
+            }
+        }
+    }
+}
+
 impl RoceDev {
     /// A RoCEv2 device on `config`'s address; fails with a message naming what is wrong.
     pub fn new(config: LinkConfig, seed: u64) -> io::Result<RoceDev> {
@@ -667,7 +810,12 @@ impl RoceDev {
         self.link.local_addr()
     }
 
-    fn receive(&mut self, std_now: StdInstant, now: Instant) -> io::Result<bool> {
+    fn receive(
+        &mut self,
+        std_now: StdInstant,
+        now: Instant,
+        local_in: &mut LocalRoce,
+    ) -> io::Result<bool> {
         if std_now >= self.next_check {
             self.next_check = std_now + OPERSTATE_EVERY;
             // The port follows the interface, as rxe's does (netdev events).
@@ -678,9 +826,21 @@ impl RoceDev {
             }
         }
         let mut busy = false;
+        let local = self.local();
+        let mut rx = RxPath {
+            hca: &mut self.hca,
+            capture: &mut self.capture,
+            rx_bad: &mut self.rx_bad,
+            name: &self.config.name,
+            local,
+            now,
+        };
+        // From this daemon's other devices (or this one) first: they were sent earlier.
+        local_in.drain(local, |from, index, data| {
+            busy |= rx.accept(from, index, data)
+        });
         if self.ready {
             self.ready = false;
-            let local = self.local();
             let batch = self.rx.get_or_insert_with(|| Box::new(RxBatch::new()));
             // At most 16 calls a turn, so that sending and the clients get their turn too.
             for call in 0..16 {
@@ -688,33 +848,9 @@ impl RoceDev {
                     break;
                 }
                 // Cut short (larger than a slot) or not from an IP address.
-                self.rx_bad += batch.malformed() as u64;
+                *rx.rx_bad += batch.malformed() as u64;
                 for dg in batch.datagrams() {
-                    let index = if dg.from.is_ipv4() { dg.index } else { 0 };
-                    if self.capture.is_some() {
-                        if let Some(d) = roce::datagram(dg.from, local, dg.data, index) {
-                            capture(&mut self.capture, &d);
-                        }
-                    }
-                    match roce::open_hinted(dg.from, local, dg.data, index) {
-                        Ok(body) => {
-                            let meta = RxMeta {
-                                grh: roce::grh_area(dg.from, local, dg.data.len()),
-                                ..RxMeta::default()
-                            };
-                            self.hca.handle_packet(now, 1, &meta, body);
-                            busy = true;
-                        }
-                        Err(e) => {
-                            self.rx_bad += 1;
-                            if std::env::var_os("SOFTIB_DEBUG").is_some() {
-                                eprintln!(
-                                    "{}: dropped a datagram from {}: {e:?}",
-                                    self.config.name, dg.from
-                                );
-                            }
-                        }
-                    }
+                    busy |= rx.accept(dg.from, dg.index, dg.data);
                 }
                 if call == 15 {
                     self.ready = true;
@@ -726,29 +862,41 @@ impl RoceDev {
         Ok(busy)
     }
 
-    fn transmit(&mut self, now: Instant, buf: &mut [u8]) -> io::Result<bool> {
-        let more = self.queue_transmit(now, buf);
-        self.flush();
+    fn transmit(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        local_out: &mut LocalRoce,
+    ) -> io::Result<bool> {
+        let more = self.queue_transmit(now, buf, local_out);
+        self.flush(local_out);
         Ok(more)
     }
 
-    /// Sends what is queued; what the kernel would not take is lost, as on a wire.
-    fn flush(&mut self) {
-        let main = self.link.local_addr().port();
+    /// Sends what is queued — to this daemon's own devices in-process, to others through the
+    /// kernel; what the kernel would not take is lost, as on a wire.
+    fn flush(&mut self, local_out: &mut LocalRoce) {
+        let me = self.link.local_addr();
         let (link, srcs) = (&self.link, &self.src_links);
-        let out = self.tx.flush(|port| {
-            if port == main {
-                Some(link)
-            } else {
-                srcs.get(&port)
-            }
-        });
+        let out = self.tx.flush_or_deliver(
+            |port| {
+                if port == me.port() {
+                    Some(link)
+                } else {
+                    srcs.get(&port)
+                }
+            },
+            &mut FromAddr {
+                local: local_out,
+                ip: me.ip(),
+            },
+        );
         self.tx_dropped += out.dropped;
     }
 
     /// Queues what the engine has to send (and delayed frames whose time has come); returns
     /// whether more may be waiting.
-    fn queue_transmit(&mut self, now: Instant, buf: &mut [u8]) -> bool {
+    fn queue_transmit(&mut self, now: Instant, buf: &mut [u8], local_out: &mut LocalRoce) -> bool {
         let local = self.local();
         let (link, srcs, tx, ident, cap) = (
             &self.link,
@@ -808,7 +956,7 @@ impl RoceDev {
                 },
             );
             if self.tx.bytes() >= TX_FLUSH_BYTES {
-                self.flush();
+                self.flush(local_out);
             }
             sent += 1;
             if sent >= 1024 {

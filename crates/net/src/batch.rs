@@ -55,6 +55,25 @@ pub(crate) fn env_disabled(var: &str) -> bool {
     std::env::var(var).is_ok_and(|v| v == "0" || v.eq_ignore_ascii_case("off"))
 }
 
+/// Where datagrams for this process's own sockets go instead of the kernel
+/// ([`TxQueue::flush_or_deliver`]).
+pub trait Loopback<K> {
+    /// Whether `to` is a socket of this process.
+    fn is_local(&self, to: &SocketAddr) -> bool;
+    /// Takes a datagram for `to` from socket `key`: the `index`th of its run.
+    fn deliver(&mut self, key: K, to: SocketAddr, index: u16, bytes: &[u8]);
+}
+
+/// No destination is local.
+struct NoLoopback;
+
+impl<K> Loopback<K> for NoLoopback {
+    fn is_local(&self, _: &SocketAddr) -> bool {
+        false
+    }
+    fn deliver(&mut self, _: K, _: SocketAddr, _: u16, _: &[u8]) {}
+}
+
 /// One datagram waiting in a [`TxQueue`]: bytes `off..off + len` of its data.
 #[derive(Debug, Clone, Copy)]
 struct Segment {
@@ -207,7 +226,17 @@ impl<K: Copy + Eq + Hash + Ord> TxQueue<K> {
     /// fits one call). `link_of` finds the socket of a key; datagrams for a key it does not
     /// know are dropped. A send the kernel refuses for GSO turns GSO off on that socket; its
     /// datagrams are lost, as on a wire, and the next sends go one by one.
-    pub fn flush<'a>(&mut self, mut link_of: impl FnMut(K) -> Option<&'a UdpLink>) -> TxFlush {
+    pub fn flush<'a>(&mut self, link_of: impl FnMut(K) -> Option<&'a UdpLink>) -> TxFlush {
+        self.flush_or_deliver(link_of, &mut NoLoopback)
+    }
+
+    /// [`TxQueue::flush`], except that datagrams for destinations in this process (as
+    /// `loopback` says) go to it instead of the kernel.
+    pub fn flush_or_deliver<'a>(
+        &mut self,
+        mut link_of: impl FnMut(K) -> Option<&'a UdpLink>,
+        loopback: &mut impl Loopback<K>,
+    ) -> TxFlush {
         let mut out = TxFlush::default();
         if self.groups.is_empty() {
             self.clear();
@@ -228,7 +257,18 @@ impl<K: Copy + Eq + Hash + Ord> TxQueue<K> {
             g.count += 1;
         }
         self.order.clear();
-        self.order.extend(0..self.groups.len());
+        for (g, group) in self.groups.iter().enumerate() {
+            if loopback.is_local(&group.to) {
+                for k in 0..group.count {
+                    let s = self.segments[self.members[group.first + k]];
+                    let bytes = &self.data[s.off..s.off + s.len];
+                    loopback.deliver(group.key, group.to, k as u16, bytes);
+                    out.sent += 1;
+                }
+            } else {
+                self.order.push(g);
+            }
+        }
         let groups = &self.groups;
         self.order.sort_by_key(|&g| groups[g].key);
         let mut i = 0;
