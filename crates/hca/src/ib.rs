@@ -255,9 +255,17 @@ impl<M: Memory> IbCa<M> {
                 info.master_sm_lid,
             );
             let idx = usize::from(port - 1);
-            if self.synced[idx] == now {
+            // The P_Key table the SM wrote is the one the transport checks packets against
+            // (it used to stay the engine's default, so partitions were not enforced).
+            let pkeys = self.sma.pkeys(port).unwrap_or_default();
+            let pkeys_changed = self
+                .hca
+                .port(port)
+                .is_some_and(|a| a.pkeys.as_slice() != pkeys);
+            if self.synced[idx] == now && !pkeys_changed {
                 continue;
             }
+            let pkeys = pkeys.to_vec();
             self.synced[idx] = now;
             if let Some(attr) = self.hca.port(port).cloned() {
                 let prefix = info.gid_prefix;
@@ -270,6 +278,7 @@ impl<M: Memory> IbCa<M> {
                         lid: info.lid,
                         active: now.0,
                         gids: vec![gid(self.subnet_prefix, self.id.port_guid(port))],
+                        pkeys,
                         ..attr
                     },
                 );

@@ -12,12 +12,15 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use softib::{Context, MadQp};
+use softib::{
+    AccessFlags, AddressVector, AhHandle, AttrMask, Context, CqHandle, MadQp, QpAttr, QpCap,
+    QpInitAttr, QpState, QpType, Qpn, RecvWr, SendFlags, SendWr, Sge, UdDest, WcStatus, WrOpcode,
+};
 use softib_fabric::Topology;
 use softib_hca::host::{host_dir, Daemon};
-use softib_wire::mad::attr::{PortInfo, PortPhysicalState, PortState, SmpAttribute};
+use softib_wire::mad::attr::{PKeyTable, PortInfo, PortPhysicalState, PortState, SmpAttribute};
 use softib_wire::mad::{smp, status, AttrId, Method, MAD_LEN};
-use softib_wire::Lid;
+use softib_wire::{Lid, PKey};
 
 const TOPO_A: &str = include_str!("../../../topologies/topoA.net");
 
@@ -251,4 +254,201 @@ fn an_m_key_protected_port_refuses_and_counts_a_set_from_a_port_that_is_not_the_
     );
     let (_, after) = rogue.get_port_info(LOCAL, 0).expect("unprotected again");
     assert_eq!((after.lid, after.m_key), (Lid(0x22), 0));
+}
+
+/// A UD QP on port 1 of `ctx`'s device with P_Key index `pkey_index`, a receive posted, and an
+/// address handle to `peer_lid`: (QPN, CQ, AH, send SGE).
+fn ud_qp(
+    ctx: &mut Context,
+    buf: &softib::Buffer,
+    pkey_index: u16,
+    peer_lid: Lid,
+) -> (Qpn, CqHandle, AhHandle, Sge) {
+    let pd = ctx.alloc_pd(0).unwrap();
+    let cq = ctx.create_cq(0, 16).unwrap();
+    let mr = ctx
+        .reg_mr(0, pd, buf, 0, buf.len(), AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let qpn = ctx
+        .create_qp(
+            0,
+            QpInitAttr {
+                qp_type: QpType::Ud,
+                pd,
+                send_cq: cq,
+                recv_cq: cq,
+                srq: None,
+                cap: QpCap {
+                    max_send_wr: 16,
+                    max_recv_wr: 16,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                sq_sig_all: true,
+            },
+        )
+        .unwrap();
+    let init = QpAttr {
+        qp_state: QpState::Init,
+        pkey_index,
+        port_num: 1,
+        qkey: QKEY,
+        ..QpAttr::default()
+    };
+    let mask = AttrMask::STATE
+        .with(AttrMask::PKEY_INDEX)
+        .with(AttrMask::PORT)
+        .with(AttrMask::QKEY);
+    ctx.modify_qp(0, qpn, &init, mask).unwrap();
+    for qp_state in [QpState::Rtr, QpState::Rts] {
+        let a = QpAttr {
+            qp_state,
+            ..QpAttr::default()
+        };
+        let mask = if qp_state == QpState::Rts {
+            AttrMask::STATE.with(AttrMask::SQ_PSN)
+        } else {
+            AttrMask::STATE
+        };
+        ctx.modify_qp(0, qpn, &a, mask).unwrap();
+    }
+    let sge = Sge {
+        addr: mr.addr,
+        length: 64,
+        lkey: mr.lkey,
+    };
+    ctx.post_recv(
+        0,
+        qpn,
+        vec![RecvWr {
+            wr_id: 1,
+            sg_list: vec![Sge {
+                addr: mr.addr + 1024,
+                length: 256,
+                lkey: mr.lkey,
+            }],
+        }],
+    )
+    .unwrap();
+    let av = AddressVector {
+        dlid: peer_lid,
+        port_num: 1,
+        ..AddressVector::default()
+    };
+    let ah = ctx.create_ah(0, pd, av).unwrap();
+    (qpn, cq, ah, sge)
+}
+
+const QKEY: u32 = 0x1111_1111;
+
+fn pkey_drops(ctx: &mut Context) -> u64 {
+    let dev = ctx.devices().unwrap().remove(0);
+    dev.drops
+        .iter()
+        .find(|(r, _)| r == "pkey_mismatch")
+        .map_or(0, |(_, n)| *n)
+}
+
+#[test]
+fn partitions_the_sm_writes_are_enforced_on_the_data_path() {
+    let f = start("pkeys");
+    let mut master = Agent::open(&f, "test213", true);
+    const TARGET: &[u8] = &[1];
+    const LOCAL: &[u8] = &[];
+    let t0 = Instant::now();
+    while !matches!(master.get_port_info(TARGET, 0), Some((status::SUCCESS, _))) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the link never trained"
+        );
+    }
+    // As an SM does: LIDs 1 and 2, this SM's LID, Armed, then Active; then the P_Key tables:
+    // the default partition, 0x0002 as a full and as a limited member, and 0x0003.
+    let table = {
+        let mut t = PKeyTable {
+            pkeys: [PKey(0); 32],
+        };
+        t.pkeys[..4].copy_from_slice(&[PKey(0xFFFF), PKey(0x8002), PKey(0x0002), PKey(0x8003)]);
+        t
+    };
+    for (path, lid) in [(LOCAL, 1), (TARGET, 2)] {
+        let (_, pi) = master.get_port_info(path, 0).unwrap();
+        let mut set = unchanged_states(pi);
+        set.lid = Lid(lid);
+        set.master_sm_lid = Lid(1);
+        assert_eq!(master.set_port_info(path, 0, &set), Some(status::SUCCESS));
+        for state in [PortState::Armed, PortState::Active] {
+            let (_, pi) = master.get_port_info(path, 0).unwrap();
+            let mut set = unchanged_states(pi);
+            set.port_state = state;
+            assert_eq!(master.set_port_info(path, 0, &set), Some(status::SUCCESS));
+        }
+        let tid = master.next_tid();
+        let req = smp::Repr::dr_set(tid, AttrId::P_KEY_TABLE, 0, 0, path, table.to_data()).unwrap();
+        let r = master.ask(req, Duration::from_secs(1)).unwrap();
+        assert_eq!(r.header.status, status::SUCCESS);
+    }
+    let mut a = Context::open_at(&host_dir(&f.dir, "test213")).unwrap();
+    let mut b = Context::open_at(&host_dir(&f.dir, "test214")).unwrap();
+    for c in [&mut a, &mut b] {
+        let t0 = Instant::now();
+        while c.devices().unwrap()[0].ports[0].state != 4 {
+            assert!(t0.elapsed() < Duration::from_secs(5), "port 1 never Active");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let (buf_a, buf_b) = (a.alloc_buffer(4096).unwrap(), b.alloc_buffer(4096).unwrap());
+    // IBA §10.9.1.2: same partition and at least one full member.
+    for (ia, ib, accepted) in [
+        (1, 1, true),  // full ↔ full
+        (1, 2, true),  // full → limited
+        (2, 1, true),  // limited → full
+        (2, 2, false), // limited ↔ limited
+        (1, 3, false), // another partition
+        (0, 1, false), // the default partition to a member of 0x0002
+    ] {
+        let case = format!("P_Key index {ia} to {ib}");
+        let (qa, cq_a, ah_a, sge) = ud_qp(&mut a, &buf_a, ia, Lid(2));
+        let (qb, cq_b, _, _) = ud_qp(&mut b, &buf_b, ib, Lid(1));
+        let dropped_before = pkey_drops(&mut b);
+        buf_b.write(1024 + 40, &[0u8; 8]);
+        buf_a.write(0, b"in-or-out");
+        a.post_send(
+            0,
+            qa,
+            vec![SendWr {
+                wr_id: 7,
+                opcode: WrOpcode::Send,
+                sg_list: vec![Sge { length: 8, ..sge }],
+                flags: SendFlags::SIGNALED,
+                inline_data: None,
+                ud: Some(UdDest {
+                    ah: ah_a,
+                    remote_qpn: qb,
+                    remote_qkey: QKEY,
+                }),
+            }],
+        )
+        .unwrap();
+        let sent = a.poll_cq(0, cq_a, 1, Duration::from_secs(5)).unwrap();
+        assert_eq!(sent[0].status, WcStatus::Success, "{case}");
+        let wait = Duration::from_millis(if accepted { 5000 } else { 300 });
+        let got = b.poll_cq(0, cq_b, 1, wait).unwrap_or_default();
+        let mut landed = [0u8; 8];
+        buf_b.read(1024 + 40, &mut landed);
+        let dropped = pkey_drops(&mut b) - dropped_before;
+        if accepted {
+            assert_eq!(got.len(), 1, "{case}: not delivered");
+            assert_eq!(
+                (got[0].status, &landed),
+                (WcStatus::Success, b"in-or-ou"),
+                "{case}"
+            );
+            assert_eq!(dropped, 0, "{case}");
+        } else {
+            assert!(got.is_empty(), "{case}: delivered {got:?}");
+            assert_eq!((dropped, landed), (1, [0u8; 8]), "{case}");
+        }
+    }
 }
