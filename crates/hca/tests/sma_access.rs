@@ -18,9 +18,11 @@ use softib::{
 };
 use softib_fabric::Topology;
 use softib_hca::host::{host_dir, Daemon};
-use softib_wire::mad::attr::{PKeyTable, PortInfo, PortPhysicalState, PortState, SmpAttribute};
+use softib_wire::mad::attr::{
+    PKeyTable, PortInfo, PortPhysicalState, PortState, SmInfo, SmState, SmpAttribute,
+};
 use softib_wire::mad::{smp, status, AttrId, Method, MAD_LEN};
-use softib_wire::{Lid, PKey};
+use softib_wire::{Guid, Lid, PKey};
 
 const TOPO_A: &str = include_str!("../../../topologies/topoA.net");
 
@@ -254,6 +256,36 @@ fn an_m_key_protected_port_refuses_and_counts_a_set_from_a_port_that_is_not_the_
     );
     let (_, after) = rogue.get_port_info(LOCAL, 0).expect("unprotected again");
     assert_eq!((after.lid, after.m_key), (Lid(0x22), 0));
+
+    // An SM Set of SMInfo from a port that is not an SM: test214 tells the master on test213
+    // to disable itself (IBA §14.4.1 SMInfo control). It is answered with the master's
+    // SMInfo, its SM_Key hidden (the requester did not prove the M_Key), and the master
+    // stays master: the daemon acts on no SMInfo Set.
+    let info = SmInfo {
+        guid: Guid(0xe41d_2d03_00b4_7d01),
+        sm_key: 0x5EC7_0000_0000_0007,
+        act_count: 1,
+        priority: 1,
+        sm_state: SmState::Master,
+    };
+    master.ctx.set_sm(0, 1, Some(info.to_data())).unwrap();
+    let disable = SmInfo {
+        sm_key: 0,
+        sm_state: SmState::NotActive,
+        ..info
+    };
+    let tid = rogue.next_tid();
+    let req = smp::Repr::dr_set(tid, AttrId::SM_INFO, 3, 0, TARGET, disable.to_data()).unwrap();
+    let r = rogue.ask(req, Duration::from_secs(1)).expect("answered");
+    let got = SmInfo::parse(&r.data).unwrap();
+    assert_eq!(
+        (got.sm_key, got.sm_state, got.guid),
+        (0, SmState::Master, info.guid)
+    );
+    let tid = master.next_tid();
+    let req = smp::Repr::dr_get(tid, AttrId::SM_INFO, 0, 0, LOCAL).unwrap();
+    let r = master.ask(req, Duration::from_secs(1)).unwrap();
+    assert_eq!(SmInfo::parse(&r.data).unwrap().sm_state, SmState::Master);
 }
 
 /// A UD QP on port 1 of `ctx`'s device with P_Key index `pkey_index`, a receive posted, and an
