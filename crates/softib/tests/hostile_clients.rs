@@ -519,3 +519,101 @@ fn the_control_socket_keeps_other_users_out() {
     let mut ctx = Context::open_at(hca.dir()).unwrap();
     assert!(ctx.devices().unwrap().is_empty());
 }
+
+#[test]
+fn a_client_cannot_reach_another_clients_memory_through_its_keys() {
+    let hca = two_devices(3);
+    // The victim, a client of its own on rxe0, holds a secret in a registered buffer.
+    let victim = Device::open_at(hca.dir(), Some("rxe0")).unwrap();
+    let vpd = victim.alloc_pd().unwrap();
+    let vbuf = victim.alloc_buffer(4096).unwrap();
+    let vmr = vpd.register(&vbuf, AccessFlags::LOCAL_WRITE).unwrap();
+    let secret = [0x5Au8; 64];
+    vbuf.write(0, &secret);
+    // The attacker on rxe0 and its accomplice on rxe1 learn the victim's address and L_Key
+    // (they are small numbers) and put them in their own work requests.
+    let (x, y) = (
+        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
+        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
+    );
+    let (pd_x, pd_y) = (x.alloc_pd().unwrap(), y.alloc_pd().unwrap());
+    let (cq_x, cq_y) = (x.create_cq(16).unwrap(), y.create_cq(16).unwrap());
+    let (buf_x, buf_y) = (x.alloc_buffer(4096).unwrap(), y.alloc_buffer(4096).unwrap());
+    let (mr_x, mr_y) = (
+        pd_x.register(&buf_x, all()).unwrap(),
+        pd_y.register(&buf_y, all()).unwrap(),
+    );
+    let qp_x = pd_x.create_qp(QpType::Rc, &cq_x, &cq_x, 16).unwrap();
+    let qp_y = pd_y.create_qp(QpType::Rc, &cq_y, &cq_y, 16).unwrap();
+    let (ex, ey) = (
+        qp_x.endpoint_with(Some(&mr_x)).unwrap(),
+        qp_y.endpoint_with(Some(&mr_y)).unwrap(),
+    );
+    qp_x.connect(&ey, Mtu::Mtu1024).unwrap();
+    qp_y.connect(&ex, Mtu::Mtu1024).unwrap();
+    let stolen = softib::Sge {
+        addr: vmr.addr(),
+        length: 64,
+        lkey: vmr.lkey(),
+    };
+    // Read it out: a SEND gathering from the victim's region fails locally; nothing leaves.
+    qp_y.recv(&mr_y, 0, 256, 1).unwrap();
+    qp_x.post_send(vec![softib::SendWr {
+        wr_id: 2,
+        opcode: softib::WrOpcode::Send,
+        sg_list: vec![stolen],
+        flags: softib::SendFlags::SIGNALED,
+        inline_data: None,
+        ud: None,
+    }])
+    .unwrap();
+    let wc = cq_x.wait(Duration::from_secs(5)).unwrap();
+    assert_eq!((wc.wr_id, wc.status), (2, WcStatus::LocProtErr));
+    let mut at_y = [0u8; 64];
+    buf_y.read(0, &mut at_y);
+    assert_ne!(at_y, secret, "the secret reached the accomplice");
+    // Write into it: a receive scattering into the victim's region fails; its bytes stay.
+    let qp_x2 = pd_x.create_qp(QpType::Rc, &cq_x, &cq_x, 16).unwrap();
+    let qp_y2 = pd_y.create_qp(QpType::Rc, &cq_y, &cq_y, 16).unwrap();
+    qp_x2
+        .connect(&qp_y2.endpoint().unwrap(), Mtu::Mtu1024)
+        .unwrap();
+    qp_y2
+        .connect(&qp_x2.endpoint().unwrap(), Mtu::Mtu1024)
+        .unwrap();
+    qp_x2
+        .post_recv(vec![softib::RecvWr {
+            wr_id: 3,
+            sg_list: vec![stolen],
+        }])
+        .unwrap();
+    buf_y.write(0, &[0xEE; 64]);
+    qp_y2.send(&mr_y, 0, 64, None, 4).unwrap();
+    // The receive fails (local protection), and the sender hears so (a NAK: remote operational
+    // error), as on hardware.
+    let wc = cq_x.wait(Duration::from_secs(5)).unwrap();
+    assert_eq!((wc.wr_id, wc.status), (3, WcStatus::LocProtErr));
+    let wc = cq_y.wait(Duration::from_secs(5)).unwrap();
+    assert_eq!((wc.wr_id, wc.status), (4, WcStatus::RemOpErr));
+    let mut now = [0u8; 64];
+    vbuf.read(0, &mut now);
+    assert_eq!(now, secret, "the victim's memory changed");
+    // The victim's key as an R_Key is no better (through a fresh pair: each failure above put
+    // the failing QP in error, as hardware does): the region is of another PD and grants no
+    // remote access.
+    let qp_x3 = pd_x.create_qp(QpType::Rc, &cq_x, &cq_x, 16).unwrap();
+    let qp_y3 = pd_y.create_qp(QpType::Rc, &cq_y, &cq_y, 16).unwrap();
+    qp_x3
+        .connect(&qp_y3.endpoint().unwrap(), Mtu::Mtu1024)
+        .unwrap();
+    qp_y3
+        .connect(&qp_x3.endpoint().unwrap(), Mtu::Mtu1024)
+        .unwrap();
+    qp_y3
+        .write(&mr_y, 0, 64, vmr.addr(), vmr.rkey(), 5)
+        .unwrap();
+    let wc = cq_y.wait(Duration::from_secs(5)).unwrap();
+    assert_eq!((wc.wr_id, wc.status), (5, WcStatus::RemAccessErr));
+    vbuf.read(0, &mut now);
+    assert_eq!(now, secret, "the victim's memory changed");
+}
