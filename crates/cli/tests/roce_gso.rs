@@ -154,6 +154,21 @@ fn start_daemon(net: &Net, i: usize, dir: &Path) -> Kill {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", text(&o.stderr));
+    // The port follows the veth's operational state, which the kernel reports up a moment
+    // after both ends are.
+    let t0 = Instant::now();
+    loop {
+        let st = net.softib(i, dir, &["ibstat", "rxe0"]).output().unwrap();
+        if text(&st.stdout).contains("State: Active") {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "rxe0 did not become Active: {}",
+            text(&st.stdout)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     d
 }
 

@@ -245,6 +245,11 @@ impl<D: Copy> Faults<D> {
         self.spec
     }
 
+    /// Whether frames pass untouched: no faults set and none held or delayed.
+    pub fn is_idle(&self) -> bool {
+        self.spec.is_none() && self.held.is_none() && self.delayed.is_empty()
+    }
+
     /// What the faults did so far.
     pub fn stats(&self) -> FaultStats {
         self.stats
