@@ -21,7 +21,8 @@ use softib_hca::proto::{self, Request, Response};
 /// Each test its own UDP port: tests run in parallel in one process.
 fn two_devices(n: u16) -> EmbeddedDaemon {
     let hca = EmbeddedDaemon::start().unwrap();
-    let port = 45000 + (std::process::id() % 5000) as u16 * 2 + n;
+    // Above the usual ephemeral range, apart from the other test files' ports.
+    let port = 61000 + (std::process::id() % 1000) as u16 * 4 + n;
     hca.add_loopback_device("rxe0", "127.0.0.2", port).unwrap();
     hca.add_loopback_device("rxe1", "127.0.0.3", port).unwrap();
     hca
