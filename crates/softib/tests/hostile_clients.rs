@@ -300,7 +300,9 @@ fn a_flood_of_doorbells_and_requests_does_not_starve_another_clients_transfer() 
     // A bound far above a loaded machine's time for 8 MiB (under a second here) and far below
     // what the flood did to it when the daemon served a client's whole buffer of requests in
     // one turn (42 s).
-    assert!(during < Duration::from_secs(15), "{during:?}");
+    // On a machine loaded enough to slow the transfer alone, the bound grows with it.
+    let bound = (alone * 40).max(Duration::from_secs(15));
+    assert!(during < bound, "{during:?} (alone {alone:?})");
     stop.store(true, Ordering::Relaxed);
     let (bells, requests) = (bells.join().unwrap(), requests.join().unwrap());
     assert!(
