@@ -450,11 +450,16 @@ fn lib() -> std::result::Result<&'static Lib, String> {
 }
 
 fn load() -> std::result::Result<Lib, String> {
+    load_named(LIBIBVERBS)
+}
+
+fn load_named(name: &str) -> std::result::Result<Lib, String> {
     // SAFETY: loading libibverbs runs its initializers, which only set up the library's own
-    // state (provider list, fork support); no Rust invariant depends on them.
-    let lib = unsafe { libloading::Library::new(LIBIBVERBS) }.map_err(|e| {
+    // state (provider list, fork support); no Rust invariant depends on them. (Only ever
+    // called with libibverbs' name, or in a test with a name that does not exist.)
+    let lib = unsafe { libloading::Library::new(name) }.map_err(|e| {
         format!(
-            "{LIBIBVERBS} not found ({e}): rdma-core is not installed here (install \
+            "{name} not found ({e}): rdma-core is not installed here (install \
              libibverbs1 and the provider package, e.g. `apt install ibverbs-providers`)"
         )
     })?;
@@ -464,7 +469,7 @@ fn load() -> std::result::Result<Lib, String> {
             // signature (verbs.h) is the function pointer type the field declares; the pointer
             // is copied out and stays valid because the library is never unloaded.
             *unsafe { lib.get(concat!($name, "\0").as_bytes()) }
-                .map_err(|e| format!("{LIBIBVERBS} lacks {} ({e}): rdma-core too old?", $name))?
+                .map_err(|e| format!("{name} lacks {} ({e}): rdma-core too old?", $name))?
         };
     }
     Ok(Lib {
@@ -1566,6 +1571,19 @@ mod tests {
         assert_eq!(rate(2, 4), 40);
         assert_eq!(rate(1, 32), 25);
         assert_eq!(rate(2, 64), 200);
+    }
+
+    /// Where libibverbs is absent, loading says so and what to install (no panic).
+    #[test]
+    fn absent_library_is_named() {
+        let Err(m) = load_named("libibverbs-absent-softib-test.so.1") else {
+            panic!("a library that does not exist loaded");
+        };
+        assert!(
+            m.contains("libibverbs-absent-softib-test.so.1 not found"),
+            "{m}"
+        );
+        assert!(m.contains("install"), "{m}");
     }
 
     /// The context-level entry: a clear error (never a panic) where there is no device.
