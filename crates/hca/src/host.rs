@@ -217,6 +217,9 @@ pub enum CablePlan {
     },
 }
 
+/// How long the loop keeps looking for work after its last busy turn before it sleeps.
+const DAEMON_SPIN: StdDuration = StdDuration::from_micros(50);
+
 /// The daemon: hosts and switches and the loop that drives them.
 pub struct Daemon {
     hosts: Vec<HostRt>,
@@ -557,12 +560,24 @@ impl Daemon {
     /// Runs until `stop` is set.
     pub fn run(&mut self, stop: &Arc<AtomicBool>) -> io::Result<()> {
         let mut busy = true;
+        let mut last_busy = StdInstant::now();
+        let spin = std::env::var("SOFTIB_DAEMON_SPIN_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(DAEMON_SPIN, StdDuration::from_micros);
         while !stop.load(Ordering::Relaxed) {
-            self.wait(if busy {
+            let timeout = if busy {
+                last_busy = StdInstant::now();
+                StdDuration::ZERO
+            } else if last_busy.elapsed() < spin {
+                // Work tends to come in bursts (a reply, the next message): look again soon
+                // rather than sleep and pay a wakeup, but let others run meanwhile.
+                std::thread::yield_now();
                 StdDuration::ZERO
             } else {
                 self.next_wait().min(StdDuration::from_millis(100))
-            })?;
+            };
+            self.wait(timeout)?;
             busy = self.step()?;
         }
         for h in &self.hosts {
