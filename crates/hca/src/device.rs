@@ -61,6 +61,10 @@ pub(crate) struct RoceDev {
     next_check: StdInstant,
     /// Datagrams dropped for a bad ICRC or a short length.
     pub rx_bad: u64,
+    /// What the kernel dropped because the socket's receive buffer was full, as it counts it
+    /// (`SO_RXQ_OVFL`: a datagram, or a whole GSO run of up to 64, counts once). RC recovers
+    /// them by retransmission; UD loses them, as on a congested wire.
+    pub rx_overflow: u64,
     /// Packets the engine built that could not be sent (no GRH, unreachable).
     pub tx_dropped: u64,
     /// Injected faults on egress, per (UDP source port, destination).
@@ -652,6 +656,18 @@ pub fn netdev(name: &str) -> io::Result<Netdev> {
     })
 }
 
+/// Whether interface `name` is operationally up (one read of its `operstate`: what the
+/// periodic check of a RoCE port needs, cheaply). An interface that is gone is down.
+pub fn netdev_up(name: &str) -> bool {
+    if name.contains('/') {
+        return false;
+    }
+    let path = std::path::Path::new("/sys/class/net")
+        .join(name)
+        .join("operstate");
+    std::fs::read_to_string(path).is_ok_and(|s| matches!(s.trim(), "up" | "unknown"))
+}
+
 /// The EUI-64 from a MAC (the universal/local bit flipped), as rxe makes its GUID.
 pub fn eui64(mac: [u8; 6]) -> Guid {
     let b = [
@@ -832,6 +848,7 @@ impl RoceDev {
             up: nd.up,
             next_check: StdInstant::now() + OPERSTATE_EVERY,
             rx_bad: 0,
+            rx_overflow: 0,
             tx_dropped: 0,
             faults: Faults::default(),
             capture: None,
@@ -857,7 +874,7 @@ impl RoceDev {
         if std_now >= self.next_check {
             self.next_check = std_now + OPERSTATE_EVERY;
             // The port follows the interface, as rxe's does (netdev events).
-            let up = netdev(&self.config.netdev).is_ok_and(|n| n.up);
+            let up = netdev_up(&self.config.netdev);
             if up != self.up {
                 self.up = up;
                 let _ = self.hca.set_port_active(1, up);
@@ -887,6 +904,9 @@ impl RoceDev {
                 }
                 // Cut short (larger than a slot) or not from an IP address.
                 *rx.rx_bad += batch.malformed() as u64;
+                if let Some(n) = batch.overflows() {
+                    self.rx_overflow = self.rx_overflow.max(u64::from(n));
+                }
                 for dg in batch.datagrams() {
                     busy |= rx.accept(dg.from, dg.index, dg.data, true);
                 }
@@ -1090,6 +1110,9 @@ impl RoceDev {
                 // Datagrams that never reached the engine: too short, or a bad ICRC.
                 if self.rx_bad > 0 {
                     d.push(("bad_datagram".to_string(), self.rx_bad));
+                }
+                if self.rx_overflow > 0 {
+                    d.push(("rcvbuf_overflow".to_string(), self.rx_overflow));
                 }
                 d
             },

@@ -16,11 +16,13 @@ struct Running {
     dir: PathBuf,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    waker: softib_hca::host::Waker,
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        self.waker.wake();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -38,15 +40,17 @@ fn start(topo: &str, name: &str) -> Running {
     let thread = std::thread::spawn(move || {
         let mut daemon =
             Daemon::from_topology(&topology, &d2, "127.0.0.1".parse().unwrap(), 7).unwrap();
-        tx.send(()).unwrap();
+        tx.send(daemon.waker()).unwrap();
         daemon.run(&s2).unwrap();
     });
-    rx.recv_timeout(Duration::from_secs(10))
+    let waker = rx
+        .recv_timeout(Duration::from_secs(10))
         .expect("daemon started");
     Running {
         dir,
         stop,
         thread: Some(thread),
+        waker,
     }
 }
 
@@ -136,10 +140,11 @@ fn start_roce(name: &str, udp_port: u16) -> Running {
     let (tx, rx) = std::sync::mpsc::channel();
     let thread = std::thread::spawn(move || {
         let (mut daemon, _) = Daemon::single_host("h", &d2, 11).unwrap();
-        tx.send(()).unwrap();
+        tx.send(daemon.waker()).unwrap();
         daemon.run(&s2).unwrap();
     });
-    rx.recv_timeout(Duration::from_secs(10))
+    let waker = rx
+        .recv_timeout(Duration::from_secs(10))
         .expect("daemon started");
     let mut c = softib::Context::open_at(&dir).unwrap();
     for (n, ip) in [("rxe0", "127.0.0.2"), ("rxe1", "127.0.0.3")] {
@@ -155,6 +160,7 @@ fn start_roce(name: &str, udp_port: u16) -> Running {
         dir,
         stop,
         thread: Some(thread),
+        waker,
     }
 }
 

@@ -492,6 +492,8 @@ struct RxSlot {
     /// The kernel's segment size when the slot holds a coalesced run (UDP GRO).
     seg: usize,
     truncated: bool,
+    /// The socket's count of datagrams dropped for a full receive buffer (`SO_RXQ_OVFL`).
+    overflows: Option<u32>,
 }
 
 /// Datagrams received together by [`UdpLink::recv_batch`].
@@ -530,6 +532,7 @@ impl RxBatch {
                 from: None,
                 seg: 0,
                 truncated: false,
+                overflows: None,
             }; RX_SLOTS],
             filled: 0,
         }
@@ -547,6 +550,15 @@ impl RxBatch {
             .iter()
             .filter(|s| s.truncated || s.from.is_none())
             .count()
+    }
+
+    /// How many datagrams the kernel has dropped on this socket so far because its receive
+    /// buffer was full, as of the last receive (`SO_RXQ_OVFL`; `None` where not reported).
+    pub fn overflows(&self) -> Option<u32> {
+        self.slots[..self.filled]
+            .iter()
+            .filter_map(|s| s.overflows)
+            .max()
     }
 
     /// The datagrams of the last receive, coalesced runs cut apart again.
@@ -634,11 +646,13 @@ impl UdpLink {
             // `msg_controllen` is a `size_t` on glibc, a `socklen_t` elsewhere.
             #[allow(clippy::unnecessary_cast)]
             let controllen = (h.msg_controllen as usize).min(size_of::<[u64; 8]>());
+            let cmsgs = control_messages(&ctrl[i], controllen);
             batch.slots[i] = RxSlot {
                 len: (hdrs[i].msg_len as usize).min(RX_SLOT_BYTES),
                 from: read_sockaddr(&names[i]),
-                seg: gro_segment_size(&ctrl[i], controllen),
+                seg: cmsgs.gro_segment,
                 truncated: h.msg_flags & libc::MSG_TRUNC != 0,
+                overflows: cmsgs.overflows,
             };
         }
         batch.filled = got;
@@ -646,14 +660,29 @@ impl UdpLink {
     }
 }
 
-/// The `UDP_GRO` segment size in a control buffer the kernel filled (`len` bytes), if any.
-fn gro_segment_size(ctrl: &[u64; 8], len: usize) -> usize {
+/// What the kernel said about a received datagram in its control messages.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct ControlMessages {
+    /// `UDP_GRO`: the segment size of a coalesced run (0: a single datagram).
+    gro_segment: usize,
+    /// `SO_RXQ_OVFL`: the socket's running count of receive-buffer drops.
+    overflows: Option<u32>,
+}
+
+/// Parses a control buffer the kernel filled (`len` bytes).
+fn control_messages(ctrl: &[u64; 8], len: usize) -> ControlMessages {
     let mut raw = [0u8; 64];
     for (k, w) in ctrl.iter().enumerate() {
         raw[k * 8..k * 8 + 8].copy_from_slice(&w.to_ne_bytes());
     }
     let raw = &raw[..len.min(64)];
+    let mut out = ControlMessages::default();
     let hdr = size_of::<libc::cmsghdr>();
+    let int = |at: usize| {
+        raw.get(at..at + 4)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_ne_bytes)
+    };
     let mut off = 0;
     while off + hdr <= raw.len() {
         let clen = usize::from_ne_bytes(raw[off..off + 8].try_into().unwrap_or([0; 8]));
@@ -662,14 +691,19 @@ fn gro_segment_size(ctrl: &[u64; 8], len: usize) -> usize {
         if clen < hdr || off + clen > raw.len() {
             break;
         }
-        if level == libc::SOL_UDP && kind == UDP_GRO && clen >= hdr + 4 {
-            let v = i32::from_ne_bytes(raw[off + hdr..off + hdr + 4].try_into().unwrap_or([0; 4]));
-            return usize::try_from(v).unwrap_or(0);
+        if clen >= hdr + 4 {
+            match (level, kind) {
+                (libc::SOL_UDP, UDP_GRO) => {
+                    out.gro_segment = int(off + hdr).map_or(0, |v| v as usize);
+                }
+                (libc::SOL_SOCKET, libc::SO_RXQ_OVFL) => out.overflows = int(off + hdr),
+                _ => {}
+            }
         }
         // The next header starts 8-aligned (CMSG_ALIGN).
         off += (clen + 7) & !7;
     }
-    0
+    out
 }
 
 #[cfg(test)]
@@ -821,6 +855,36 @@ mod tests {
     fn without_gso_everything_still_arrives_in_batches() {
         roundtrip(false, true, &mixed());
         roundtrip(false, false, &mixed());
+    }
+
+    #[test]
+    fn receive_buffer_overflows_are_counted() {
+        let rx = UdpLink::bind_with("127.0.0.1:0".parse().unwrap(), true).unwrap();
+        // A small buffer (the kernel doubles it and keeps a floor) that a burst overflows.
+        rustix::net::sockopt::set_socket_recv_buffer_size(rx.socket(), 4096).unwrap();
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        for _ in 0..2000 {
+            let _ = tx.send_to(&[7u8; 1000], rx.local_addr());
+        }
+        let mut batch = RxBatch::new();
+        let mut got = 0;
+        let mut overflows = None;
+        // The count rides on the datagrams queued after a drop: one more, once there is room.
+        for round in 0..2 {
+            if round == 1 {
+                tx.send_to(&[8u8; 1000], rx.local_addr()).unwrap();
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            while rx.recv_batch(&mut batch).unwrap() > 0 {
+                got += batch.datagrams().count();
+                overflows = batch.overflows().or(overflows);
+            }
+        }
+        let dropped = overflows.expect("SO_RXQ_OVFL reported") as usize;
+        assert!(
+            dropped > 0 && got + dropped == 2001,
+            "{got} received, {dropped} dropped"
+        );
     }
 
     #[test]

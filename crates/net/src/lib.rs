@@ -46,6 +46,16 @@ const UDP_NO_CHECK6_RX: libc::c_int = 102;
 
 /// Sets an integer socket option at level `SOL_UDP`.
 fn set_udp_option(socket: &UdpSocket, option: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    set_int_option(socket, libc::SOL_UDP, option, value)
+}
+
+/// Sets an integer socket option.
+fn set_int_option(
+    socket: &UdpSocket,
+    level: libc::c_int,
+    option: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     #[allow(unsafe_code)]
     // SAFETY: the descriptor is an open socket owned by `socket` for the whole call; the option
@@ -53,7 +63,7 @@ fn set_udp_option(socket: &UdpSocket, option: libc::c_int, value: libc::c_int) -
     let rc = unsafe {
         libc::setsockopt(
             socket.as_raw_fd(),
-            libc::SOL_UDP,
+            level,
             option,
             (&value as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
@@ -127,6 +137,10 @@ impl UdpLink {
         }
         let local = socket.local_addr()?;
         let gso = !batch::env_disabled("SOFTIB_UDP_GSO") && kernel_has_gso(&socket);
+        if gro {
+            // Batched readers learn how many datagrams a full buffer cost (RxBatch::overflows).
+            let _ = set_int_option(&socket, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1);
+        }
         let gro = gro
             && !batch::env_disabled("SOFTIB_UDP_GRO")
             && set_udp_option(&socket, batch::UDP_GRO, 1).is_ok();

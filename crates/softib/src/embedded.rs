@@ -19,6 +19,7 @@ pub struct EmbeddedDaemon {
     dir: PathBuf,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    waker: Option<softib_hca::host::Waker>,
 }
 
 impl EmbeddedDaemon {
@@ -37,7 +38,7 @@ impl EmbeddedDaemon {
                 let seed = u64::from(std::process::id()) << 16 | u64::from(n);
                 match softib_hca::host::Daemon::single_host("embedded", &d, seed) {
                     Ok((mut daemon, _)) => {
-                        let _ = tx.send(Ok(()));
+                        let _ = tx.send(Ok(daemon.waker()));
                         let _ = daemon.run(&s);
                     }
                     Err(e) => {
@@ -46,10 +47,11 @@ impl EmbeddedDaemon {
                 }
             })?;
         match rx.recv_timeout(Duration::from_secs(10)) {
-            Ok(Ok(())) => Ok(EmbeddedDaemon {
+            Ok(Ok(waker)) => Ok(EmbeddedDaemon {
                 dir,
                 stop,
                 thread: Some(thread),
+                waker: Some(waker),
             }),
             Ok(Err(e)) => Err(Error::Io(e)),
             Err(_) => Err(Error::Refused {
@@ -83,6 +85,10 @@ impl EmbeddedDaemon {
 impl Drop for EmbeddedDaemon {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        // The loop may sleep up to a second when idle: wake it to see the flag.
+        if let Some(w) = &self.waker {
+            w.wake();
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
