@@ -13,6 +13,11 @@
 //! [`Context`] is the verbs one request at a time, with handles, as tools need them.
 //! [`embedded::EmbeddedDaemon`] runs the HCA inside the process (tests, single programs).
 //!
+//! [`Context::open`] can also drive a real RDMA device through rdma-core's `libibverbs.so.1`,
+//! loaded at run time (`SOFTIB_BACKEND=rdma-core`, or automatically when no daemon answers and
+//! libibverbs lists a device; [`Context::open_rdma_core`]): the verbs tools use work the same,
+//! and what only softib has is refused with [`Error::RdmaCore`] naming it.
+//!
 //! The types of work requests, completions and QP attributes are the engine's
 //! ([`softib_engine::verbs`], [`softib_engine::QpAttr`], ...), re-exported here.
 #![deny(missing_docs)]
