@@ -49,6 +49,24 @@ pub fn device_view(d: &DeviceInfo) -> DeviceView {
     attrs.max_ah = i32::MAX;
     // The engine executes atomics itself, atomically with respect to the whole HCA.
     attrs.atomic_cap = 1;
+    // A real device (the rdma-core backend) says what it has.
+    if let Some(v) = &d.verbs {
+        attrs.device_cap_flags = v.device_cap_flags;
+        attrs.device_cap_flags_ex = u64::from(v.device_cap_flags);
+        attrs.page_size_cap = v.page_size_cap;
+        attrs.max_sge_rd = v.max_sge_rd;
+        attrs.max_res_rd_atom = v.max_res_rd_atom;
+        attrs.atomic_cap = v.atomic_cap;
+        attrs.max_mw = v.max_mw;
+        attrs.max_mcast_grp = v.max_mcast_grp;
+        attrs.max_mcast_qp_attach = v.max_mcast_qp_attach;
+        attrs.max_total_mcast_qp_attach = v.max_total_mcast_qp_attach;
+        attrs.max_ah = v.max_ah;
+        attrs.max_srq_sge = v.max_srq_sge;
+        attrs.max_pkeys = v.max_pkeys;
+        attrs.local_ca_ack_delay = v.local_ca_ack_delay;
+        attrs.num_comp_vectors = v.num_comp_vectors;
+    }
     DeviceView {
         name: d.name.clone(),
         node_type: NodeType::Ca,
@@ -66,7 +84,9 @@ pub fn device_view(d: &DeviceInfo) -> DeviceView {
         ports: d
             .ports
             .iter()
-            .map(|p| PortView {
+            .enumerate()
+            .map(|(i, p)| (p, d.verbs.as_ref().and_then(|v| v.ports.get(i))))
+            .map(|(p, vp)| PortView {
                 number: p.number,
                 state: PortState::from(p.state),
                 phys_state: PortPhysicalState::from(p.phys_state),
@@ -84,11 +104,11 @@ pub fn device_view(d: &DeviceInfo) -> DeviceView {
                 },
                 max_mtu: p.max_mtu,
                 active_mtu: p.active_mtu,
-                max_msg_sz: 0x8000_0000,
-                max_vl_num: 4,
-                pkey_tbl_len: 64,
-                gid_tbl_len: 128,
-                subnet_timeout: 18,
+                max_msg_sz: vp.map_or(0x8000_0000, |v| v.max_msg_sz),
+                max_vl_num: vp.map_or(4, |v| v.max_vl_num),
+                pkey_tbl_len: vp.map_or(64, |v| v.pkey_tbl_len),
+                gid_tbl_len: vp.map_or(128, |v| u32::try_from(v.gid_tbl_len).unwrap_or(0)),
+                subnet_timeout: vp.map_or(18, |v| v.subnet_timeout),
                 gids: p
                     .gids
                     .iter()
@@ -1318,4 +1338,121 @@ pub fn ibroute(args: &[String]) -> Result<u8> {
     }
     out.push_str(&format!("{valid} valid lids dumped \n"));
     print(&out)
+}
+
+#[cfg(test)]
+mod device_view_tests {
+    use super::*;
+    use softib::{Gid, Guid, Lid, Mtu, PortInfo, VerbsAttr, VerbsPortAttr};
+
+    /// What the rdma-core backend reads from the kernel's rxe in the qemu guest (its
+    /// `ibv_query_device`, `ibv_query_port` and `ibv_context`), as a `DeviceInfo`.
+    fn rxe_through_rdma_core() -> DeviceInfo {
+        let guid = Guid(0x98ae_96ff_fecb_c0f2);
+        let attr = softib::DeviceAttr {
+            node_guid: guid,
+            sys_image_guid: guid,
+            vendor_id: 0xff_ffff,
+            vendor_part_id: 0,
+            hw_ver: 0,
+            fw_ver: String::new(),
+            max_mr_size: u64::MAX,
+            max_qp: 1_048_560,
+            max_qp_wr: 1_048_576,
+            max_sge: 32,
+            max_cq: 1_048_576,
+            max_cqe: 32_767,
+            max_mr: 524_287,
+            max_pd: 1_048_576,
+            max_qp_rd_atom: 128,
+            max_qp_init_rd_atom: 128,
+            max_srq: 917_503,
+            max_srq_wr: 1_048_576,
+            max_ah: 32_767,
+            max_msg_sz: 0x80_0000,
+            phys_port_cnt: 1,
+            ..softib::DeviceAttr::default()
+        };
+        let mut gid0 = [0u8; 16];
+        gid0[0] = 0xfe;
+        gid0[1] = 0x80;
+        gid0[8..].copy_from_slice(&guid.0.to_be_bytes());
+        let mut gid1 = [0u8; 16];
+        gid1[10] = 0xff;
+        gid1[11] = 0xff;
+        gid1[12..].copy_from_slice(&[10, 77, 0, 1]);
+        DeviceInfo {
+            name: "rxe0".into(),
+            ca_type: String::new(),
+            description: String::new(),
+            fw_ver: String::new(),
+            hw_ver: 0,
+            node_guid: guid,
+            sys_image_guid: guid,
+            vendor_id: 0xff_ffff,
+            vendor_part_id: 0,
+            attr,
+            ports: vec![PortInfo {
+                number: 1,
+                state: 4,
+                phys_state: 5,
+                rate: 10,
+                width: 1,
+                speed: 8,
+                lid: Lid(0),
+                lmc: 0,
+                sm_lid: Lid(0),
+                capability_mask: 0x0001_0000,
+                port_guid: guid,
+                link_layer_ib: false,
+                max_mtu: Mtu::Mtu4096,
+                active_mtu: Mtu::Mtu1024,
+                gids: vec![Gid(gid0), Gid(gid1)],
+            }],
+            drops: Vec::new(),
+            verbs: Some(VerbsAttr {
+                device_cap_flags: 0x0122_3c76,
+                page_size_cap: 0xffff_f000,
+                max_sge_rd: 32,
+                max_res_rd_atom: 258_048,
+                atomic_cap: 1,
+                max_mw: 524_287,
+                max_mcast_grp: 8192,
+                max_mcast_qp_attach: 56,
+                max_total_mcast_qp_attach: 458_752,
+                max_ah: 32_767,
+                max_srq_sge: 27,
+                max_pkeys: 64,
+                local_ca_ack_delay: 15,
+                num_comp_vectors: 2,
+                ports: vec![VerbsPortAttr {
+                    max_msg_sz: 0x80_0000,
+                    max_vl_num: 1,
+                    pkey_tbl_len: 1,
+                    gid_tbl_len: 1024,
+                    subnet_timeout: 0,
+                }],
+            }),
+        }
+    }
+
+    #[test]
+    fn a_real_devices_verbs_attributes_print_as_rdma_cores_ibv_devinfo_does() {
+        let golden = include_str!("../../../../shared/golden/rxe/ibv_devinfo_v_rxe0.txt");
+        // The golden is the command, its output and its exit status.
+        let want: String = golden
+            .lines()
+            .skip(1)
+            .take_while(|l| !l.starts_with("[exit"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let got = softib_diag::device::ibv_devinfo(
+            &[device_view(&rxe_through_rdma_core())],
+            true,
+            Some("rxe0"),
+            None,
+        )
+        .unwrap();
+        assert_eq!(got.trim_end(), want.trim_end());
+    }
 }

@@ -572,6 +572,7 @@ impl IbDev {
             attr: hca.device().clone(),
             ports,
             drops: drops(hca),
+            verbs: None,
         }
     }
 }
@@ -1116,6 +1117,7 @@ impl RoceDev {
                 }
                 d
             },
+            verbs: None,
         }
     }
 }

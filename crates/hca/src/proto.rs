@@ -23,7 +23,7 @@ use softib_wire::{Gid, Guid, Lid, Mtu, Qpn};
 use crate::ib::MadQp;
 
 /// The protocol version; bumped on any incompatible change.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// The size of a completion ring slot.
 pub const CQ_RING_SLOT_LEN: usize = 128;
 /// The most slots a completion ring may have.
@@ -480,6 +480,60 @@ pub struct DeviceInfo {
     /// Packets and messages the HCA dropped, by reason (only nonzero counts): what explains
     /// a benchmark that stopped making progress.
     pub drops: Vec<(String, u64)>,
+    /// What a real device's verbs report beyond `attr` (`ibv_devinfo -v`): filled by the
+    /// rdma-core backend, absent for softib's own devices (the tools then show softib's).
+    pub verbs: Option<VerbsAttr>,
+}
+
+/// The limits and flags of a real RDMA device that `ibv_devinfo -v` prints and softib's
+/// [`softib_engine::DeviceAttr`] does not carry (`struct ibv_device_attr`, `ibv_context`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerbsAttr {
+    /// `device_cap_flags`.
+    pub device_cap_flags: u32,
+    /// `page_size_cap`.
+    pub page_size_cap: u64,
+    /// `max_sge_rd`.
+    pub max_sge_rd: i32,
+    /// `max_res_rd_atom`.
+    pub max_res_rd_atom: i32,
+    /// `atomic_cap` (0 none, 1 HCA, 2 global).
+    pub atomic_cap: u32,
+    /// `max_mw`.
+    pub max_mw: i32,
+    /// `max_mcast_grp`.
+    pub max_mcast_grp: i32,
+    /// `max_mcast_qp_attach`.
+    pub max_mcast_qp_attach: i32,
+    /// `max_total_mcast_qp_attach`.
+    pub max_total_mcast_qp_attach: i32,
+    /// `max_ah`.
+    pub max_ah: i32,
+    /// `max_srq_sge`.
+    pub max_srq_sge: i32,
+    /// `max_pkeys`.
+    pub max_pkeys: u16,
+    /// `local_ca_ack_delay`.
+    pub local_ca_ack_delay: u8,
+    /// `ibv_context::num_comp_vectors`.
+    pub num_comp_vectors: i32,
+    /// Per port, in order (`struct ibv_port_attr`).
+    pub ports: Vec<VerbsPortAttr>,
+}
+
+/// The port attributes of a real device that [`PortInfo`] does not carry.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerbsPortAttr {
+    /// `max_msg_sz`.
+    pub max_msg_sz: u32,
+    /// `max_vl_num` (the encoded value: 1 = 1 VL, 2 = 2, 3 = 4, 4 = 8, 5 = 15).
+    pub max_vl_num: u8,
+    /// `pkey_tbl_len`.
+    pub pkey_tbl_len: u16,
+    /// `gid_tbl_len`.
+    pub gid_tbl_len: i32,
+    /// `subnet_timeout`.
+    pub subnet_timeout: u8,
 }
 
 /// A port as the tools show it.

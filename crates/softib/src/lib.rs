@@ -32,12 +32,14 @@ pub use softib_engine::verbs::{
     WcStatus, WorkCompletion, WrOpcode,
 };
 pub use softib_engine::{
-    AddressVector, AhHandle, AttrMask, CqHandle, GlobalRoute, PdHandle, QpAttr, QpCap, QpInitAttr,
-    SrqHandle,
+    AddressVector, AhHandle, AttrMask, CqHandle, DeviceAttr, GlobalRoute, PdHandle, QpAttr, QpCap,
+    QpInitAttr, SrqHandle,
 };
 pub use softib_hca::device::LinkConfig;
 pub use softib_hca::ib::MadQp;
-pub use softib_hca::proto::{ClientResources, DeviceInfo, ErrorKind, Mad, PortInfo};
+pub use softib_hca::proto::{
+    ClientResources, DeviceInfo, ErrorKind, Mad, PortInfo, VerbsAttr, VerbsPortAttr,
+};
 pub use softib_net::fault::{FaultSpec, FaultStats};
 pub use softib_wire::{Gid, Guid, Lid, Mtu, Psn, QKey, Qpn, RKey};
 

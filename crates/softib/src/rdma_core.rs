@@ -27,7 +27,7 @@ use softib_engine::{
     AddressVector, AhHandle, AttrMask, CqHandle, DeviceAttr, GlobalRoute, PdHandle, QpAttr, QpCap,
     QpInitAttr,
 };
-use softib_hca::proto::{DeviceInfo, PortInfo};
+use softib_hca::proto::{DeviceInfo, PortInfo, VerbsAttr, VerbsPortAttr};
 use softib_wire::{Gid, Guid, Lid, Mtu, Psn, Qpn};
 
 use crate::{Error, MrKeys, Result};
@@ -165,6 +165,8 @@ struct IbvContext {
     device: *mut c_void,
     ops: IbvContextOps,
     cmd_fd: c_int,
+    async_fd: c_int,
+    num_comp_vectors: c_int,
 }
 
 /// The beginning of `struct ibv_mr`.
@@ -374,6 +376,7 @@ const _: () = {
     assert!(size_of::<IbvContextOps>() == 256);
     assert!(offset_of!(IbvContext, ops) == 8);
     assert!(offset_of!(IbvContext, cmd_fd) == 264);
+    assert!(offset_of!(IbvContext, num_comp_vectors) == 272);
     assert!(offset_of!(IbvContext, ops) + offset_of!(IbvContextOps, poll_cq) == 96);
     assert!(offset_of!(IbvContext, ops) + offset_of!(IbvContextOps, post_send) == 208);
     assert!(offset_of!(IbvContext, ops) + offset_of!(IbvContextOps, post_recv) == 216);
@@ -667,6 +670,7 @@ impl Backend {
                 .unwrap_or_default();
             let u = |v: c_int| u32::try_from(v).unwrap_or(0);
             let mut ports = Vec::new();
+            let mut verbs_ports = Vec::new();
             let mut max_msg_sz = 0;
             for p in 1..=a.phys_port_cnt {
                 let mut pa = IbvPortAttr::default();
@@ -681,6 +685,13 @@ impl Backend {
                     ));
                 }
                 max_msg_sz = pa.max_msg_sz;
+                verbs_ports.push(VerbsPortAttr {
+                    max_msg_sz: pa.max_msg_sz,
+                    max_vl_num: pa.max_vl_num,
+                    pkey_tbl_len: pa.pkey_tbl_len,
+                    gid_tbl_len: pa.gid_tbl_len,
+                    subnet_timeout: pa.subnet_timeout,
+                });
                 let mut gids = Vec::new();
                 let len = pa.gid_tbl_len.clamp(0, 128);
                 for i in 0..len {
@@ -763,6 +774,25 @@ impl Backend {
                 attr,
                 ports,
                 drops: Vec::new(),
+                verbs: Some(VerbsAttr {
+                    device_cap_flags: a.device_cap_flags,
+                    page_size_cap: a.page_size_cap,
+                    max_sge_rd: a.max_sge_rd,
+                    max_res_rd_atom: a.max_res_rd_atom,
+                    atomic_cap: a.atomic_cap,
+                    max_mw: a.max_mw,
+                    max_mcast_grp: a.max_mcast_grp,
+                    max_mcast_qp_attach: a.max_mcast_qp_attach,
+                    max_total_mcast_qp_attach: a.max_total_mcast_qp_attach,
+                    max_ah: a.max_ah,
+                    max_srq_sge: a.max_srq_sge,
+                    max_pkeys: a.max_pkeys,
+                    local_ca_ack_delay: a.local_ca_ack_delay,
+                    // SAFETY: `d.ctx` is an open context; `num_comp_vectors` is a plain int
+                    // the library set when it opened it, at the offset declared above.
+                    num_comp_vectors: unsafe { (*d.ctx).num_comp_vectors },
+                    ports: verbs_ports,
+                }),
             });
         }
         Ok(out)
