@@ -1438,7 +1438,7 @@ mod device_view_tests {
 
     #[test]
     fn a_real_devices_verbs_attributes_print_as_rdma_cores_ibv_devinfo_does() {
-        let golden = include_str!("../../../../shared/golden/rxe/ibv_devinfo_v_rxe0.txt");
+        let golden = include_str!("../../diag/tests/golden/rxe/ibv_devinfo_v_rxe0.txt");
         // The golden is the command, its output and its exit status.
         let want: String = golden
             .lines()
