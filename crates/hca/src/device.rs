@@ -127,18 +127,33 @@ pub struct Switchboard {
 /// and faults (faults act before the queue). Nothing is allocated in the steady state.
 #[derive(Debug, Default)]
 pub struct LocalRoce {
-    /// The devices' addresses (refreshed every turn), and what waits for each.
+    /// The devices' addresses (refreshed every turn).
     ends: Vec<SocketAddr>,
-    inbound: Vec<Inbound>,
+    /// The waiting datagrams' bytes, one after another; the first `used` are taken by them.
+    /// A sender builds its next packet right after them ([`LocalRoce::space`]), so a
+    /// datagram for a local device is never copied between its making and its receipt.
+    data: Vec<u8>,
+    used: usize,
+    items: Vec<LocalItem>,
     pending: usize,
 }
 
-#[derive(Debug, Default)]
-struct Inbound {
-    data: Vec<u8>,
-    /// (sender, index in its GSO run, offset, length, whether it carries its ICRC).
-    items: Vec<(SocketAddr, u16, usize, usize, bool)>,
+/// A datagram waiting in [`LocalRoce`].
+#[derive(Debug, Clone, Copy)]
+struct LocalItem {
+    from: SocketAddr,
+    to: SocketAddr,
+    /// Its index in its GSO run (the IPv4 Identification it is sealed for).
+    index: u16,
+    off: usize,
+    len: usize,
+    /// Whether it carries its ICRC (see `RoceDev::trust_local`).
+    sealed: bool,
+    taken: bool,
 }
+
+/// Bytes of waiting datagrams past which the arena is compacted even though some still wait.
+const LOCAL_COMPACT_BYTES: usize = 8 << 20;
 
 impl LocalRoce {
     /// The addresses of this process's RoCE devices; what waited for an address that is gone
@@ -147,17 +162,14 @@ impl LocalRoce {
         if ends.clone().eq(self.ends.iter().copied()) {
             return;
         }
-        let old_ends = std::mem::take(&mut self.ends);
-        let mut old = std::mem::take(&mut self.inbound);
-        for e in ends {
-            let kept = old_ends
-                .iter()
-                .position(|o| *o == e)
-                .map(|i| std::mem::take(&mut old[i]));
-            self.ends.push(e);
-            self.inbound.push(kept.unwrap_or_default());
+        self.ends = ends.collect();
+        for it in self.items.iter_mut().filter(|i| !i.taken) {
+            if !self.ends.contains(&it.to) {
+                it.taken = true;
+                self.pending -= 1;
+            }
         }
-        self.pending = self.inbound.iter().map(|q| q.items.len()).sum();
+        self.tidy();
     }
 
     /// Whether `to` is a device of this process.
@@ -165,9 +177,41 @@ impl LocalRoce {
         self.ends.contains(to)
     }
 
-    /// Queues a datagram for the device at `to`; `sealed`: it carries its ICRC (see
-    /// [`RoceDev`]'s sends: one that never leaves the process and that no capture or fault
-    /// sees is not sealed, and not checked).
+    /// Room for the next datagram, `n` bytes after the waiting ones: build it here, then
+    /// [`LocalRoce::commit`] it (or leave it: the room is reused).
+    pub fn space(&mut self, n: usize) -> &mut [u8] {
+        if self.data.len() < self.used + n {
+            self.data.resize(self.used + n, 0);
+        }
+        &mut self.data[self.used..self.used + n]
+    }
+
+    /// Queues the `len` bytes built in [`LocalRoce::space`] for the device at `to`.
+    pub fn commit(
+        &mut self,
+        from: SocketAddr,
+        to: SocketAddr,
+        index: u16,
+        len: usize,
+        sealed: bool,
+    ) {
+        if !self.is_local(&to) || self.data.len() < self.used + len {
+            return;
+        }
+        self.items.push(LocalItem {
+            from,
+            to,
+            index,
+            off: self.used,
+            len,
+            sealed,
+            taken: false,
+        });
+        self.used += len;
+        self.pending += 1;
+    }
+
+    /// Queues a copy of `bytes` for the device at `to`; `sealed`: it carries its ICRC.
     pub fn deliver(
         &mut self,
         from: SocketAddr,
@@ -176,31 +220,49 @@ impl LocalRoce {
         bytes: &[u8],
         sealed: bool,
     ) {
-        if let Some(i) = self.ends.iter().position(|e| *e == to) {
-            let q = &mut self.inbound[i];
-            q.items
-                .push((from, index, q.data.len(), bytes.len(), sealed));
-            q.data.extend_from_slice(bytes);
-            self.pending += 1;
+        if self.is_local(&to) {
+            self.space(bytes.len()).copy_from_slice(bytes);
+            self.commit(from, to, index, bytes.len(), sealed);
         }
     }
 
     /// Hands what waits for the device at `at` to `take` (sender, index, bytes, sealed), in
     /// order.
     pub fn drain(&mut self, at: SocketAddr, mut take: impl FnMut(SocketAddr, u16, &[u8], bool)) {
-        let Some(i) = self.ends.iter().position(|e| *e == at) else {
-            return;
-        };
-        let q = &mut self.inbound[i];
-        if q.items.is_empty() {
+        if self.pending == 0 {
             return;
         }
-        for &(from, index, off, len, sealed) in &q.items {
-            take(from, index, &q.data[off..off + len], sealed);
+        let mut n = 0;
+        for it in self.items.iter_mut().filter(|i| !i.taken && i.to == at) {
+            take(
+                it.from,
+                it.index,
+                &self.data[it.off..it.off + it.len],
+                it.sealed,
+            );
+            it.taken = true;
+            n += 1;
         }
-        self.pending -= q.items.len();
-        q.items.clear();
-        q.data.clear();
+        self.pending -= n;
+        self.tidy();
+    }
+
+    /// Frees the room of taken datagrams: all of it once nothing waits (the usual case, every
+    /// turn), else by moving the waiting ones to the front once they hold too much.
+    fn tidy(&mut self) {
+        if self.pending == 0 {
+            self.items.clear();
+            self.used = 0;
+        } else if self.used > LOCAL_COMPACT_BYTES {
+            let mut to = 0;
+            self.items.retain(|i| !i.taken);
+            for it in self.items.iter_mut() {
+                self.data.copy_within(it.off..it.off + it.len, to);
+                it.off = to;
+                to += it.len;
+            }
+            self.used = to;
+        }
     }
 }
 
@@ -976,7 +1038,11 @@ impl RoceDev {
         let mut sent = 0;
         let trust_local = self.trust_local();
         let fault_now = StdInstant::now();
-        while let Some(t) = self.hca.poll_transmit(now, buf) {
+        let room = buf.len();
+        // Packets are built in the in-process queue's free room: one for a device of this
+        // daemon is then queued where it lies; any other is sealed there and copied to the
+        // send queue.
+        while let Some(t) = self.hca.poll_transmit(now, local_out.space(room)) {
             let Some(grh) = t.av.grh else {
                 // RoCE is routed by GID: an address vector without a GRH goes nowhere.
                 self.tx_dropped += 1;
@@ -989,21 +1055,24 @@ impl RoceDev {
                 continue;
             };
             let dst = SocketAddr::new(roce::ip_of(&grh.dgid), self.config.udp_port);
+            let straight = trust_local && local_out.is_local(&dst);
+            let pkt = local_out.space(room);
             // The QP's own source port, as rxe sends from (the BTH says UD or not, and to
             // which QP).
-            let ud = t.len >= 8 && buf[0] & 0xE0 == 0x60;
-            let rqpn = u32::from_be_bytes([0, buf[5], buf[6], buf[7]]);
+            let ud = t.len >= 8 && pkt[0] & 0xE0 == 0x60;
+            let rqpn = u32::from_be_bytes([0, pkt[5], pkt[6], pkt[7]]);
             let want = rxe_source_port(ud, grh.flow_label, t.src_qpn.value(), rqpn);
             let port = self.source_socket(want);
             let local = SocketAddr::new(self.local().ip(), port);
-            if trust_local && local_out.is_local(&dst) {
-                // Straight to the receiving device, unsealed (see `trust_local`; it knows not
-                // to check): no fault or capture stands between, so the send queue's copy and
-                // the ICRC would buy nothing.
-                match buf.get_mut(t.len..t.len + ICRC_LEN) {
+            let pkt = local_out.space(room);
+            if straight {
+                // Queued where it was built, unsealed (see `trust_local`; the receiver knows
+                // not to check): no fault or capture stands between, so a copy and the ICRC
+                // would buy nothing.
+                match pkt.get_mut(t.len..t.len + ICRC_LEN) {
                     Some(icrc) => {
                         icrc.fill(0);
-                        local_out.deliver(local, dst, 0, &buf[..t.len + ICRC_LEN], false);
+                        local_out.commit(local, dst, 0, t.len + ICRC_LEN, false);
                     }
                     None => self.tx_dropped += 1,
                 }
@@ -1013,10 +1082,11 @@ impl RoceDev {
                 }
                 continue;
             }
-            let Some(len) = roce::seal(local, dst, buf, t.len) else {
+            let Some(len) = roce::seal(local, dst, pkt, t.len) else {
                 self.tx_dropped += 1;
                 continue;
             };
+            let buf = &local_out.space(room)[..len];
             let (link, srcs, tx, ident, cap) = (
                 &self.link,
                 &self.src_links,
@@ -1028,7 +1098,7 @@ impl RoceDev {
             let _ = self.faults.apply(
                 fault_now,
                 (port, dst),
-                &buf[..len],
+                buf,
                 |(_, to), frame| -> Result<(), ()> {
                     queue_datagram(tx, ident, cap, gso, local, to, frame);
                     Ok(())
@@ -1125,6 +1195,53 @@ impl RoceDev {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn local_datagrams_wait_for_their_device_in_order_and_their_room_is_reused() {
+        let (a, b, c): (SocketAddr, SocketAddr, SocketAddr) = (
+            "127.0.0.2:4791".parse().unwrap(),
+            "127.0.0.3:4791".parse().unwrap(),
+            "127.0.0.9:4791".parse().unwrap(),
+        );
+        let mut l = LocalRoce::default();
+        l.set_ends([a, b].into_iter());
+        assert!(l.is_local(&a) && !l.is_local(&c));
+        // Built in place and committed, or copied in; one for an unknown address is dropped.
+        l.space(64)[..3].copy_from_slice(b"one");
+        l.commit(a, b, 0, 3, false);
+        l.deliver(b, a, 1, b"two", true);
+        l.deliver(a, b, 2, b"three", true);
+        l.deliver(a, c, 0, b"lost", true);
+        assert_eq!(l.pending, 3);
+        let mut got = Vec::new();
+        l.drain(b, |from, i, d, sealed| {
+            got.push((from, i, d.to_vec(), sealed))
+        });
+        assert_eq!(
+            got,
+            [
+                (a, 0, b"one".to_vec(), false),
+                (a, 2, b"three".to_vec(), true)
+            ]
+        );
+        assert_eq!((l.pending, l.used), (1, 11));
+        // Once nothing waits, all the room is free again.
+        l.drain(a, |_, _, d, _| assert_eq!(d, b"two"));
+        assert_eq!((l.pending, l.used, l.items.len()), (0, 0, 0));
+        // A device that goes away loses what waited for it.
+        l.deliver(a, b, 0, b"x", true);
+        l.set_ends([a].into_iter());
+        assert_eq!((l.pending, l.used), (0, 0));
+        // Past the compaction size, waiting datagrams move to the front.
+        l.set_ends([a, b].into_iter());
+        let big = vec![7u8; LOCAL_COMPACT_BYTES / 2 + 1];
+        l.deliver(a, b, 0, &big, true);
+        l.deliver(a, b, 0, &big, true);
+        l.deliver(b, a, 0, b"keep", true);
+        l.drain(b, |_, _, _, _| {});
+        assert_eq!((l.pending, l.used), (1, 4));
+        l.drain(a, |_, _, d, _| assert_eq!(d, b"keep"));
+    }
 
     #[test]
     fn source_ports_are_the_ones_rxe_sends_from() {
