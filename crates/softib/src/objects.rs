@@ -42,21 +42,29 @@ pub struct Device {
 }
 
 impl Device {
-    /// Opens device `name` (the first device when `None`) of this host's daemon.
+    /// Opens device `name` (the first device when `None`) of this host: its daemon's, or a
+    /// real RDMA device through rdma-core, as [`Context::open`] chooses (`SOFTIB_BACKEND`).
     pub fn open(name: Option<&str>) -> Result<Device> {
-        Device::open_at(&crate::runtime_dir(), name)
+        Device::with(Context::open()?, name)
     }
 
     /// Opens device `name` of the daemon whose runtime directory is `dir`.
     pub fn open_at(dir: &Path, name: Option<&str>) -> Result<Device> {
-        let mut ctx = Context::open_at(dir)?;
+        Device::with(Context::open_at(dir)?, name)
+    }
+
+    fn with(mut ctx: Context, name: Option<&str>) -> Result<Device> {
         let devs = ctx.devices()?;
         let index = match name {
             Some(n) => ctx.device_index(n)?,
             None if devs.is_empty() => {
                 return Err(Error::Refused {
                     kind: ErrorKind::NotFound,
-                    message: "this host has no devices (add one with `softib link add`)".into(),
+                    message: if ctx.is_rdma_core() {
+                        "rdma-core lists no RDMA device on this host".into()
+                    } else {
+                        "this host has no devices (add one with `softib link add`)".into()
+                    },
                 })
             }
             None => 0,
