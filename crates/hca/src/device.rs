@@ -392,16 +392,17 @@ impl Device {
         }
     }
 
-    /// The sockets to wait on, with an index [`Device::mark_ready`] understands.
-    pub fn sockets(&self) -> Vec<(usize, &UdpSocket)> {
+    /// Hands each socket to wait on to `f`, with an index [`Device::mark_ready`] understands.
+    pub fn each_socket<'a>(&'a self, mut f: impl FnMut(usize, &'a UdpSocket)) {
         match self {
-            Device::Ib(d) => d
-                .cables
-                .iter()
-                .enumerate()
-                .filter_map(|(p, c)| c.as_ref().map(|c| (p, c.socket())))
-                .collect(),
-            Device::Roce(d) => vec![(0, d.link.socket())],
+            Device::Ib(d) => {
+                for (p, c) in d.cables.iter().enumerate() {
+                    if let Some(c) = c {
+                        f(p, c.socket());
+                    }
+                }
+            }
+            Device::Roce(d) => f(0, d.link.socket()),
         }
     }
 

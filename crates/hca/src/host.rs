@@ -231,6 +231,9 @@ pub struct Daemon {
     buf: Vec<u8>,
     /// An eventfd in the poll set: [`Waker::wake`] ends a sleep at once.
     wake: Arc<std::os::fd::OwnedFd>,
+    /// `wait`'s scratch, kept between turns: what each polled descriptor is, which are ready.
+    slots: Vec<Slot>,
+    ready: Vec<usize>,
 }
 
 /// Wakes a [`Daemon`]'s loop from another thread — after setting its stop flag, so that it
@@ -569,6 +572,8 @@ impl Daemon {
                 0,
                 rustix::event::EventfdFlags::NONBLOCK | rustix::event::EventfdFlags::CLOEXEC,
             )?),
+            slots: Vec::new(),
+            ready: Vec::new(),
         })
     }
 
@@ -786,19 +791,23 @@ impl Daemon {
 
     /// Sleeps until a socket is readable or `timeout` passes, and records which are.
     fn wait(&mut self, timeout: StdDuration) -> io::Result<()> {
-        let mut slots: Vec<Slot> = Vec::new();
-        let ready: Vec<usize> = {
-            let mut fds: Vec<PollFd<'_>> = Vec::new();
+        // Kept between turns (no allocation per turn but the poll set's own).
+        let mut slots = std::mem::take(&mut self.slots);
+        let mut ready = std::mem::take(&mut self.ready);
+        slots.clear();
+        ready.clear();
+        {
+            let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(slots.capacity().max(8));
             fds.push(PollFd::new(&*self.wake, PollFlags::IN));
             slots.push(Slot::Wake);
             for (hi, h) in self.hosts.iter().enumerate() {
                 fds.push(PollFd::new(&h.listener, PollFlags::IN));
                 slots.push(Slot::Listener(hi));
                 for (di, d) in h.devs.iter().enumerate() {
-                    for (k, sock) in d.sockets() {
+                    d.each_socket(|k, sock| {
                         fds.push(PollFd::new(sock, PollFlags::IN));
                         slots.push(Slot::HostDev(hi, di, k));
-                    }
+                    });
                 }
                 for (id, c) in &h.clients {
                     fds.push(PollFd::new(&c.stream, PollFlags::IN));
@@ -823,15 +832,20 @@ impl Daemon {
             };
             match poll(&mut fds, Some(&ts)) {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => {
+                    self.slots = slots;
+                    self.ready = ready;
+                    return Err(e.into());
+                }
             }
-            fds.iter()
-                .enumerate()
-                .filter(|(_, f)| !f.revents().is_empty())
-                .map(|(i, _)| i)
-                .collect()
-        };
-        for i in ready {
+            ready.extend(
+                fds.iter()
+                    .enumerate()
+                    .filter(|(_, f)| !f.revents().is_empty())
+                    .map(|(i, _)| i),
+            );
+        }
+        for &i in &ready {
             match slots[i] {
                 Slot::Wake => {
                     let mut b = [0u8; 8];
@@ -856,6 +870,8 @@ impl Daemon {
                 }
             }
         }
+        self.slots = slots;
+        self.ready = ready;
         Ok(())
     }
 }
@@ -2099,21 +2115,29 @@ impl HostRt {
     fn finish_parked(&mut self, now: StdInstant) {
         self.feed_rings();
         self.route_events();
-        let broken: Vec<u64> = self
-            .clients
-            .iter()
-            .filter(|(_, c)| c.broken)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in broken {
-            eprintln!(
-                "softibd[{}]: client {id} broke its completion ring; dropped",
-                self.name
-            );
-            self.drop_client(id);
+        // Called twice a turn: nothing is allocated unless a client broke its ring.
+        if self.clients.values().any(|c| c.broken) {
+            let broken: Vec<u64> = self
+                .clients
+                .iter()
+                .filter(|(_, c)| c.broken)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in broken {
+                eprintln!(
+                    "softibd[{}]: client {id} broke its completion ring; dropped",
+                    self.name
+                );
+                self.drop_client(id);
+            }
         }
-        let ids: Vec<u64> = self.clients.keys().copied().collect();
-        for id in ids {
+        let mut next = self.clients.keys().next().copied();
+        while let Some(id) = next {
+            next = self
+                .clients
+                .range((std::ops::Bound::Excluded(id), std::ops::Bound::Unbounded))
+                .next()
+                .map(|(k, _)| *k);
             let Some(c) = self.clients.get_mut(&id) else {
                 continue;
             };
