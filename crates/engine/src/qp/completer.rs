@@ -137,11 +137,11 @@ impl Qp {
         self.rearm_retransmit(now);
     }
 
-    /// A number that grows whenever an acknowledgement makes progress.
+    /// A number that grows whenever an acknowledgement makes progress: every packet newly
+    /// acknowledged and every WQE newly completed counts (it used to be summed over the whole
+    /// send queue per response, linear in its depth).
     fn progress_mark(&self) -> u64 {
-        self.sq.wqes.iter().map(|w| u64::from(w.acked)).sum::<u64>()
-            + self.sq.wqes.iter().filter(|w| w.status.is_some()).count() as u64
-            + self.sq.completed_count
+        self.sq.progress + self.sq.completed_count
     }
 
     /// Restarts the local ACK timer while PSNs are outstanding, stops it otherwise.
@@ -179,10 +179,12 @@ impl Qp {
             let n = (psn.diff(first) + 1).min(w.npkts as i32) as u32;
             let n = n.min(w.sent);
             if n > w.acked {
+                self.sq.progress += u64::from(n - w.acked);
                 w.acked = n;
             }
             if w.acked == w.npkts {
                 w.status = Some(WcStatus::Success);
+                self.sq.progress += 1;
             }
             if psn.diff(last) < 0 {
                 break;
@@ -334,8 +336,10 @@ impl Qp {
         }
         let w = &mut self.sq.wqes[i];
         w.acked += 1;
+        self.sq.progress += 1;
         if w.acked == w.npkts {
             w.status = Some(WcStatus::Success);
+            self.sq.progress += 1;
         }
     }
 
@@ -378,6 +382,7 @@ impl Qp {
         let w = &mut self.sq.wqes[i];
         w.acked = 1;
         w.status = Some(WcStatus::Success);
+        self.sq.progress += 2;
     }
 
     /// The local ACK timer or the RNR timer fired.

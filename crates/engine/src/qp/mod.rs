@@ -112,6 +112,9 @@ pub(crate) struct SendQueue {
     pub retransmit_at: Option<Instant>,
     /// How many WQEs have been retired (a progress measure).
     pub completed_count: u64,
+    /// Acknowledged packets and completed WQEs, counted as the completer records them: what
+    /// tells it that a response made forward progress without scanning the queue.
+    pub progress: u64,
     /// SQD was entered with work in progress: the SQ Drained event is still due.
     pub drain_pending: bool,
     /// The congestion window in packets (`None`: the full PSN window). A soft HCA's "wire"
