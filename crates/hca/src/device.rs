@@ -846,8 +846,15 @@ impl RxPath<'_> {
         };
         match checked {
             Ok(body) => {
+                // Only UD receives (and UD multicast) use the GRH area: RC and UC skip
+                // building it (the opcode's top three bits name the transport).
+                let ud = body.first().is_some_and(|b| b >> 5 == 0b011);
                 let meta = RxMeta {
-                    grh: roce::grh_area(from, self.local, data.len()),
+                    grh: if ud {
+                        roce::grh_area(from, self.local, data.len())
+                    } else {
+                        None
+                    },
                     ..RxMeta::default()
                 };
                 self.hca.handle_packet(self.now, 1, &meta, body);
