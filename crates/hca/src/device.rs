@@ -82,6 +82,8 @@ pub(crate) struct RoceDev {
     ident: roce::IdentPatch,
     /// Receive slots (made on first use: 1 MiB).
     rx: Option<Box<RxBatch>>,
+    /// Whether the last packet sent was for a device of this daemon (where to build the next).
+    last_local: bool,
 }
 
 /// Bytes queued in a turn after which they are sent at once rather than at the turn's end.
@@ -772,6 +774,19 @@ fn queue_datagram(
     frame: &[u8],
 ) {
     let (index, stored) = tx.push(local.port(), to, frame, gso);
+    finish_datagram(ident, cap, local, to, index, stored);
+}
+
+/// Seals a queued datagram for the IPv4 Identification its place (`index`) in a GSO run will
+/// give it, and captures it.
+fn finish_datagram(
+    ident: &mut roce::IdentPatch,
+    cap: &mut Option<PcapWriter>,
+    local: SocketAddr,
+    to: SocketAddr,
+    index: u16,
+    stored: &mut [u8],
+) {
     let index = if local.is_ipv4() { index } else { 0 };
     ident.apply(stored, index);
     if cap.is_some() {
@@ -928,6 +943,7 @@ impl RoceDev {
             tx: TxQueue::new(),
             ident: roce::IdentPatch::default(),
             rx: None,
+            last_local: false,
             config,
         })
     }
@@ -1045,12 +1061,20 @@ impl RoceDev {
             });
         let mut sent = 0;
         let trust_local = self.trust_local();
+        let faults_idle = self.faults.is_idle();
         let fault_now = StdInstant::now();
         let room = buf.len();
-        // Packets are built in the in-process queue's free room: one for a device of this
-        // daemon is then queued where it lies; any other is sealed there and copied to the
-        // send queue.
-        while let Some(t) = self.hca.poll_transmit(now, local_out.space(room)) {
+        // Each packet is built where it will most likely wait — in the in-process queue's free
+        // room when the previous one was for a device of this daemon, else in the send
+        // queue's — so that it is queued where it lies; a wrong guess costs one copy.
+        loop {
+            let built_local = self.last_local;
+            let t = if built_local {
+                self.hca.poll_transmit(now, local_out.space(room))
+            } else {
+                self.hca.poll_transmit(now, self.tx.space(room))
+            };
+            let Some(t) = t else { break };
             let Some(grh) = t.av.grh else {
                 // RoCE is routed by GID: an address vector without a GRH goes nowhere.
                 self.tx_dropped += 1;
@@ -1063,55 +1087,90 @@ impl RoceDev {
                 continue;
             };
             let dst = SocketAddr::new(roce::ip_of(&grh.dgid), self.config.udp_port);
-            let straight = trust_local && local_out.is_local(&dst);
-            let pkt = local_out.space(room);
+            self.last_local = local_out.is_local(&dst);
+            let straight = trust_local && self.last_local;
+            let (op, rq) = {
+                let pkt: &[u8] = if built_local {
+                    local_out.space(room)
+                } else {
+                    self.tx.space(room)
+                };
+                (pkt[0], [0, pkt[5], pkt[6], pkt[7]])
+            };
             // The QP's own source port, as rxe sends from (the BTH says UD or not, and to
             // which QP).
-            let ud = t.len >= 8 && pkt[0] & 0xE0 == 0x60;
-            let rqpn = u32::from_be_bytes([0, pkt[5], pkt[6], pkt[7]]);
-            let want = rxe_source_port(ud, grh.flow_label, t.src_qpn.value(), rqpn);
+            let ud = t.len >= 8 && op & 0xE0 == 0x60;
+            let want = rxe_source_port(
+                ud,
+                grh.flow_label,
+                t.src_qpn.value(),
+                u32::from_be_bytes(rq),
+            );
             let port = self.source_socket(want);
             let local = SocketAddr::new(self.local().ip(), port);
-            let pkt = local_out.space(room);
-            if straight {
-                // Queued where it was built, unsealed (see `trust_local`; the receiver knows
-                // not to check): no fault or capture stands between, so a copy and the ICRC
-                // would buy nothing.
-                match pkt.get_mut(t.len..t.len + ICRC_LEN) {
-                    Some(icrc) => {
-                        icrc.fill(0);
-                        local_out.commit(local, dst, 0, t.len + ICRC_LEN, false);
-                    }
-                    None => self.tx_dropped += 1,
-                }
-                sent += 1;
-                if sent >= 1024 {
-                    return true;
-                }
-                continue;
-            }
-            let Some(len) = roce::seal(local, dst, pkt, t.len) else {
+            let unsealed = t.len + ICRC_LEN;
+            if unsealed > room {
                 self.tx_dropped += 1;
                 continue;
-            };
-            let buf = &local_out.space(room)[..len];
-            let (link, srcs, tx, ident, cap) = (
-                &self.link,
-                &self.src_links,
-                &mut self.tx,
-                &mut self.ident,
-                &mut self.capture,
-            );
-            let gso = srcs.get(&port).unwrap_or(link).gso();
-            let _ = self.faults.apply(
-                fault_now,
-                (port, dst),
-                buf,
-                |(_, to), frame| -> Result<(), ()> {
-                    queue_datagram(tx, ident, cap, gso, local, to, frame);
-                    Ok(())
-                },
-            );
+            }
+            if straight {
+                // Unsealed (see `trust_local`; the receiver knows not to check): no fault or
+                // capture stands between, so the ICRC would buy nothing.
+                if built_local {
+                    local_out.space(room)[t.len..unsealed].fill(0);
+                    local_out.commit(local, dst, 0, unsealed, false);
+                } else {
+                    let pkt = self.tx.space(room);
+                    pkt[t.len..unsealed].fill(0);
+                    local_out.deliver(local, dst, 0, &pkt[..unsealed], false);
+                }
+            } else if !built_local && faults_idle {
+                // Sealed and queued where it lies.
+                let Some(len) = roce::seal(local, dst, self.tx.space(room), t.len) else {
+                    self.tx_dropped += 1;
+                    continue;
+                };
+                let gso = self.src_links.get(&port).unwrap_or(&self.link).gso();
+                let (index, stored) = self.tx.commit(port, dst, len, gso);
+                finish_datagram(
+                    &mut self.ident,
+                    &mut self.capture,
+                    local,
+                    dst,
+                    index,
+                    stored,
+                );
+            } else {
+                // Through the faults (which may hold, repeat or change it), from a copy.
+                let pkt: &mut [u8] = if built_local {
+                    local_out.space(room)
+                } else {
+                    buf[..unsealed].copy_from_slice(&self.tx.space(room)[..unsealed]);
+                    &mut buf[..]
+                };
+                let Some(len) = roce::seal(local, dst, pkt, t.len) else {
+                    self.tx_dropped += 1;
+                    continue;
+                };
+                let frame = &pkt[..len];
+                let (link, srcs, tx, ident, cap) = (
+                    &self.link,
+                    &self.src_links,
+                    &mut self.tx,
+                    &mut self.ident,
+                    &mut self.capture,
+                );
+                let gso = srcs.get(&port).unwrap_or(link).gso();
+                let _ = self.faults.apply(
+                    fault_now,
+                    (port, dst),
+                    frame,
+                    |(_, to), frame| -> Result<(), ()> {
+                        queue_datagram(tx, ident, cap, gso, local, to, frame);
+                        Ok(())
+                    },
+                );
+            }
             if self.tx.bytes() >= TX_FLUSH_BYTES {
                 self.flush(local_out);
             }

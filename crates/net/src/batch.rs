@@ -176,7 +176,9 @@ pub struct TxFlush {
 /// The storage is reused from flush to flush: the steady state allocates nothing.
 #[derive(Debug)]
 pub struct TxQueue<K> {
+    /// The datagrams' bytes: the first `used` hold them; beyond is room ([`TxQueue::space`]).
     data: Vec<u8>,
+    used: usize,
     segments: Vec<Segment>,
     /// Segment indices grouped by group, in order (built by a flush: the groups of different
     /// destinations interleave in `segments`).
@@ -192,6 +194,7 @@ impl<K> Default for TxQueue<K> {
     fn default() -> Self {
         TxQueue {
             data: Vec::new(),
+            used: 0,
             segments: Vec::new(),
             members: Vec::new(),
             groups: Vec::new(),
@@ -219,7 +222,16 @@ impl<K: Copy + Eq + Hash + Ord> TxQueue<K> {
 
     /// Bytes waiting.
     pub fn bytes(&self) -> usize {
-        self.data.len()
+        self.used
+    }
+
+    /// Room for the next datagram, `n` bytes after the queued ones: build it here, then
+    /// [`TxQueue::commit`] it (or leave it: the room is reused).
+    pub fn space(&mut self, n: usize) -> &mut [u8] {
+        if self.data.len() < self.used + n {
+            self.data.resize(self.used + n, 0);
+        }
+        &mut self.data[self.used..self.used + n]
     }
 
     /// Queues `frame` to leave socket `key` for `to`, in a GSO run when `gso` (the socket's
@@ -227,9 +239,17 @@ impl<K: Copy + Eq + Hash + Ord> TxQueue<K> {
     /// the kernel will give it — and the queued copy, for a caller whose checksum covers that
     /// Identification to finish.
     pub fn push(&mut self, key: K, to: SocketAddr, frame: &[u8], gso: bool) -> (u16, &mut [u8]) {
-        let off = self.data.len();
-        self.data.extend_from_slice(frame);
-        let len = frame.len();
+        self.space(frame.len()).copy_from_slice(frame);
+        self.commit(key, to, frame.len(), gso)
+    }
+
+    /// Queues the `len` bytes built in [`TxQueue::space`], as [`TxQueue::push`] queues a copy.
+    pub fn commit(&mut self, key: K, to: SocketAddr, len: usize, gso: bool) -> (u16, &mut [u8]) {
+        if self.data.len() < self.used + len {
+            self.data.resize(self.used + len, 0);
+        }
+        let off = self.used;
+        self.used += len;
         let joined = match self.open.get(&(key, to)) {
             Some(&g) if gso => {
                 let group = &mut self.groups[g];
@@ -356,7 +376,7 @@ impl<K: Copy + Eq + Hash + Ord> TxQueue<K> {
     }
 
     fn clear(&mut self) {
-        self.data.clear();
+        self.used = 0;
         self.segments.clear();
         self.members.clear();
         self.groups.clear();
@@ -809,6 +829,22 @@ mod tests {
             assert_eq!(q.push(7, a, &[0; 100], false).0, 0);
         }
         assert_eq!(q.groups.len(), 3);
+    }
+
+    #[test]
+    fn a_datagram_built_in_place_is_queued_as_a_pushed_copy_is() {
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let (mut p, mut c): (TxQueue<u16>, TxQueue<u16>) = (TxQueue::new(), TxQueue::new());
+        for (n, len) in [100usize, 100, 60, 100].into_iter().enumerate() {
+            let frame = vec![n as u8; len];
+            let (ip, bp) = p.push(1, a, &frame, true);
+            let (ip, bp) = (ip, bp.to_vec());
+            c.space(4096)[..len].copy_from_slice(&frame);
+            let (ic, bc) = c.commit(1, a, len, true);
+            assert_eq!((ip, bp.as_slice()), (ic, &*bc));
+        }
+        assert_eq!((p.len(), p.bytes()), (c.len(), c.bytes()));
+        assert_eq!(p.groups.len(), c.groups.len());
     }
 
     #[test]
