@@ -28,6 +28,10 @@ struct Host {
 }
 
 fn host(ip: &str, port: u16, seed: u64) -> Host {
+    try_host(ip, port, seed).unwrap()
+}
+
+fn try_host(ip: &str, port: u16, seed: u64) -> std::io::Result<Host> {
     let ip: IpAddr = ip.parse().unwrap();
     let mut cfg = HcaConfig::with_seed(seed);
     cfg.ports[0].gids = vec![roce::gid_of(ip)];
@@ -42,20 +46,27 @@ fn host(ip: &str, port: u16, seed: u64) -> Host {
         .with(AccessFlags::REMOTE_READ)
         .with(AccessFlags::REMOTE_ATOMIC);
     let key = hca.reg_mr(pd, BUF, LEN as u64, all, RegionId(1)).unwrap();
-    let d = Driver::bind(hca, SocketAddr::new(ip, port), port).unwrap();
-    Host { d, pd, cq, key, ip }
+    let d = Driver::bind(hca, SocketAddr::new(ip, port), port)?;
+    Ok(Host { d, pd, cq, key, ip })
 }
 
 fn pair() -> (Host, Host) {
-    // A free port on 127.0.0.2, then the same port on 127.0.0.3.
-    let a = host("127.0.0.2", 0, 1);
-    let port = a.d.local_addr().port();
-    let a = {
+    // A free port on 127.0.0.2, then the same port on 127.0.0.3. The tests of this file run
+    // at once and each looks for a port this way: one may take the port another just found
+    // and let go of, so a taken port means looking again.
+    for _ in 0..20 {
+        let a = host("127.0.0.2", 0, 1);
+        let port = a.d.local_addr().port();
         drop(a);
-        host("127.0.0.2", port, 1)
-    };
-    let b = host("127.0.0.3", port, 2);
-    (a, b)
+        let (Ok(a), Ok(b)) = (
+            try_host("127.0.0.2", port, 1),
+            try_host("127.0.0.3", port, 2),
+        ) else {
+            continue;
+        };
+        return (a, b);
+    }
+    panic!("no UDP port free on both 127.0.0.2 and 127.0.0.3 in 20 tries");
 }
 
 fn create_qp(h: &mut Host, t: QpType) -> Qpn {
