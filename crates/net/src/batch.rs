@@ -771,7 +771,7 @@ fn control_messages(ctrl: &[u64; 8], len: usize) -> ControlMessages {
         let clen = usize::from_ne_bytes(raw[off..off + 8].try_into().unwrap_or([0; 8]));
         let level = i32::from_ne_bytes(raw[off + 8..off + 12].try_into().unwrap_or([0; 4]));
         let kind = i32::from_ne_bytes(raw[off + 12..off + 16].try_into().unwrap_or([0; 4]));
-        if clen < hdr || off + clen > raw.len() {
+        if clen < hdr || clen > raw.len() - off {
             break;
         }
         if clen >= hdr + 4 {
@@ -983,6 +983,53 @@ mod tests {
         assert!(
             dropped > 0 && got + dropped == 2001,
             "{got} received, {dropped} dropped"
+        );
+    }
+
+    #[test]
+    fn any_control_buffer_parses_without_panicking() {
+        // What the kernel writes is trusted, but the parser must not be the thing that breaks:
+        // arbitrary bytes and lengths, including lengths past the buffer.
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..20_000 {
+            let mut ctrl = [0u64; 8];
+            for w in ctrl.iter_mut() {
+                *w = next();
+            }
+            // Sometimes a well-formed header in front, so the walk goes further.
+            if next() % 2 == 0 {
+                ctrl[0] = 20 + next() % 40;
+                ctrl[1] = (next() % 3) | (next() % 200) << 32;
+            }
+            let len = (next() % 80) as usize;
+            let _ = control_messages(&ctrl, len);
+        }
+        // A real one: UDP_GRO with a segment size of 1400, then SO_RXQ_OVFL with 7.
+        let mut raw = [0u8; 64];
+        raw[0..8].copy_from_slice(&20usize.to_ne_bytes());
+        raw[8..12].copy_from_slice(&libc::SOL_UDP.to_ne_bytes());
+        raw[12..16].copy_from_slice(&UDP_GRO.to_ne_bytes());
+        raw[16..20].copy_from_slice(&1400i32.to_ne_bytes());
+        raw[24..32].copy_from_slice(&20usize.to_ne_bytes());
+        raw[32..36].copy_from_slice(&libc::SOL_SOCKET.to_ne_bytes());
+        raw[36..40].copy_from_slice(&libc::SO_RXQ_OVFL.to_ne_bytes());
+        raw[40..44].copy_from_slice(&7u32.to_ne_bytes());
+        let mut ctrl = [0u64; 8];
+        for (k, w) in ctrl.iter_mut().enumerate() {
+            *w = u64::from_ne_bytes(raw[k * 8..k * 8 + 8].try_into().unwrap());
+        }
+        assert_eq!(
+            control_messages(&ctrl, 48),
+            ControlMessages {
+                gro_segment: 1400,
+                overflows: Some(7)
+            }
         );
     }
 
