@@ -981,9 +981,11 @@ impl<M: Memory> Hca<M> {
             };
             qp.scheduled = false;
             let port_up = self.res.port(qp.attr.port_num).is_some_and(|p| p.active);
+            // `requester_poll` finds nothing to send exactly when `requester_ready` would say
+            // so, before it changes anything: asking first scanned the send queue twice.
             let tx = if qp.responder_ready() {
                 qp.responder_poll(&mut self.res, buf)
-            } else if port_up && qp.requester_ready(now, &self.res) {
+            } else if port_up {
                 qp.requester_poll(now, &mut self.res, buf)
             } else {
                 None
