@@ -112,7 +112,6 @@ impl Qp {
         let max_rd = u32::from(self.attr.max_rd_atomic.max(1));
         let mut rd_outstanding = 0u32;
         let mut earlier_rd_incomplete = false;
-        let una = self.sq.una();
         for (i, w) in self.sq.wqes.iter().enumerate() {
             if w.status.is_some() {
                 continue;
@@ -138,7 +137,8 @@ impl Qp {
             }
             if self.qp_type() == QpType::Rc {
                 let next = w.first_psn.map_or(self.sq.next_psn, |f| f.add(w.sent));
-                if let Some(una) = una {
+                // Only RC has a window (and this is reached once: the loop ends here).
+                if let Some(una) = self.sq.una() {
                     let inflight = next.diff(una);
                     let window = self.sq.window(res.transport.max_unacked_psns);
                     if inflight >= 0 && inflight as u32 >= window {
