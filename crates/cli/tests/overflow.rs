@@ -5,31 +5,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use softib::{AccessFlags, Context, Device, Mtu, QpType, WcStatus};
 
-const SOFTIB: &str = env!("CARGO_BIN_EXE_softib");
+mod common;
+use common::{signal, Kill, SOFTIB};
 
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        signal(&self.0, rustix::process::Signal::CONT);
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn signal(c: &Child, sig: rustix::process::Signal) {
-    if let Some(p) = rustix::process::Pid::from_raw(c.id() as i32) {
-        let _ = rustix::process::kill_process(p, sig);
-    }
-}
-
-fn daemon(dir: &Path, addr: &str) -> Daemon {
-    let d = Daemon(
+fn daemon(dir: &Path, addr: &str) -> Kill {
+    let d = Kill(
         Command::new(SOFTIB)
             .arg("daemon")
             .env("SOFTIB_RUNTIME_DIR", dir)

@@ -10,11 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const SOFTIB: &str = env!("CARGO_BIN_EXE_softib");
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+mod common;
+use common::{all_icrcs_valid, interrupt, text, tshark, Kill, SOFTIB};
 
 /// Root with `ip` and tshark; in CI all of them are required.
 fn can_run() -> bool {
@@ -100,15 +97,6 @@ impl Drop for Net {
         for n in &self.ns {
             let _ = Command::new("ip").args(["netns", "del", n]).output();
         }
-    }
-}
-
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
@@ -239,27 +227,14 @@ fn gso_runs_segmented_by_the_kernel_carry_valid_icrcs_and_are_all_accepted() {
 
     // Capture on B's end: what B receives and what B sends, both after segmentation.
     let pcap = base.join("veth.pcap");
-    let mut cap = Command::new("ip");
-    cap.args(["netns", "exec", &net.ns[1], "tshark", "-i", &net.dev(1)])
-        .args(["-F", "pcap", "-q", "-f", "udp port 4791", "-w"])
-        .arg(&pcap)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut cap = Kill(cap.spawn().unwrap());
-    {
-        use std::io::{BufRead, BufReader};
-        let err = cap.0.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                if line.contains("Capture started") {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        rx.recv_timeout(Duration::from_secs(20))
-            .expect("tshark did not start capturing");
-    }
+    let dev_b = net.dev(1);
+    let mut cap = tshark(
+        &["ip", "netns", "exec", &net.ns[1], "tshark"],
+        &dev_b,
+        "udp port 4791",
+        &pcap,
+    )
+    .expect("tshark did not start capturing in the namespace");
 
     // UC does not retransmit: a segment the receiver refused would stop the ping-pong. 16 KiB
     // messages are 16 packets at the veth's IB MTU of 1024.
@@ -289,29 +264,10 @@ fn gso_runs_segmented_by_the_kernel_carry_valid_icrcs_and_are_all_accepted() {
         &["-d", "rxe0", "-s", "65536", "-n", "50", "-p", "18731"],
     );
     std::thread::sleep(Duration::from_millis(300));
-    let _ = rustix::process::kill_process(
-        rustix::process::Pid::from_raw(cap.0.id() as i32).unwrap(),
-        rustix::process::Signal::INT,
-    );
-    let _ = cap.0.wait();
+    interrupt(&mut cap, "tshark");
 
     // Every datagram on the wire has the ICRC of its real headers...
-    let decoded = Command::new(SOFTIB)
-        .args(["pcap", "decode"])
-        .arg(&pcap)
-        .output()
-        .unwrap();
-    let d = text(&decoded.stdout);
-    assert!(
-        decoded.status.success(),
-        "a datagram on the wire failed its ICRC:\n{}",
-        d.lines()
-            .filter(|l| !l.ends_with("icrc=ok"))
-            .take(20)
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-    let packets = d.lines().filter(|l| l.ends_with("icrc=ok")).count();
+    let packets = all_icrcs_valid(&pcap);
     // ... and the runs were cut by the kernel: Identifications other than 0 went out.
     let ids = Command::new("tshark")
         .args(["-r"])

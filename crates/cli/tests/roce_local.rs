@@ -5,14 +5,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const SOFTIB: &str = env!("CARGO_BIN_EXE_softib");
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+mod common;
+use common::{all_icrcs_valid, interrupt, text, tshark, Kill, SOFTIB};
 
 fn softib(dir: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(SOFTIB);
@@ -31,41 +28,6 @@ fn ok(dir: &Path, args: &[&str]) -> Output {
         text(&o.stderr)
     );
     o
-}
-
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// tshark on `lo` with capture filter `filter`, once it says it captures (None where it
-/// cannot).
-fn lo_capture(filter: &str, file: &Path) -> Option<Kill> {
-    use std::io::{BufRead, BufReader};
-    let mut child = Command::new("tshark")
-        .args(["-i", "lo", "-F", "pcap", "-q", "-w"])
-        .arg(file)
-        .args(["-f", filter])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .ok()?;
-    let err = child.stderr.take()?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(err).lines().map_while(Result::ok) {
-            if line.contains("Capture started") {
-                let _ = tx.send(());
-            }
-        }
-    });
-    let child = Kill(child);
-    rx.recv_timeout(Duration::from_secs(20)).ok()?;
-    Some(child)
 }
 
 #[test]
@@ -104,7 +66,7 @@ fn datagrams_between_devices_of_one_daemon_skip_the_kernel_and_are_still_capture
         );
     }
     let lo_file = dir.join("lo.pcap");
-    let lo = lo_capture("udp and host 127.0.0.82", &lo_file);
+    let lo = tshark(&["tshark"], "lo", "udp and host 127.0.0.82", &lo_file);
     if lo.is_none() {
         assert!(!ci, "tshark cannot capture on lo; CI must be able to");
         eprintln!("SKIPPED the lo check: tshark cannot capture on lo here");
@@ -160,21 +122,9 @@ fn datagrams_between_devices_of_one_daemon_skip_the_kernel_and_are_still_capture
     }
     // Stop the device capture: on SIGINT it stops the daemon's capture, which flushes it.
     let mut cap = cap;
-    let pid = rustix::process::Pid::from_raw(cap.0.id() as i32).unwrap();
-    let _ = rustix::process::kill_process(pid, rustix::process::Signal::INT);
-    let t0 = Instant::now();
-    while cap.0.try_wait().unwrap().is_none() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "softib capture did not stop"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    if let Some(lo) = lo {
-        let pid = rustix::process::Pid::from_raw(lo.0.id() as i32).unwrap();
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::INT);
-        std::thread::sleep(Duration::from_millis(500));
-        drop(lo);
+    interrupt(&mut cap, "softib capture");
+    if let Some(mut lo) = lo {
+        interrupt(&mut lo, "tshark");
         let seen = Command::new("tshark")
             .arg("-r")
             .arg(&lo_file)
@@ -183,23 +133,8 @@ fn datagrams_between_devices_of_one_daemon_skip_the_kernel_and_are_still_capture
         let n = text(&seen.stdout).lines().count();
         assert_eq!(n, 0, "RoCE datagrams crossed lo:\n{}", text(&seen.stdout));
     }
-    let decoded = Command::new(SOFTIB)
-        .args(["pcap", "decode"])
-        .arg(&dev_file)
-        .output()
-        .unwrap();
-    let d = text(&decoded.stdout);
-    let good = d.lines().filter(|l| l.ends_with("icrc=ok")).count();
-    assert!(
-        decoded.status.success(),
-        "a captured datagram has a bad ICRC:\n{}",
-        d.lines()
-            .filter(|l| !l.ends_with("icrc=ok"))
-            .take(10)
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    let good = all_icrcs_valid(&dev_file);
     // 20 WRITEs of 64 KiB at lo's IB MTU 4096 are 320 packets, 20 READs as many responses.
-    assert!(good >= 640, "{good} datagrams captured:\n{d}");
+    assert!(good >= 640, "{good} datagrams captured");
     let _ = std::fs::remove_dir_all(&dir);
 }

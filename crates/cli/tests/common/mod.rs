@@ -131,3 +131,83 @@ pub fn wait_status(f: &Fabric, what: &str, timeout: Duration, ok: impl Fn(&str) 
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// A child process killed (and reaped) when the test lets go of it.
+pub struct Kill(pub std::process::Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        signal(&self.0, rustix::process::Signal::CONT);
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Sends `sig` to `c`.
+pub fn signal(c: &std::process::Child, sig: rustix::process::Signal) {
+    if let Some(p) = rustix::process::Pid::from_raw(c.id() as i32) {
+        let _ = rustix::process::kill_process(p, sig);
+    }
+}
+
+/// Interrupts `c` (SIGINT: captures flush and stop) and waits up to 10 s for it to exit.
+pub fn interrupt(c: &mut Kill, what: &str) {
+    signal(&c.0, rustix::process::Signal::INT);
+    let t0 = Instant::now();
+    while c.0.try_wait().unwrap().is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "{what} did not stop on SIGINT"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// tshark capturing `iface` with capture filter `filter` into a pcap file, started by `cmd`
+/// (`tshark` itself, or `ip netns exec NS tshark`), once it says it captures; `None` where it
+/// cannot (no tshark, no rights) within 20 s.
+pub fn tshark(cmd: &[&str], iface: &str, filter: &str, file: &Path) -> Option<Kill> {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(cmd[0])
+        .args(&cmd[1..])
+        .args(["-i", iface, "-F", "pcap", "-q", "-f", filter, "-w"])
+        .arg(file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ok()?;
+    let err = child.stderr.take()?;
+    let child = Kill(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            if line.contains("Capture started") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(20)).ok()?;
+    Some(child)
+}
+
+/// `softib pcap decode FILE`: the lines with a valid ICRC, or a panic that shows the first
+/// lines that are not.
+pub fn all_icrcs_valid(file: &Path) -> usize {
+    let decoded = Command::new(SOFTIB)
+        .args(["pcap", "decode"])
+        .arg(file)
+        .output()
+        .unwrap();
+    let d = text(&decoded.stdout);
+    assert!(
+        decoded.status.success(),
+        "a datagram in {} failed its ICRC:\n{}",
+        file.display(),
+        d.lines()
+            .filter(|l| !l.ends_with("icrc=ok"))
+            .take(20)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    d.lines().filter(|l| l.ends_with("icrc=ok")).count()
+}
