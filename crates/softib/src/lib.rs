@@ -807,14 +807,13 @@ impl Context {
             if softib_engine::check_send_wr(t.qp_type, &t.cap, wr, u32::MAX).is_err() {
                 return Ok(false);
             }
-            let entry = proto::Submit::Send {
+            match encode_submit(&proto::Submit::Send {
                 dev,
                 qpn,
                 wr: wr.clone(),
-            };
-            match postcard::to_stdvec(&entry) {
-                Ok(b) if b.len() + 2 <= proto::SUBMIT_SLOT_LEN => entries.push(b),
-                _ => return Ok(false),
+            }) {
+                Some(b) => entries.push(b),
+                None => return Ok(false),
             }
         }
         if !self.submit_entries(&entries)? {
@@ -857,14 +856,13 @@ impl Context {
             if wr.sg_list.len() > t.cap.max_recv_sge as usize {
                 return Ok(false);
             }
-            let entry = proto::Submit::Recv {
+            match encode_submit(&proto::Submit::Recv {
                 dev,
                 qpn,
                 wr: wr.clone(),
-            };
-            match postcard::to_stdvec(&entry) {
-                Ok(b) if b.len() + 2 <= proto::SUBMIT_SLOT_LEN => entries.push(b),
-                _ => return Ok(false),
+            }) {
+                Some(b) => entries.push(b),
+                None => return Ok(false),
             }
         }
         if !self.submit_entries(&entries)? {
@@ -1236,4 +1234,12 @@ impl Context {
             sm_info: sm_info.map(|b| b.to_vec()),
         })
     }
+}
+
+/// A submission-ring entry encoded, if it fits a slot (two bytes of which hold the length);
+/// what does not fit goes as a request instead.
+fn encode_submit(entry: &proto::Submit) -> Option<Vec<u8>> {
+    postcard::to_stdvec(entry)
+        .ok()
+        .filter(|b| b.len() + 2 <= proto::SUBMIT_SLOT_LEN)
 }

@@ -262,6 +262,55 @@ struct IbvRecvWr {
     num_sge: c_int,
 }
 
+/// A work request of libibverbs' singly linked lists (`ibv_send_wr`, `ibv_recv_wr`).
+trait ChainedWr {
+    fn set_next(&mut self, next: *mut Self);
+}
+
+impl ChainedWr for IbvSendWr {
+    fn set_next(&mut self, next: *mut Self) {
+        self.next = next;
+    }
+}
+
+impl ChainedWr for IbvRecvWr {
+    fn set_next(&mut self, next: *mut Self) {
+        self.next = next;
+    }
+}
+
+/// Links `list` in order (the last one's `next` stays as it is: NULL) and returns its head.
+/// The list must not move or be resized while the pointers are in use.
+fn link<T: ChainedWr>(list: &mut [T]) -> *mut T {
+    let base = list.as_mut_ptr();
+    for i in 1..list.len() {
+        // SAFETY: `i` is within `list`, so `base + i` points at one of its elements.
+        let next = unsafe { base.add(i) };
+        list[i - 1].set_next(next);
+    }
+    base
+}
+
+/// The position in a linked list of `len` requests at `base` of the one a failed post named
+/// (`bad`); 0 when it names none of them.
+fn failed_at<T>(base: *mut T, len: usize, bad: *mut T) -> usize {
+    (0..len)
+        .find(|&i| std::ptr::eq(base.wrapping_add(i), bad))
+        .unwrap_or(0)
+}
+
+/// A scatter/gather list as libibverbs takes it.
+fn ibv_sges(sg_list: &[softib_engine::verbs::Sge]) -> Vec<IbvSge> {
+    sg_list
+        .iter()
+        .map(|s| IbvSge {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        })
+        .collect()
+}
+
 /// `struct ibv_wc`.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -1172,15 +1221,7 @@ impl Backend {
                         length: u32::try_from(data.len()).unwrap_or(u32::MAX),
                         lkey: 0,
                     }],
-                    _ => w
-                        .sg_list
-                        .iter()
-                        .map(|s| IbvSge {
-                            addr: s.addr,
-                            length: s.length,
-                            lkey: s.lkey,
-                        })
-                        .collect(),
+                    _ => ibv_sges(&w.sg_list),
                 },
             )
             .collect();
@@ -1256,12 +1297,7 @@ impl Backend {
                 tail: [0; 6],
             });
         }
-        let base = list.as_mut_ptr();
-        for i in 1..list.len() {
-            // SAFETY: `i` is in bounds of `list`, which is not resized from here on.
-            let next = unsafe { base.add(i) };
-            list[i - 1].next = next;
-        }
+        let base = link(&mut list);
         // SAFETY: `qp` is live; its context is open, and its ops table holds the provider's
         // post_send.
         let post = unsafe { (*(*qp).context).ops.post_send }
@@ -1271,9 +1307,7 @@ impl Backend {
         // data) live until after the call; `bad` is a writable out pointer.
         let rc = unsafe { post(qp, base, &mut bad) };
         if rc != 0 {
-            let which = (0..list.len())
-                .find(|&i| std::ptr::eq(base.wrapping_add(i), bad))
-                .unwrap_or(0);
+            let which = failed_at(base, list.len(), bad);
             return Err(verb_err(
                 &format!("ibv_post_send (work request {which} of the list)"),
                 rc,
@@ -1288,19 +1322,7 @@ impl Backend {
         if wrs.is_empty() {
             return Ok(());
         }
-        let sges: Vec<Vec<IbvSge>> = wrs
-            .iter()
-            .map(|w| {
-                w.sg_list
-                    .iter()
-                    .map(|s| IbvSge {
-                        addr: s.addr,
-                        length: s.length,
-                        lkey: s.lkey,
-                    })
-                    .collect()
-            })
-            .collect();
+        let sges: Vec<Vec<IbvSge>> = wrs.iter().map(|w| ibv_sges(&w.sg_list)).collect();
         let mut list: Vec<IbvRecvWr> = wrs
             .iter()
             .zip(&sges)
@@ -1311,12 +1333,7 @@ impl Backend {
                 num_sge: c_int::try_from(sg.len()).unwrap_or(c_int::MAX),
             })
             .collect();
-        let base = list.as_mut_ptr();
-        for i in 1..list.len() {
-            // SAFETY: `i` is in bounds of `list`, which is not resized from here on.
-            let next = unsafe { base.add(i) };
-            list[i - 1].next = next;
-        }
+        let base = link(&mut list);
         // SAFETY: `qp` is live; its context's ops table holds the provider's post_recv.
         let post = unsafe { (*(*qp).context).ops.post_recv }
             .ok_or_else(|| err("the provider has no post_recv".into()))?;
@@ -1324,9 +1341,7 @@ impl Backend {
         // SAFETY: a live QP, a NULL-terminated list whose scatter lists outlive the call.
         let rc = unsafe { post(qp, base, &mut bad) };
         if rc != 0 {
-            let which = (0..list.len())
-                .find(|&i| std::ptr::eq(base.wrapping_add(i), bad))
-                .unwrap_or(0);
+            let which = failed_at(base, list.len(), bad);
             return Err(verb_err(
                 &format!("ibv_post_recv (receive request {which} of the list)"),
                 rc,
