@@ -15,9 +15,8 @@ use softib::{AccessFlags, Device, Mtu, QpType, WcStatus};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hca = EmbeddedDaemon::start()?;
-    let port = 20000 + (std::process::id() % 20000) as u16;
-    hca.add_loopback_device("rxe0", "127.0.0.2", port)?;
-    hca.add_loopback_device("rxe1", "127.0.0.3", port)?;
+    // rxe0 at 127.0.0.2 and rxe1 at 127.0.0.3 on loopback, on a UDP port free on both.
+    hca.add_loopback_pair()?;
 
     // Side A on rxe0, side B on rxe1 (in a real program: two processes or two hosts).
     let (a, b) = (

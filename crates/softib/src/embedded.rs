@@ -80,6 +80,36 @@ impl EmbeddedDaemon {
             udp_port,
         })
     }
+
+    /// Adds two RoCEv2 devices that reach each other, `rxe0` at 127.0.0.2 and `rxe1` at
+    /// 127.0.0.3 on the loopback interface, on a UDP port free on both (what tests running at
+    /// once in one process need: each pair its own port, found rather than guessed); returns
+    /// the port.
+    pub fn add_loopback_pair(&self) -> Result<u16> {
+        let mut last = None;
+        for _ in 0..20 {
+            let port = std::net::UdpSocket::bind("127.0.0.2:0")?
+                .local_addr()?
+                .port();
+            // The probe is closed here; another test may take the port before the devices do,
+            // which only means looking again.
+            match self.add_loopback_device("rxe0", "127.0.0.2", port) {
+                Ok(()) => {}
+                Err(e) => {
+                    last = Some(e);
+                    continue;
+                }
+            }
+            match self.add_loopback_device("rxe1", "127.0.0.3", port) {
+                Ok(()) => return Ok(port),
+                Err(e) => {
+                    Context::open_at(&self.dir)?.link_del("rxe0")?;
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.unwrap_or(Error::Unexpected("no free port")))
+    }
 }
 
 impl Drop for EmbeddedDaemon {

@@ -21,10 +21,7 @@ fn all() -> AccessFlags {
 #[test]
 fn rkey_and_address_violations_complete_with_remote_access_error_and_touch_no_memory() {
     let hca = EmbeddedDaemon::start().unwrap();
-    // A port of its own (crates/softib/tests/objects.rs uses +0..+2 of the same base).
-    let port = 30000 + (std::process::id() % 10000) as u16 * 2 + 7;
-    hca.add_loopback_device("rxe0", "127.0.0.2", port).unwrap();
-    hca.add_loopback_device("rxe1", "127.0.0.3", port).unwrap();
+    hca.add_loopback_pair().unwrap();
     let (a, b) = (
         Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
         Device::open_at(hca.dir(), Some("rxe1")).unwrap(),

@@ -18,13 +18,10 @@ use softib::{AccessFlags, Context, Device, Endpoint, Mtu, QpType, WcStatus, Work
 use softib_engine::verbs::AsyncEvent;
 use softib_hca::proto::{self, Request, Response};
 
-/// Each test its own UDP port: tests run in parallel in one process.
-fn two_devices(n: u16) -> EmbeddedDaemon {
+/// An embedded HCA with `rxe0` (127.0.0.2) and `rxe1` (127.0.0.3) on a port of their own.
+fn two_devices() -> EmbeddedDaemon {
     let hca = EmbeddedDaemon::start().unwrap();
-    // Above the usual ephemeral range, apart from the other test files' ports.
-    let port = 61000 + (std::process::id() % 1000) as u16 * 4 + n;
-    hca.add_loopback_device("rxe0", "127.0.0.2", port).unwrap();
-    hca.add_loopback_device("rxe1", "127.0.0.3", port).unwrap();
+    hca.add_loopback_pair().unwrap();
     hca
 }
 
@@ -131,7 +128,7 @@ fn assert_retry_exceeded_then_flushed(wcs: &[WorkCompletion]) {
 
 #[test]
 fn a_client_that_never_polls_overflows_its_own_cq_and_nobody_elses() {
-    let hca = two_devices(0);
+    let hca = two_devices();
     const LEN: usize = 8 << 20;
     let alone = good_transfer(hca.dir(), LEN);
 
@@ -283,7 +280,7 @@ fn flood_requests(dir: &Path, stop: Arc<AtomicBool>) -> u64 {
 
 #[test]
 fn a_flood_of_doorbells_and_requests_does_not_starve_another_clients_transfer() {
-    let hca = two_devices(1);
+    let hca = two_devices();
     const LEN: usize = 8 << 20;
     let alone = good_transfer(hca.dir(), LEN);
     let stop = Arc::new(AtomicBool::new(false));
@@ -354,7 +351,7 @@ fn killed_child() {
 
 #[test]
 fn a_client_killed_mid_rdma_leaves_its_peer_error_completions_and_nothing_else() {
-    let hca = two_devices(2);
+    let hca = two_devices();
     let a = Device::open_at(hca.dir(), Some("rxe0")).unwrap();
     let pd = a.alloc_pd().unwrap();
     let cq = a.create_cq(256).unwrap();
@@ -525,7 +522,7 @@ fn the_control_socket_keeps_other_users_out() {
 
 #[test]
 fn a_client_cannot_reach_another_clients_memory_through_its_keys() {
-    let hca = two_devices(3);
+    let hca = two_devices();
     // The victim, a client of its own on rxe0, holds a secret in a registered buffer.
     let victim = Device::open_at(hca.dir(), Some("rxe0")).unwrap();
     let vpd = victim.alloc_pd().unwrap();

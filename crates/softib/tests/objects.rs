@@ -7,18 +7,16 @@ use std::time::Duration;
 use softib::embedded::EmbeddedDaemon;
 use softib::{AccessFlags, Context, Device, Mtu, QpType, WcOpcode, WcStatus};
 
-/// Each test its own UDP port: tests run in parallel in one process.
-fn two_devices(n: u16) -> EmbeddedDaemon {
+/// An embedded HCA with `rxe0` (127.0.0.2) and `rxe1` (127.0.0.3) on a port of their own.
+fn two_devices() -> EmbeddedDaemon {
     let hca = EmbeddedDaemon::start().unwrap();
-    let port = 30000 + (std::process::id() % 10000) as u16 * 2 + n;
-    hca.add_loopback_device("rxe0", "127.0.0.2", port).unwrap();
-    hca.add_loopback_device("rxe1", "127.0.0.3", port).unwrap();
+    hca.add_loopback_pair().unwrap();
     hca
 }
 
 #[test]
 fn rc_write_send_and_read_between_two_devices_then_everything_is_released() {
-    let hca = two_devices(0);
+    let hca = two_devices();
     {
         let (a, b) = (
             Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
@@ -101,7 +99,7 @@ fn rc_write_send_and_read_between_two_devices_then_everything_is_released() {
 
 #[test]
 fn ud_send_reaches_the_peer_with_the_grh_area_in_front() {
-    let hca = two_devices(1);
+    let hca = two_devices();
     let (a, b) = (
         Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
         Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
@@ -136,7 +134,7 @@ fn ud_send_reaches_the_peer_with_the_grh_area_in_front() {
 
 #[test]
 fn a_completion_channel_becomes_readable_when_an_armed_cq_gets_a_completion() {
-    let hca = two_devices(2);
+    let hca = two_devices();
     let (a, b) = (
         Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
         Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
@@ -174,7 +172,7 @@ fn a_completion_channel_becomes_readable_when_an_armed_cq_gets_a_completion() {
 
 #[test]
 fn completions_beyond_a_full_ring_are_not_stranded() {
-    let hca = two_devices(3);
+    let hca = two_devices();
     let (a, b) = (
         Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
         Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
@@ -212,7 +210,7 @@ fn completions_beyond_a_full_ring_are_not_stranded() {
 
 #[test]
 fn memory_of_the_program_itself_is_registered_and_reached_by_cross_memory_attach() {
-    let hca = two_devices(4);
+    let hca = two_devices();
     let (a, b) = (
         Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
         Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
@@ -297,7 +295,7 @@ fn memory_of_the_program_itself_is_registered_and_reached_by_cross_memory_attach
 
 #[test]
 fn posting_through_the_submission_ring_still_fails_at_once_as_the_verb_does() {
-    let hca = two_devices(5);
+    let hca = two_devices();
     let (a, b) = (
         Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
         Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
@@ -353,7 +351,7 @@ fn posting_through_the_submission_ring_still_fails_at_once_as_the_verb_does() {
 
 #[test]
 fn two_qps_take_their_receives_from_one_shared_receive_queue() {
-    let hca = two_devices(6);
+    let hca = two_devices();
     let (a, b) = (
         Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
         Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
@@ -418,7 +416,7 @@ fn two_qps_take_their_receives_from_one_shared_receive_queue() {
 
 #[test]
 fn ud_sends_to_one_peer_share_one_address_handle_and_owned_handles_send_too() {
-    let hca = two_devices(7);
+    let hca = two_devices();
     let (a, b) = (
         Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
         Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
@@ -475,7 +473,7 @@ fn ud_sends_to_one_peer_share_one_address_handle_and_owned_handles_send_too() {
 
 #[test]
 fn another_clients_address_handle_is_refused_on_the_ring_too() {
-    let hca = two_devices(8);
+    let hca = two_devices();
     let (a, b) = (
         Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
         Device::open_at(hca.dir(), Some("rxe1")).unwrap(),

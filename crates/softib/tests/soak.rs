@@ -73,9 +73,7 @@ fn spray(to: SocketAddr, qpn: u32, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) 
 #[test]
 fn hostile_datagrams_during_an_rc_transfer_are_counted_and_change_nothing() {
     let hca = EmbeddedDaemon::start().unwrap();
-    let port = 40000 + (std::process::id() % 5000) as u16;
-    hca.add_loopback_device("rxe0", "127.0.0.2", port).unwrap();
-    hca.add_loopback_device("rxe1", "127.0.0.3", port).unwrap();
+    let port = hca.add_loopback_pair().unwrap();
     let (a, b) = (
         Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
         Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
@@ -171,9 +169,7 @@ fn hostile_datagrams_during_an_rc_transfer_are_counted_and_change_nothing() {
 #[test]
 fn write_read_and_atomics_are_exact_through_ten_percent_loss_duplication_and_reordering() {
     let hca = EmbeddedDaemon::start().unwrap();
-    let port = 45000 + (std::process::id() % 5000) as u16;
-    hca.add_loopback_device("rxe0", "127.0.0.2", port).unwrap();
-    hca.add_loopback_device("rxe1", "127.0.0.3", port).unwrap();
+    hca.add_loopback_pair().unwrap();
     // As `softib link set rxe0 fault loss=10%,dup=10%,reorder=10%` (both directions).
     let mut ctl = Context::open_at(hca.dir()).unwrap();
     let spec = softib::FaultSpec::parse(&["loss=10%,dup=10%,reorder=10%,seed=3"]).unwrap();

@@ -9,11 +9,10 @@ use softib::embedded::EmbeddedDaemon;
 use softib::typed::{InitAttr, RtrAttr, RtsAttr};
 use softib::{AccessFlags, Device, Mtu, QpState, QpType, WcOpcode, WcStatus};
 
-fn two_devices(n: u16) -> EmbeddedDaemon {
+/// An embedded HCA with `rxe0` (127.0.0.2) and `rxe1` (127.0.0.3) on a port of their own.
+fn two_devices() -> EmbeddedDaemon {
     let hca = EmbeddedDaemon::start().unwrap();
-    let port = 40000 + (std::process::id() % 10000) as u16 * 2 + n;
-    hca.add_loopback_device("rxe0", "127.0.0.2", port).unwrap();
-    hca.add_loopback_device("rxe1", "127.0.0.3", port).unwrap();
+    hca.add_loopback_pair().unwrap();
     hca
 }
 
@@ -21,7 +20,7 @@ const WAIT: Duration = Duration::from_secs(5);
 
 #[test]
 fn rc_qps_step_through_their_states_and_a_refused_step_gives_the_qp_back() {
-    let hca = two_devices(0);
+    let hca = two_devices();
     let (a, b) = (
         Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
         Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
@@ -98,7 +97,7 @@ fn rc_qps_step_through_their_states_and_a_refused_step_gives_the_qp_back() {
 
 #[test]
 fn ud_qps_need_no_peer_to_become_ready() {
-    let hca = two_devices(1);
+    let hca = two_devices();
     let (a, b) = (
         Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
         Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
