@@ -248,6 +248,69 @@ impl Waker {
     }
 }
 
+/// A daemon running its loop on a thread of its own (tests, the `softib` crate's embedded
+/// mode): stopped and joined when dropped.
+#[derive(Debug)]
+pub struct DaemonThread {
+    stop: Arc<AtomicBool>,
+    waker: Waker,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl DaemonThread {
+    /// Builds a daemon with `build` on a new thread (a daemon stays on the thread it was made
+    /// on) and runs it there; fails with `build`'s error, or when it takes over 10 seconds.
+    pub fn spawn(
+        build: impl FnOnce() -> io::Result<Daemon> + Send + 'static,
+    ) -> io::Result<DaemonThread> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread =
+            std::thread::Builder::new()
+                .name("softibd".into())
+                .spawn(move || match build() {
+                    Ok(mut daemon) => {
+                        let _ = tx.send(Ok(daemon.waker()));
+                        if let Err(e) = daemon.run(&s) {
+                            eprintln!("softibd (thread): the loop stopped: {e}");
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                    }
+                })?;
+        match rx.recv_timeout(StdDuration::from_secs(10)) {
+            Ok(Ok(waker)) => Ok(DaemonThread {
+                stop,
+                waker,
+                thread: Some(thread),
+            }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the daemon thread did not start within 10 s",
+            )),
+        }
+    }
+
+    /// Whether its loop still runs.
+    pub fn is_running(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+}
+
+impl Drop for DaemonThread {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // The loop may sleep up to a second when idle.
+        self.waker.wake();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// A node's cables before they are cables: (port, bound socket, peer address).
 type BoundLinks = Vec<(u8, UdpLink, SocketAddr)>;
 

@@ -1,57 +1,16 @@
 //! A whole fabric in one daemon: hosts with their control sockets, cables on loopback.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use softib_fabric::Topology;
-use softib_hca::host::{host_dir, Daemon};
+use softib_hca::host::host_dir;
 
-const TOPO_A: &str = include_str!("../../../topologies/topoA.net");
-
-struct Running {
-    dir: PathBuf,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-    waker: softib_hca::host::Waker,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        self.waker.wake();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+mod common;
+use common::{start_topology, Running, TOPO_A};
 
 fn start(topo: &str, name: &str) -> Running {
-    let dir = std::env::temp_dir().join(format!("softib-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let stop = Arc::new(AtomicBool::new(false));
-    let topology = Topology::parse(topo).unwrap();
-    let (d2, s2) = (dir.clone(), stop.clone());
-    let (tx, rx) = std::sync::mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        let mut daemon =
-            Daemon::from_topology(&topology, &d2, "127.0.0.1".parse().unwrap(), 7).unwrap();
-        tx.send(daemon.waker()).unwrap();
-        daemon.run(&s2).unwrap();
-    });
-    let waker = rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("daemon started");
-    Running {
-        dir,
-        stop,
-        thread: Some(thread),
-        waker,
-    }
+    start_topology(topo, name, 7)
 }
 
 fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
@@ -133,20 +92,8 @@ fn a_client_cannot_use_another_clients_objects_and_bad_requests_get_errors() {
 
 /// A host daemon in a thread with two RoCEv2 devices on loopback addresses.
 fn start_roce(name: &str, udp_port: u16) -> Running {
-    let dir = std::env::temp_dir().join(format!("softib-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let stop = Arc::new(AtomicBool::new(false));
-    let (d2, s2) = (dir.clone(), stop.clone());
-    let (tx, rx) = std::sync::mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        let (mut daemon, _) = Daemon::single_host("h", &d2, 11).unwrap();
-        tx.send(daemon.waker()).unwrap();
-        daemon.run(&s2).unwrap();
-    });
-    let waker = rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("daemon started");
-    let mut c = softib::Context::open_at(&dir).unwrap();
+    let r = common::start_host(name, 11);
+    let mut c = softib::Context::open_at(&r.dir).unwrap();
     for (n, ip) in [("rxe0", "127.0.0.2"), ("rxe1", "127.0.0.3")] {
         c.link_add(softib::LinkConfig {
             name: n.into(),
@@ -156,12 +103,7 @@ fn start_roce(name: &str, udp_port: u16) -> Running {
         })
         .unwrap();
     }
-    Running {
-        dir,
-        stop,
-        thread: Some(thread),
-        waker,
-    }
+    r
 }
 
 /// Brings an RC QP on `dev` of `ctx` to RTS towards `remote` (qpn, gid).

@@ -15,70 +15,28 @@ use std::io::Write;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use softib_engine::verbs::{
     AccessFlags, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, WrOpcode,
 };
 use softib_engine::{AddressVector, AttrMask, CqHandle, PdHandle, QpAttr, QpCap, QpInitAttr};
-use softib_fabric::Topology;
-use softib_hca::host::{host_dir, Daemon};
+use softib_hca::host::host_dir;
 use softib_hca::proto::{self, ErrorKind, Request, Response, MAX_FRAME, MAX_PENDING_FDS};
 use softib_net::fault::FaultSpec;
 use softib_wire::{Gid, Lid, Mtu, Psn, Qpn};
 
-const TOPO_A: &str = include_str!("../../../topologies/topoA.net");
 const HOST: &str = "test213";
 
-struct Running {
-    dir: PathBuf,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
+mod common;
+use common::{start_topology, Running, TOPO_A};
 
-impl Running {
-    fn alive(&self) -> bool {
-        self.thread.as_ref().is_some_and(|t| !t.is_finished())
-    }
-
-    fn socket(&self) -> PathBuf {
-        host_dir(&self.dir, HOST).join("softibd.sock")
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+fn socket(r: &Running) -> PathBuf {
+    host_dir(&r.dir, HOST).join("softibd.sock")
 }
 
 fn start(name: &str) -> Running {
-    let dir = std::env::temp_dir().join(format!("softib-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let stop = Arc::new(AtomicBool::new(false));
-    let topology = Topology::parse(TOPO_A).unwrap();
-    let (d2, s2) = (dir.clone(), stop.clone());
-    let (tx, rx) = std::sync::mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        let mut daemon =
-            Daemon::from_topology(&topology, &d2, "127.0.0.1".parse().unwrap(), 7).unwrap();
-        tx.send(()).unwrap();
-        daemon.run(&s2).unwrap();
-    });
-    rx.recv_timeout(Duration::from_secs(10))
-        .expect("daemon started");
-    Running {
-        dir,
-        stop,
-        thread: Some(thread),
-    }
+    start_topology(TOPO_A, name, 7)
 }
 
 fn connect(path: &Path) -> UnixStream {
@@ -215,14 +173,14 @@ fn malformed_requests_never_stop_the_daemon() {
 
     // Raw garbage: whatever it means as frames, the daemon answers errors and closes.
     for seed in 1..=8 {
-        let mut s = connect(&d.socket());
+        let mut s = connect(&socket(&d));
         let _ = s.write_all(&junk(seed, 64 * 1024));
         let _ = s.shutdown(std::net::Shutdown::Write);
         until_closed(&mut s);
     }
     // Garbage inside well-framed messages: one "malformed" error per frame, the connection
     // stays usable and Hello still works after.
-    let mut s = connect(&d.socket());
+    let mut s = connect(&socket(&d));
     for seed in 1..=32u64 {
         let body = junk(seed, (seed as usize * 7) % 300);
         let mut frame = u32::try_from(body.len()).unwrap().to_le_bytes().to_vec();
@@ -234,28 +192,28 @@ fn malformed_requests_never_stop_the_daemon() {
     hello(&mut s);
 
     // A truncated frame, then the client goes away.
-    let mut s = connect(&d.socket());
+    let mut s = connect(&socket(&d));
     s.write_all(&[100, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
         .unwrap();
     drop(s);
     // A truncated frame that stays open while others are served.
-    let mut stalled = connect(&d.socket());
+    let mut stalled = connect(&socket(&d));
     stalled.write_all(&[200, 0, 0, 0, 1, 2, 3]).unwrap();
     // A length prefix without a single body byte.
-    let mut stalled2 = connect(&d.socket());
+    let mut stalled2 = connect(&socket(&d));
     stalled2.write_all(&[8, 0]).unwrap();
     normal_client_works(&d, &mut before);
 
     // Huge length prefixes: refused as soon as the prefix is complete, then closed.
     for len in [u32::MAX, 0x8000_0000, u32::try_from(MAX_FRAME + 1).unwrap()] {
-        let mut s = connect(&d.socket());
+        let mut s = connect(&socket(&d));
         s.write_all(&len.to_le_bytes()).unwrap();
         let errors = until_closed(&mut s);
         assert_eq!(errors.len(), 1, "{len:#x}");
         assert_eq!(error_kind(&errors[0]), Some(ErrorKind::Protocol));
     }
     // The largest frame allowed, full of junk: buffered, found malformed, answered.
-    let mut s = connect(&d.socket());
+    let mut s = connect(&socket(&d));
     let mut big = u32::try_from(MAX_FRAME).unwrap().to_le_bytes().to_vec();
     big.extend_from_slice(&junk(99, MAX_FRAME));
     let writer = {
@@ -268,7 +226,7 @@ fn malformed_requests_never_stop_the_daemon() {
     hello(&mut s);
 
     // A wrong protocol version is refused naming both; the right one then works.
-    let mut s = connect(&d.socket());
+    let mut s = connect(&socket(&d));
     let r = ask(
         &mut s,
         &Request::Hello {
@@ -303,7 +261,7 @@ fn malformed_requests_never_stop_the_daemon() {
     assert_eq!(error_kind(&r), Some(ErrorKind::Protocol), "{r:?}");
 
     // Descriptors nobody claims: the connection is closed before they pile up.
-    let mut s = connect(&d.socket());
+    let mut s = connect(&socket(&d));
     hello(&mut s);
     let region = softib_net::shm::SharedRegion::create("hostile", 4096).unwrap();
     let fds = [region.fd(), region.fd(), region.fd(), region.fd()];
@@ -320,7 +278,7 @@ fn malformed_requests_never_stop_the_daemon() {
         until_closed(&mut s);
     }
     // AttachBuffer without its memfd, and with a length past the memfd's.
-    let mut s = connect(&d.socket());
+    let mut s = connect(&socket(&d));
     hello(&mut s);
     let r = ask(&mut s, &Request::AttachBuffer { len: 4096, addr: 0 });
     assert_eq!(error_kind(&r), Some(ErrorKind::Protocol), "{r:?}");
@@ -345,7 +303,7 @@ fn malformed_requests_never_stop_the_daemon() {
 
 /// Well-formed requests after Hello whose handles, devices, ports or values are not valid.
 fn out_of_range_handles(d: &Running) {
-    let mut s = connect(&d.socket());
+    let mut s = connect(&socket(d));
     hello(&mut s);
     let mad = vec![0u8; 256];
     let nothing = Qpn::new(0xFF_FFFE);

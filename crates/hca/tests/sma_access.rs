@@ -6,62 +6,24 @@
 //! `recv_mads`) on the emulated fabric of topology A (test213 ⇄ test214, port 1 ⇄ port 1).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use softib::{
     AccessFlags, AddressVector, AhHandle, AttrMask, Context, CqHandle, MadQp, QpAttr, QpCap,
     QpInitAttr, QpState, QpType, Qpn, RecvWr, SendFlags, SendWr, Sge, UdDest, WcStatus, WrOpcode,
 };
-use softib_fabric::Topology;
-use softib_hca::host::{host_dir, Daemon};
+use softib_hca::host::host_dir;
 use softib_wire::mad::attr::{
     PKeyTable, PortInfo, PortPhysicalState, PortState, SmInfo, SmState, SmpAttribute,
 };
 use softib_wire::mad::{smp, status, AttrId, Method, MAD_LEN};
 use softib_wire::{Guid, Lid, PKey};
 
-const TOPO_A: &str = include_str!("../../../topologies/topoA.net");
-
-struct Running {
-    dir: PathBuf,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+mod common;
+use common::{start_topology, Running, TOPO_A};
 
 fn start(name: &str) -> Running {
-    let dir = std::env::temp_dir().join(format!("softib-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let stop = Arc::new(AtomicBool::new(false));
-    let topology = Topology::parse(TOPO_A).unwrap();
-    let (d2, s2) = (dir.clone(), stop.clone());
-    let (tx, rx) = std::sync::mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        let mut daemon =
-            Daemon::from_topology(&topology, &d2, "127.0.0.1".parse().unwrap(), 11).unwrap();
-        tx.send(()).unwrap();
-        daemon.run(&s2).unwrap();
-    });
-    rx.recv_timeout(Duration::from_secs(10))
-        .expect("daemon started");
-    Running {
-        dir,
-        stop,
-        thread: Some(thread),
-    }
+    start_topology(TOPO_A, name, 11)
 }
 
 /// A MAD agent on port 1 of one host.

@@ -5,10 +5,9 @@
 //! daemon is the same code; only where it runs differs.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+
+use softib_hca::host::{Daemon, DaemonThread};
 
 use crate::{Context, Error, ErrorKind, LinkConfig, Result};
 
@@ -17,9 +16,8 @@ use crate::{Context, Error, ErrorKind, LinkConfig, Result};
 #[derive(Debug)]
 pub struct EmbeddedDaemon {
     dir: PathBuf,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-    waker: Option<softib_hca::host::Waker>,
+    /// The daemon, stopped in `drop` before the directory goes.
+    daemon: Option<DaemonThread>,
 }
 
 impl EmbeddedDaemon {
@@ -29,36 +27,22 @@ impl EmbeddedDaemon {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("softib-embedded-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let stop = Arc::new(AtomicBool::new(false));
-        let (d, s) = (dir.clone(), stop.clone());
-        let (tx, rx) = std::sync::mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name("softibd".into())
-            .spawn(move || {
-                let seed = u64::from(std::process::id()) << 16 | u64::from(n);
-                match softib_hca::host::Daemon::single_host("embedded", &d, seed) {
-                    Ok((mut daemon, _)) => {
-                        let _ = tx.send(Ok(daemon.waker()));
-                        let _ = daemon.run(&s);
-                    }
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                    }
-                }
-            })?;
-        match rx.recv_timeout(Duration::from_secs(10)) {
-            Ok(Ok(waker)) => Ok(EmbeddedDaemon {
-                dir,
-                stop,
-                thread: Some(thread),
-                waker: Some(waker),
-            }),
-            Ok(Err(e)) => Err(Error::Io(e)),
-            Err(_) => Err(Error::Refused {
+        let d = dir.clone();
+        let seed = u64::from(std::process::id()) << 16 | u64::from(n);
+        let daemon = DaemonThread::spawn(move || {
+            Daemon::single_host("embedded", &d, seed).map(|(daemon, _)| daemon)
+        })
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::TimedOut => Error::Refused {
                 kind: ErrorKind::Busy,
                 message: "the embedded daemon did not start within 10 s".into(),
-            }),
-        }
+            },
+            _ => Error::Io(e),
+        })?;
+        Ok(EmbeddedDaemon {
+            dir,
+            daemon: Some(daemon),
+        })
     }
 
     /// Its runtime directory (give it to [`crate::Device::open_at`] / [`Context::open_at`]).
@@ -114,14 +98,8 @@ impl EmbeddedDaemon {
 
 impl Drop for EmbeddedDaemon {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        // The loop may sleep up to a second when idle: wake it to see the flag.
-        if let Some(w) = &self.waker {
-            w.wake();
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        // Stopped and joined first, then its directory goes.
+        self.daemon.take();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
