@@ -47,6 +47,10 @@ pub struct SimArgs {
     /// Whether receives are sometimes posted late (on or off).
     #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
     late_recvs: Option<bool>,
+    /// Whether RC QPs are marked in-process, as the daemon marks QPs whose peer is one of
+    /// its own devices: SENDs and WRITEs in 60 KiB segments, payloads by reference (on or off).
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    in_process: Option<bool>,
     /// Make every QP pair of this transport.
     #[arg(long, value_name = "rc|uc|ud", value_parser = parse_qp_type)]
     qp_type: Option<QpType>,
@@ -155,6 +159,7 @@ pub fn run(args: &SimArgs) -> anyhow::Result<u8> {
         max_ops: args.max_ops.map(usize::from),
         ops: args.ops,
         trace: args.trace,
+        in_process: args.in_process,
     };
     let reproducing = args.seeds == 1;
     let verbose = args.verbose || reproducing;

@@ -230,6 +230,42 @@ impl<M: Memory> Hca<M> {
         &mut self.res.mem
     }
 
+    /// Marks whether a QP's peer is an engine of this process (the link knows: it hands that
+    /// peer's packets over in-process). An RC QP so marked sends each SEND and WRITE that
+    /// starts from now on in segments of [`crate::IN_PROCESS_SEGMENT`] bytes and leaves
+    /// payloads (its requests', its READ responses') in memory ([`Transmit::payload`]); its
+    /// `poll_transmit` buffer must hold [`crate::IN_PROCESS_MAX_LEN`] bytes. The receiving
+    /// engine must be told the packets are in-process ([`RxMeta::in_process`]). Other QP
+    /// types ignore it. Moving the QP to RESET or giving it a new path clears it.
+    pub fn set_in_process(&mut self, qpn: Qpn, in_process: bool) {
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            qp.in_process = in_process && qp.qp_type() == QpType::Rc;
+        }
+    }
+
+    /// Appends a [`Transmit`]'s payload left in memory to its headers in `buf` (where
+    /// `poll_transmit` wrote them) with its pad, so that the packet is whole: for a link that
+    /// carries it rather than handing it over. Returns false, and changes nothing, when the
+    /// memory is gone or `buf` is too short; the packet is then lost, as on a wire.
+    pub fn materialize(&mut self, t: &mut Transmit, buf: &mut [u8]) -> bool {
+        let Some(p) = t.payload else {
+            return true;
+        };
+        let n = p.len as usize;
+        let pad = usize::from(softib_wire::packet::pad_for(n));
+        let Some(out) = buf.get_mut(t.len..t.len + n + pad) else {
+            return false;
+        };
+        let (body, tail) = out.split_at_mut(n);
+        if self.res.mem.read(p.region, p.addr, body).is_err() {
+            return false;
+        }
+        tail.fill(0);
+        t.len += n + pad;
+        t.payload = None;
+        true
+    }
+
     /// A registered region.
     pub fn mr(&self, key: u32) -> Option<&Mr> {
         self.res.mrs.get(key)
@@ -707,6 +743,8 @@ impl<M: Memory> Hca<M> {
         if m(AttrMask::AV) {
             a.ah_attr = attr.ah_attr;
             a.ah_attr.port_num = a.port_num;
+            // A new path may lead elsewhere: the link marks it again when it sees where.
+            qp.in_process = false;
         }
         if m(AttrMask::PATH_MTU) {
             a.path_mtu = attr.path_mtu;
@@ -805,6 +843,7 @@ impl<M: Memory> Hca<M> {
             signaled,
             first_psn: None,
             npkts: 0,
+            seg: 0,
             sent: 0,
             acked: 0,
             read_restart: 0,
@@ -853,27 +892,66 @@ impl<M: Memory> Hca<M> {
     /// has verified and removed the ICRC (and VCRC). Never fails: what cannot be delivered is
     /// dropped and counted by reason.
     pub fn handle_packet(&mut self, now: Instant, port: u8, meta: &RxMeta, body: &[u8]) {
+        let parsed = parse_body(body);
+        self.handle_parsed(now, port, meta, body.len(), parsed);
+    }
+
+    /// Handles a received transport packet whose payload lies apart from its headers: what a
+    /// [`Transmit`] with a [`Transmit::payload`] becomes when handed over in-process (the
+    /// payload then goes straight from the sender's memory into the receiver's). `headers`
+    /// runs from the BTH through the last extension header; `payload` has no pad.
+    pub fn handle_packet_parts(
+        &mut self,
+        now: Instant,
+        port: u8,
+        meta: &RxMeta,
+        headers: &[u8],
+        payload: &[u8],
+    ) {
+        let parsed = TransportRepr::parse(headers).and_then(|(t, rest)| {
+            let has_payload = t.bth.opcode.info().is_some_and(|i| i.has_payload);
+            let pad_ok = usize::from(t.bth.pad_count)
+                == usize::from(softib_wire::packet::pad_for(payload.len()));
+            if !rest.is_empty() || !pad_ok || (!has_payload && !payload.is_empty()) {
+                Err(softib_wire::Error::Malformed(
+                    "headers and a separate payload do not agree",
+                ))
+            } else {
+                Ok((t, payload))
+            }
+        });
+        let pad = usize::from(softib_wire::packet::pad_for(payload.len()));
+        self.handle_parsed(now, port, meta, headers.len() + payload.len() + pad, parsed);
+    }
+
+    fn handle_parsed(
+        &mut self,
+        now: Instant,
+        port: u8,
+        meta: &RxMeta,
+        body_len: usize,
+        parsed: softib_wire::Result<(TransportRepr, &[u8])>,
+    ) {
         self.last_now = self.last_now.max(now);
         let Some(counters) = self.res.counters_mut(port) else {
             return;
         };
         counters.rcv_pkts += 1;
-        counters.rcv_data_words += (body.len() as u64 + 4) / 4;
-        let (t, payload) =
-            match parse_body(body).and_then(|(t, p)| t.check_headers().map(|()| (t, p))) {
-                Ok(v) => v,
-                Err(softib_wire::Error::Unsupported(_)) => {
-                    self.res.drop_packet(DropReason::UnsupportedOpcode);
-                    return;
+        counters.rcv_data_words += (body_len as u64 + 4) / 4;
+        let (t, payload) = match parsed.and_then(|(t, p)| t.check_headers().map(|()| (t, p))) {
+            Ok(v) => v,
+            Err(softib_wire::Error::Unsupported(_)) => {
+                self.res.drop_packet(DropReason::UnsupportedOpcode);
+                return;
+            }
+            Err(_) => {
+                if let Some(c) = self.res.counters_mut(port) {
+                    c.rcv_errors += 1;
                 }
-                Err(_) => {
-                    if let Some(c) = self.res.counters_mut(port) {
-                        c.rcv_errors += 1;
-                    }
-                    self.res.drop_packet(DropReason::Malformed);
-                    return;
-                }
-            };
+                self.res.drop_packet(DropReason::Malformed);
+                return;
+            }
+        };
         if !self.res.port(port).is_some_and(|p| p.active) {
             self.res.drop_packet(DropReason::PortNotActive);
             return;

@@ -90,9 +90,41 @@ pub struct Transmit {
     pub av: AddressVector,
     /// The sending QP (RoCEv2 derives the UDP source port from it).
     pub src_qpn: softib_wire::Qpn,
-    /// Bytes written at the start of the buffer: BTH through pad, without the ICRC.
+    /// Bytes written at the start of the buffer: BTH through pad, without the ICRC — or,
+    /// when `payload` is set, only the headers (BTH through the last extension header).
     pub len: usize,
+    /// The payload, when it was left in registered memory instead of copied into the buffer
+    /// (only for QPs the link marked in-process, see [`Hca::set_in_process`]). The BTH's pad
+    /// count is already set for it. A link that carries the packet itself first appends it
+    /// with [`Hca::materialize`]; one that hands it to an engine of the same process passes
+    /// it to [`Hca::handle_packet_parts`] as it lies, which makes the transfer one copy.
+    pub payload: Option<PayloadRef>,
+    /// Whether the sending QP is marked in-process: a link that finds this differs from
+    /// where the packet really goes tells the engine with [`Hca::set_in_process`].
+    pub in_process: bool,
 }
+
+/// A packet's payload left where it lies: `len` bytes at `addr` of the embedder's `region`,
+/// already checked against the memory region's key, bounds and access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PayloadRef {
+    /// The embedder's region.
+    pub region: RegionId,
+    /// The application's address of the first byte.
+    pub addr: u64,
+    /// The payload's length (without pad).
+    pub len: u32,
+}
+
+/// The largest payload of one packet between in-process QPs: RC SENDs and WRITEs between
+/// QPs whose peers are in the same process go in segments of this size instead of the path
+/// MTU (a 64 KiB message is two packets, not sixteen). It is 15 × 4096 so that a packet,
+/// with its headers, still fits one IPv4 datagram when a capture or a fault needs it whole.
+pub const IN_PROCESS_SEGMENT: u32 = 15 * 4096;
+
+/// The buffer `poll_transmit` needs when a QP is marked in-process: the headers, one
+/// [`IN_PROCESS_SEGMENT`] and its pad.
+pub const IN_PROCESS_MAX_LEN: usize = 12 + 28 + 16 + 4 + IN_PROCESS_SEGMENT as usize + 3;
 
 /// What the link knows about a received packet beyond its transport bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -104,6 +136,9 @@ pub struct RxMeta {
     /// The 40 bytes a UD receive buffer starts with: the GRH, or on RoCEv2 over IPv4 twenty
     /// zero bytes and the IPv4 header. `None` when the packet had no GRH.
     pub grh: Option<[u8; 40]>,
+    /// The packet came from an engine of this process, not from a wire: its RC SEND and
+    /// WRITE packets may carry up to [`IN_PROCESS_SEGMENT`] bytes instead of one path MTU.
+    pub in_process: bool,
 }
 
 #[cfg(test)]

@@ -165,6 +165,35 @@ impl<M: Memory> Resources<M> {
         }
     }
 
+    /// Where `len` bytes of a message at `offset` lie, when they lie in one SGE (checked as
+    /// `gather` checks them): the payload of an in-process packet, left in place. `Ok(None)`
+    /// when they span SGEs or the SGE's region has no bytes: gather them instead.
+    pub fn payload_ref(
+        &self,
+        pd: PdHandle,
+        sges: &[Sge],
+        mut offset: u64,
+        len: u32,
+    ) -> Result<Option<crate::PayloadRef>, WcStatus> {
+        for s in sges {
+            let sl = u64::from(s.length);
+            if offset >= sl {
+                offset -= sl;
+                continue;
+            }
+            if offset + u64::from(len) > sl {
+                return Ok(None);
+            }
+            let addr = s.addr + offset;
+            let region = self
+                .mrs
+                .check(s.lkey, pd, addr, u64::from(len), AccessFlags::NONE)
+                .map_err(|_| WcStatus::LocProtErr)?;
+            return Ok(region.map(|region| crate::PayloadRef { region, addr, len }));
+        }
+        Err(WcStatus::LocLenErr)
+    }
+
     /// Writes `data` into a message's SGEs at `offset` (LOCAL_WRITE required).
     pub fn scatter(
         &mut self,

@@ -427,6 +427,7 @@ impl<M: Memory> IbCa<M> {
             slid: lrh.slid,
             sl: lrh.sl,
             grh,
+            in_process: false,
         };
         self.hca.handle_packet(now, port, &meta, body);
     }

@@ -91,6 +91,9 @@ pub struct Overrides {
     pub ops: Option<u8>,
     /// Log every packet sent and delivered (changes nothing else in the run).
     pub trace: bool,
+    /// Whether RC QPs are marked in-process (large segments, payloads by reference), as the
+    /// daemon marks QPs whose peer is one of its own devices.
+    pub in_process: Option<bool>,
 }
 
 impl Overrides {
@@ -126,6 +129,7 @@ impl Overrides {
             ("partitions", self.partitions),
             ("disruptions", self.disruptions),
             ("late-recvs", self.late_recvs),
+            ("in-process", self.in_process),
         ] {
             if let Some(b) = v {
                 s.push_str(&format!(" --{name} {}", if b { "on" } else { "off" }));
@@ -233,6 +237,9 @@ pub struct Config {
     pub late_recv_max: Duration,
     /// Whether the workload disrupts QP pairs.
     pub disruptions: bool,
+    /// Whether RC QPs are marked in-process: their SENDs and WRITEs go in segments of
+    /// `IN_PROCESS_SEGMENT` bytes, with messages up to three of them long.
+    pub in_process: bool,
 }
 
 impl Config {
@@ -478,6 +485,17 @@ pub fn derive(seed: u64, o: &Overrides) -> Config {
         });
     }
 
+    // Drawn from a stream of its own, so that every other choice of a seed stays what it was
+    // before this knob existed.
+    let mut ip_rng = SimRng::new(seed ^ 0x5157_4152_4D00_0002);
+    let in_process = o.in_process.unwrap_or_else(|| ip_rng.chance(0.25));
+    if in_process {
+        let seg = u64::from(softib_engine::IN_PROCESS_SEGMENT);
+        for pc in pairs.iter_mut().filter(|pc| pc.qp_type == QpType::Rc) {
+            pc.max_len = ip_rng.range(seg / 2, 3 * seg) as u32;
+        }
+    }
+
     let rnr_us = u64::from(rnr_timer_usec(min_rnr_timer));
     let lifetime = delay.max_lifetime().as_micros();
     let liveness_bound = Duration::from_micros(
@@ -507,6 +525,7 @@ pub fn derive(seed: u64, o: &Overrides) -> Config {
         late_recv_prob,
         late_recv_max,
         disruptions,
+        in_process,
     }
 }
 
@@ -557,12 +576,13 @@ impl fmt::Display for Config {
         }
         writeln!(
             f,
-            "; signaled {} inline {} late recvs {} (<={}) disruptions {}",
+            "; signaled {} inline {} late recvs {} (<={}) disruptions {} in-process {}",
             percent((self.signal_prob * 1000.0).round() / 1000.0),
             percent((self.inline_prob * 1000.0).round() / 1000.0),
             percent((self.late_recv_prob * 1000.0).round() / 1000.0),
             self.late_recv_max,
-            if self.disruptions { "on" } else { "off" }
+            if self.disruptions { "on" } else { "off" },
+            if self.in_process { "on" } else { "off" }
         )?;
         for (i, p) in self.pairs.iter().enumerate() {
             write!(

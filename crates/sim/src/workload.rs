@@ -666,6 +666,9 @@ impl Workload {
             hca.modify_qp(qpn, &attr, mask)
                 .map_err(|x| format!("sim: {name} could not move to {to}: {x}"))?;
         }
+        // As the daemon marks a QP whose peer is one of its own devices (the engine ignores
+        // it on UC and UD).
+        hca.set_in_process(qpn, cfg.in_process);
         let now = world.now;
         let epoch = self.ends[e].epoch;
         world.log.push(

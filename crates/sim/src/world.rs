@@ -113,6 +113,9 @@ pub struct World {
     pub log: Log,
     /// Whether every packet goes into the log.
     pub trace: bool,
+    /// Whether RC QPs are marked in-process: packets are handed over as the daemon hands
+    /// over those between its devices ([`RxMeta::in_process`]).
+    pub in_process: bool,
     buf: Vec<u8>,
 }
 
@@ -158,7 +161,8 @@ impl World {
             net,
             log,
             trace: false,
-            buf: vec![0; MAX_TRANSPORT_LEN],
+            in_process: cfg.in_process,
+            buf: vec![0; MAX_TRANSPORT_LEN.max(softib_engine::IN_PROCESS_MAX_LEN)],
         })
     }
 
@@ -177,9 +181,19 @@ impl World {
         'nodes: for i in 0..self.nodes.len() {
             loop {
                 let node = &mut self.nodes[i];
-                let Some(tx) = node.hca.poll_transmit(now, &mut buf) else {
+                let Some(mut tx) = node.hca.poll_transmit(now, &mut buf) else {
                     break;
                 };
+                // A payload left in memory travels whole here (the daemon hands it over in
+                // two parts; the engine's own tests cover that).
+                if !node.hca.materialize(&mut tx, &mut buf) {
+                    result = Err(format!(
+                        "hca{} QP {}: a payload left in memory could not be read",
+                        i + 1,
+                        tx.src_qpn
+                    ));
+                    break 'nodes;
+                }
                 let body = &buf[..tx.len];
                 let state = node.hca.qp(tx.src_qpn).map(|q| q.state);
                 if let Err(e) = oracle.on_transmit(i, tx.src_qpn, state, body) {
@@ -220,6 +234,7 @@ impl World {
                 slid: d.slid,
                 sl: d.sl,
                 grh: None,
+                in_process: self.in_process,
             };
             if self.trace {
                 let what = softib_wire::packet::parse_body(&d.body).map_or_else(

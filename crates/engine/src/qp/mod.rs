@@ -69,6 +69,9 @@ pub(crate) struct SendWqe {
     pub first_psn: Option<Psn>,
     /// How many PSNs the WQE occupies: request packets, or READ response packets.
     pub npkts: u32,
+    /// The payload bytes per request packet, fixed when the WQE starts: the path MTU, or
+    /// [`crate::IN_PROCESS_SEGMENT`] for an RC SEND or WRITE of an in-process QP.
+    pub seg: u32,
     /// How many of its PSNs have been transmitted (READ: `npkts` once the request is out).
     pub sent: u32,
     /// How many of its PSNs are acknowledged (READ: response packets received in order).
@@ -207,6 +210,9 @@ pub struct Qp {
     pub(crate) scheduled: bool,
     /// The deadline the HCA's timer set holds for this QP.
     pub(crate) armed: Option<Instant>,
+    /// The link said the peer is an engine of this process (`Hca::set_in_process`): RC
+    /// SENDs and WRITEs go in large segments, and payloads by reference.
+    pub(crate) in_process: bool,
 }
 
 impl Qp {
@@ -221,6 +227,7 @@ impl Qp {
             resp: responder::Responder::default(),
             scheduled: false,
             armed: None,
+            in_process: false,
         }
     }
 
@@ -332,6 +339,8 @@ impl Qp {
         self.sq = SendQueue::default();
         self.rq.clear();
         self.resp = responder::Responder::default();
+        // A new connection may lead elsewhere: the link marks it again when it sees where.
+        self.in_process = false;
     }
 
     /// The earliest timer of this QP.

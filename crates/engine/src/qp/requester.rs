@@ -197,8 +197,18 @@ impl Qp {
                 self.fail_wqe(i, status, 0, res);
                 return None;
             }
+            let in_process = self.in_process;
             let w = &mut self.sq.wqes[i];
-            w.npkts = packets(w.len, mtu);
+            // To a peer in this process an RC SEND or WRITE goes in large segments (its
+            // responder is told the packets are in-process); READs keep the path MTU, as the
+            // responder segments their responses by its own.
+            w.seg =
+                if in_process && !w.is_read_or_atomic() && buf.len() >= crate::IN_PROCESS_MAX_LEN {
+                    crate::IN_PROCESS_SEGMENT
+                } else {
+                    mtu
+                };
+            w.npkts = packets(w.len, w.seg);
             if matches!(
                 w.wr.opcode,
                 WrOpcode::AtomicCmpAndSwp { .. } | WrOpcode::AtomicFetchAndAdd { .. }
@@ -216,6 +226,7 @@ impl Qp {
         let qpn = self.qpn;
         let pd = self.init.pd;
         let ack_every = res.transport.max_pkt_per_ack.max(1);
+        let in_process = self.in_process;
         let window = self.sq.window(res.transport.max_unacked_psns);
         let una = self.sq.una();
         let w = &mut self.sq.wqes[i];
@@ -227,8 +238,9 @@ impl Qp {
         let (pos, offset, n) = if w.is_read_or_atomic() {
             (Position::Only, 0u64, 0u32)
         } else {
-            let off = u64::from(k) * u64::from(mtu);
-            let n = (u64::from(w.len) - off).min(u64::from(mtu)) as u32;
+            let seg = w.seg.max(1);
+            let off = u64::from(k) * u64::from(seg);
+            let n = (u64::from(w.len) - off).min(u64::from(seg)) as u32;
             (position(k, w.npkts), off, n)
         };
         let opcode = opcode_for(qp_type, &w.wr.opcode, pos);
@@ -319,9 +331,37 @@ impl Qp {
             });
         }
         let hlen = t.header_len();
+        let pad = usize::from(pad_for(n as usize));
+        // The payload stays in memory when the peer is in this process and it lies in one
+        // SGE: the peer's engine copies it from there into its own memory.
+        let by_ref = match &w.wr.inline_data {
+            None if n > 0 && in_process => match res.payload_ref(pd, &w.wr.sg_list, offset, n) {
+                Ok(r) => r,
+                Err(status) => {
+                    self.fail_wqe(i, status, 0, res);
+                    return None;
+                }
+            },
+            _ => None,
+        };
+        let len = if by_ref.is_some() {
+            hlen
+        } else {
+            hlen + n as usize + pad
+        };
+        if buf.len() < len {
+            // Only a link that gave a smaller buffer than it promised gets here.
+            self.fail_wqe(i, WcStatus::LocLenErr, 0, res);
+            return None;
+        }
         t.emit(buf);
-        let body = &mut buf[hlen..hlen + n as usize];
+        let body = &mut buf[hlen..if by_ref.is_some() {
+            hlen
+        } else {
+            hlen + n as usize
+        }];
         let gathered = match &w.wr.inline_data {
+            _ if by_ref.is_some() => Ok(()),
             Some(data) => {
                 let start = offset as usize;
                 match data.get(start..start + n as usize) {
@@ -339,9 +379,9 @@ impl Qp {
             self.fail_wqe(i, status, 0, res);
             return None;
         }
-        let pad = usize::from(pad_for(n as usize));
-        buf[hlen + n as usize..hlen + n as usize + pad].fill(0);
-        let len = hlen + n as usize + pad;
+        if by_ref.is_none() {
+            buf[hlen + n as usize..len].fill(0);
+        }
 
         let av = match &w.wr.ud {
             Some(ud) => res.ahs.get(&ud.ah).map(|a| a.av).unwrap_or_default(),
@@ -372,13 +412,15 @@ impl Qp {
         }
         if let Some(c) = res.counters_mut(self.attr.port_num) {
             c.xmit_pkts += 1;
-            c.xmit_data_words += (len as u64 + 4) / 4;
+            c.xmit_data_words += (hlen + n as usize + pad + 4) as u64 / 4;
         }
         Some(Transmit {
             port: self.attr.port_num,
             av,
             src_qpn: qpn,
             len,
+            payload: by_ref,
+            in_process,
         })
     }
 }

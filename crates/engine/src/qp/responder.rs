@@ -25,7 +25,7 @@ use crate::time::Instant;
 use crate::verbs::{
     AccessFlags, AsyncEvent, QpState, QpType, RecvWr, WcOpcode, WcStatus, WorkCompletion,
 };
-use crate::{RxMeta, Transmit};
+use crate::{PayloadRef, RxMeta, Transmit};
 
 /// A message being received.
 #[derive(Debug, Clone)]
@@ -194,7 +194,7 @@ impl Qp {
     ) {
         let _ = now;
         match self.qp_type() {
-            QpType::Rc => self.rc_request(res, t, payload),
+            QpType::Rc => self.rc_request(res, t, payload, meta.in_process),
             QpType::Uc => self.uc_request(res, t, payload),
             QpType::Ud => self.ud_request(res, meta, t, payload),
         }
@@ -218,7 +218,13 @@ impl Qp {
         self.enter_error(res, Some(nak));
     }
 
-    fn rc_request<M: Memory>(&mut self, res: &mut Resources<M>, t: &TransportRepr, payload: &[u8]) {
+    fn rc_request<M: Memory>(
+        &mut self,
+        res: &mut Resources<M>,
+        t: &TransportRepr,
+        payload: &[u8],
+        in_process: bool,
+    ) {
         let psn = t.bth.psn;
         let Some(info) = t.bth.opcode.info() else {
             return;
@@ -252,8 +258,12 @@ impl Qp {
             Kind::RdmaWrite => in_write == continues && !in_send,
             _ => !in_send && !in_write,
         };
-        // Packet payload lengths: FIRST and MIDDLE carry exactly one MTU.
+        // Packet payload lengths: FIRST and MIDDLE carry exactly one MTU. A requester of
+        // this process (see `Hca::set_in_process`) may send larger segments; where each
+        // packet's bytes go is counted from the payloads, so any segmentation it chose lands
+        // right.
         let length_ok = match pos {
+            _ if in_process => payload.len() <= crate::IN_PROCESS_SEGMENT as usize,
             Position::First | Position::Middle if info.has_payload => payload.len() == mtu,
             _ => payload.len() <= mtu,
         };
@@ -849,6 +859,32 @@ impl Qp {
         }
         let hlen = t.header_len();
         t.emit(buf);
+        // To a requester of this process, the data stays where it is until the requester
+        // places it (one copy instead of two).
+        let by_ref = read_from
+            .filter(|_| self.in_process)
+            .map(|(region, addr)| PayloadRef {
+                region,
+                addr,
+                len: n as u32,
+            });
+        if by_ref.is_some() {
+            if let Some(c) = res.counters_mut(self.attr.port_num) {
+                c.xmit_pkts += 1;
+                c.xmit_data_words += (hlen + n + usize::from(pad_for(n)) + 4) as u64 / 4;
+            }
+            if self.state == QpState::Err && self.resp.outputs.is_empty() {
+                self.resp.cur = None;
+            }
+            return Some(Transmit {
+                port: self.attr.port_num,
+                av: self.attr.ah_attr,
+                src_qpn: self.qpn,
+                len: hlen,
+                payload: by_ref,
+                in_process: true,
+            });
+        }
         if let Some((region, va)) = read_from {
             if res.mem.read(region, va, &mut buf[hlen..hlen + n]).is_err() {
                 // The memory went away under a READ: answer with a remote operational error.
@@ -878,6 +914,8 @@ impl Qp {
             av: self.attr.ah_attr,
             src_qpn: self.qpn,
             len,
+            payload: None,
+            in_process: self.in_process,
         })
     }
 }

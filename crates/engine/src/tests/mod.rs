@@ -693,6 +693,7 @@ fn ud_message_larger_than_the_mtu_fails_locally() {
 }
 
 mod access;
+mod in_process;
 mod rc;
 mod states;
 mod uc_ud;

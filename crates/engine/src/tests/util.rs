@@ -163,6 +163,10 @@ struct InFlight {
     at: Instant,
     to_b: bool,
     bytes: Vec<u8>,
+    /// For a packet sent with its payload in memory (an in-process QP): its header length
+    /// and payload length. It travels whole (so that faults and the log see it) and is
+    /// handed to the receiver in two parts, as a link of one process does.
+    split: Option<(usize, usize)>,
 }
 
 /// Two HCAs joined by a lossless, in-order wire with a fixed latency, plus fault knobs.
@@ -188,6 +192,8 @@ pub struct Pair {
     pub sig_all: bool,
     /// What the wire tells the receiver beyond the bytes (a GRH, say).
     pub rx_meta: RxMeta,
+    /// Packets sent with their payload left in memory, per direction (A's, B's).
+    pub by_ref: (usize, usize),
 }
 
 impl Pair {
@@ -207,17 +213,27 @@ impl Pair {
             log: Vec::new(),
             sig_all: true,
             rx_meta: RxMeta::default(),
+            by_ref: (0, 0),
         }
     }
 
     fn transmit_all(&mut self) {
-        let mut buf = vec![0u8; MAX_TRANSPORT_LEN];
+        let mut buf = vec![0u8; crate::IN_PROCESS_MAX_LEN.max(MAX_TRANSPORT_LEN)];
         for from_a in [true, false] {
             loop {
                 let side = if from_a { &mut self.a } else { &mut self.b };
-                let Some(tx) = side.hca.poll_transmit(self.now, &mut buf) else {
+                let Some(mut tx) = side.hca.poll_transmit(self.now, &mut buf) else {
                     break;
                 };
+                let split = tx.payload.map(|p| (tx.len, p.len as usize));
+                if split.is_some() {
+                    if from_a {
+                        self.by_ref.0 += 1;
+                    } else {
+                        self.by_ref.1 += 1;
+                    }
+                }
+                assert!(side.hca.materialize(&mut tx, &mut buf));
                 let bytes = buf[..tx.len].to_vec();
                 self.log.push((from_a, bytes.clone()));
                 let drop = if from_a {
@@ -245,6 +261,7 @@ impl Pair {
                     at: self.now + self.latency,
                     to_b: from_a,
                     bytes,
+                    split,
                 };
                 if self.duplicate {
                     self.wire.push_back(pkt.clone());
@@ -286,7 +303,7 @@ impl Pair {
                 }
                 let p = self.wire.pop_front().unwrap();
                 let side = if p.to_b { &mut self.b } else { &mut self.a };
-                side.hca.handle_packet(self.now, 1, &self.rx_meta, &p.bytes);
+                p.hand_to(&mut side.hca, self.now, &self.rx_meta);
             }
             self.a.hca.handle_timeout(self.now);
             self.b.hca.handle_timeout(self.now);
@@ -627,7 +644,18 @@ impl Pair {
         while let Some(p) = self.wire.pop_front() {
             self.now = self.now.max(p.at);
             let side = if p.to_b { &mut self.b } else { &mut self.a };
-            side.hca.handle_packet(self.now, 1, &self.rx_meta, &p.bytes);
+            p.hand_to(&mut side.hca, self.now, &self.rx_meta);
+        }
+    }
+}
+
+impl InFlight {
+    fn hand_to(&self, hca: &mut Hca<VecMemory>, now: Instant, meta: &RxMeta) {
+        match self.split {
+            Some((h, n)) => {
+                hca.handle_packet_parts(now, 1, meta, &self.bytes[..h], &self.bytes[h..h + n])
+            }
+            None => hca.handle_packet(now, 1, meta, &self.bytes),
         }
     }
 }
