@@ -134,7 +134,11 @@ fn datagrams_between_devices_of_one_daemon_skip_the_kernel_and_are_still_capture
         assert_eq!(n, 0, "RoCE datagrams crossed lo:\n{}", text(&seen.stdout));
     }
     let good = all_icrcs_valid(&dev_file);
-    // 20 WRITEs of 64 KiB at lo's IB MTU 4096 are 320 packets, 20 READs as many responses.
-    assert!(good >= 640, "{good} datagrams captured");
+    // 20 WRITEs of 64 KiB between in-process QPs are two packets each (61,440 and 4,096
+    // bytes; the first WRITE may go at lo's IB MTU 4096, before the QP is known to be
+    // in-process), captured whole although their payloads were handed over in place; 20
+    // READs of 64 KiB are 320 responses at the MTU, which rxe1 captures as it sends them.
+    eprintln!("{good} datagrams captured, every ICRC valid");
+    assert!((360..=450).contains(&good), "{good} datagrams captured");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -8,6 +8,7 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::rc::Rc;
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use serde::{Deserialize, Serialize};
@@ -16,6 +17,7 @@ use softib_fabric::SmaEvent;
 use softib_net::cable::{Cable, CableEvent, CableRecv};
 use softib_net::fault::{FaultSpec, FaultStats, Faults};
 use softib_net::pcap::{PcapWriter, LINKTYPE_INFINIBAND, LINKTYPE_RAW};
+use softib_net::shm::SharedRegion;
 use softib_net::{RxBatch, TxQueue, UdpLink};
 use softib_wire::{Gid, Guid, Lid, Mtu};
 
@@ -140,8 +142,26 @@ pub struct LocalRoce {
     pending: usize,
 }
 
+/// A payload handed over as it lies: `len` bytes at `off` of a client's shared buffer.
+#[derive(Debug, Clone)]
+pub struct LocalPayload {
+    map: Rc<SharedRegion>,
+    off: usize,
+    len: usize,
+}
+
+impl LocalPayload {
+    fn bytes(&self) -> &[u8] {
+        // In bounds: `ShmMemory::borrow` checked it against this mapping.
+        self.map
+            .as_slice()
+            .get(self.off..self.off + self.len)
+            .unwrap_or(&[])
+    }
+}
+
 /// A datagram waiting in [`LocalRoce`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct LocalItem {
     from: SocketAddr,
     to: SocketAddr,
@@ -151,6 +171,9 @@ struct LocalItem {
     len: usize,
     /// Whether it carries its ICRC (see `RoceDev::trust_local`).
     sealed: bool,
+    /// The payload, when it was left where it lies (the bytes are then the headers and
+    /// room for the ICRC, and it is unsealed).
+    payload: Option<LocalPayload>,
     taken: bool,
 }
 
@@ -197,6 +220,20 @@ impl LocalRoce {
         len: usize,
         sealed: bool,
     ) {
+        self.commit_parts(from, to, index, len, sealed, None);
+    }
+
+    /// [`LocalRoce::commit`] for headers built in [`LocalRoce::space`] whose payload stays
+    /// where it lies: the receiving device copies it from there (one copy in all).
+    pub fn commit_parts(
+        &mut self,
+        from: SocketAddr,
+        to: SocketAddr,
+        index: u16,
+        len: usize,
+        sealed: bool,
+        payload: Option<LocalPayload>,
+    ) {
         if !self.is_local(&to) || self.data.len() < self.used + len {
             return;
         }
@@ -207,6 +244,7 @@ impl LocalRoce {
             off: self.used,
             len,
             sealed,
+            payload,
             taken: false,
         });
         self.used += len;
@@ -228,9 +266,13 @@ impl LocalRoce {
         }
     }
 
-    /// Hands what waits for the device at `at` to `take` (sender, index, bytes, sealed), in
-    /// order.
-    pub fn drain(&mut self, at: SocketAddr, mut take: impl FnMut(SocketAddr, u16, &[u8], bool)) {
+    /// Hands what waits for the device at `at` to `take` (sender, index, bytes, sealed, and
+    /// the payload when it was left where it lies), in order.
+    pub fn drain(
+        &mut self,
+        at: SocketAddr,
+        mut take: impl FnMut(SocketAddr, u16, &[u8], bool, Option<&[u8]>),
+    ) {
         if self.pending == 0 {
             return;
         }
@@ -241,8 +283,11 @@ impl LocalRoce {
                 it.index,
                 &self.data[it.off..it.off + it.len],
                 it.sealed,
+                it.payload.as_ref().map(LocalPayload::bytes),
             );
             it.taken = true;
+            // The mapping is released now, not when the arena is next tidied.
+            it.payload = None;
             n += 1;
         }
         self.pending -= n;
@@ -833,7 +878,17 @@ struct RxPath<'a> {
 impl RxPath<'_> {
     /// Captures, checks the ICRC (for the IPv4 Identification `index` first: its place in a
     /// GSO run) and hands the packet to the engine; returns whether it was taken.
-    fn accept(&mut self, from: SocketAddr, index: u16, data: &[u8], sealed: bool) -> bool {
+    /// `in_process`: it came from a device of this daemon, with its payload apart when
+    /// `payload` is set (then `data` is the headers and room for the ICRC, unsealed).
+    fn accept(
+        &mut self,
+        from: SocketAddr,
+        index: u16,
+        data: &[u8],
+        sealed: bool,
+        in_process: bool,
+        payload: Option<&[u8]>,
+    ) -> bool {
         let index = if from.is_ipv4() { index } else { 0 };
         if self.capture.is_some() {
             let d = if sealed {
@@ -841,6 +896,11 @@ impl RxPath<'_> {
             } else {
                 // What the wire would have carried.
                 let mut c = data.to_vec();
+                if let Some(p) = payload {
+                    let at = c.len().saturating_sub(ICRC_LEN);
+                    let pad = usize::from(softib_wire::packet::pad_for(p.len()));
+                    c.splice(at..at, p.iter().copied().chain(std::iter::repeat_n(0, pad)));
+                }
                 let body = c.len().saturating_sub(ICRC_LEN);
                 roce::seal(from, self.local, &mut c, body);
                 roce::IdentPatch::default().apply(&mut c, index);
@@ -870,9 +930,13 @@ impl RxPath<'_> {
                     } else {
                         None
                     },
+                    in_process,
                     ..RxMeta::default()
                 };
-                self.hca.handle_packet(self.now, 1, &meta, body);
+                match payload {
+                    Some(p) => self.hca.handle_packet_parts(self.now, 1, &meta, body, p),
+                    None => self.hca.handle_packet(self.now, 1, &meta, body),
+                }
                 true
             }
             Err(e) => {
@@ -978,8 +1042,8 @@ impl RoceDev {
             now,
         };
         // From this daemon's other devices (or this one) first: they were sent earlier.
-        local_in.drain(local, |from, index, data, sealed| {
-            busy |= rx.accept(from, index, data, sealed)
+        local_in.drain(local, |from, index, data, sealed, payload| {
+            busy |= rx.accept(from, index, data, sealed, true, payload)
         });
         if self.ready {
             self.ready = false;
@@ -995,7 +1059,7 @@ impl RoceDev {
                     self.rx_overflow = self.rx_overflow.max(u64::from(n));
                 }
                 for dg in batch.datagrams() {
-                    busy |= rx.accept(dg.from, dg.index, dg.data, true);
+                    busy |= rx.accept(dg.from, dg.index, dg.data, true, false, None);
                 }
                 if call == 15 {
                     self.ready = true;
@@ -1074,7 +1138,7 @@ impl RoceDev {
             } else {
                 self.hca.poll_transmit(now, self.tx.space(room))
             };
-            let Some(t) = t else { break };
+            let Some(mut t) = t else { break };
             let Some(grh) = t.av.grh else {
                 // RoCE is routed by GID: an address vector without a GRH goes nowhere.
                 self.tx_dropped += 1;
@@ -1089,6 +1153,50 @@ impl RoceDev {
             let dst = SocketAddr::new(roce::ip_of(&grh.dgid), self.config.udp_port);
             self.last_local = local_out.is_local(&dst);
             let straight = trust_local && self.last_local;
+            if t.in_process != self.last_local {
+                // The engine learns where an RC QP's packets really go (it ignores this for
+                // UC and UD): to a device of this daemon, its later messages go in large
+                // segments and its payloads by reference.
+                let rc = {
+                    let pkt: &[u8] = if built_local {
+                        local_out.space(room)
+                    } else {
+                        self.tx.space(room)
+                    };
+                    pkt[0] >> 5 == 0
+                };
+                if rc {
+                    self.hca.set_in_process(t.src_qpn, self.last_local);
+                }
+            }
+            // A payload left in memory is handed over as it lies to a device of this daemon
+            // when nothing stands between (the receiving device copies it from the sender's
+            // buffer into its own client's: one copy in all); otherwise it is carried whole.
+            let mut handed = None;
+            if let Some(p) = t.payload {
+                if straight {
+                    handed = self
+                        .hca
+                        .memory()
+                        .borrow(p.region, p.addr, p.len as usize)
+                        .map(|(map, off)| LocalPayload {
+                            map,
+                            off,
+                            len: p.len as usize,
+                        });
+                }
+                if handed.is_none() {
+                    let at: &mut [u8] = if built_local {
+                        local_out.space(room)
+                    } else {
+                        self.tx.space(room)
+                    };
+                    if !self.hca.materialize(&mut t, at) {
+                        self.tx_dropped += 1;
+                        continue;
+                    }
+                }
+            }
             let (op, rq) = {
                 let pkt: &[u8] = if built_local {
                     local_out.space(room)
@@ -1118,11 +1226,12 @@ impl RoceDev {
                 // capture stands between, so the ICRC would buy nothing.
                 if built_local {
                     local_out.space(room)[t.len..unsealed].fill(0);
-                    local_out.commit(local, dst, 0, unsealed, false);
+                    local_out.commit_parts(local, dst, 0, unsealed, false, handed);
                 } else {
                     let pkt = self.tx.space(room);
                     pkt[t.len..unsealed].fill(0);
-                    local_out.deliver(local, dst, 0, &pkt[..unsealed], false);
+                    local_out.space(unsealed).copy_from_slice(&pkt[..unsealed]);
+                    local_out.commit_parts(local, dst, 0, unsealed, false, handed);
                 }
             } else if !built_local && faults_idle {
                 // Sealed and queued where it lies.
@@ -1281,7 +1390,7 @@ mod tests {
         l.deliver(a, c, 0, b"lost", true);
         assert_eq!(l.pending, 3);
         let mut got = Vec::new();
-        l.drain(b, |from, i, d, sealed| {
+        l.drain(b, |from, i, d, sealed, _| {
             got.push((from, i, d.to_vec(), sealed))
         });
         assert_eq!(
@@ -1293,7 +1402,7 @@ mod tests {
         );
         assert_eq!((l.pending, l.used), (1, 11));
         // Once nothing waits, all the room is free again.
-        l.drain(a, |_, _, d, _| assert_eq!(d, b"two"));
+        l.drain(a, |_, _, d, _, _| assert_eq!(d, b"two"));
         assert_eq!((l.pending, l.used, l.items.len()), (0, 0, 0));
         // A device that goes away loses what waited for it.
         l.deliver(a, b, 0, b"x", true);
@@ -1305,9 +1414,9 @@ mod tests {
         l.deliver(a, b, 0, &big, true);
         l.deliver(a, b, 0, &big, true);
         l.deliver(b, a, 0, b"keep", true);
-        l.drain(b, |_, _, _, _| {});
+        l.drain(b, |_, _, _, _, _| {});
         assert_eq!((l.pending, l.used), (1, 4));
-        l.drain(a, |_, _, d, _| assert_eq!(d, b"keep"));
+        l.drain(a, |_, _, d, _, _| assert_eq!(d, b"keep"));
     }
 
     #[test]

@@ -630,7 +630,8 @@ impl Daemon {
             switches: srt,
             sb,
             origin: now,
-            buf: vec![0u8; 16 * 1024],
+            // Room for any packet the engines build: an in-process QP's are up to 60 KiB.
+            buf: vec![0u8; (softib_engine::IN_PROCESS_MAX_LEN + 64).max(16 * 1024)],
             wake: Arc::new(rustix::event::eventfd(
                 0,
                 rustix::event::EventfdFlags::NONBLOCK | rustix::event::EventfdFlags::CLOEXEC,

@@ -50,6 +50,24 @@ impl ShmMemory {
         self.regions.remove(&id);
     }
 
+    /// The mapping that holds `len` bytes at `addr` of `region`, and their offset in it: a
+    /// payload to hand to another device of this daemon as it lies. `None` for memory of the
+    /// client process itself (reached by system calls, not mapped) or out of bounds.
+    pub fn borrow(
+        &self,
+        region: RegionId,
+        addr: u64,
+        len: usize,
+    ) -> Option<(Rc<SharedRegion>, usize)> {
+        match self.regions.get(&region)? {
+            Region::Shared { client_base, map } => {
+                let off = usize::try_from(addr.checked_sub(*client_base)?).ok()?;
+                (off.checked_add(len)? <= map.len()).then(|| (Rc::clone(map), off))
+            }
+            Region::Process(_) => None,
+        }
+    }
+
     fn at(&self, region: RegionId, addr: u64) -> Result<At<'_>, MemoryFault> {
         match self.regions.get(&region).ok_or(MemoryFault)? {
             Region::Shared { client_base, map } => {

@@ -139,10 +139,12 @@ impl SharedRegion {
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), OutOfBounds> {
         let dst = self.check(offset, src.len())?;
         if let Some((last, head)) = src.split_last() {
-            // SAFETY: inside the mapping (checked); `src` is a distinct Rust buffer.
+            // SAFETY: inside the mapping (checked). `src` may itself lie in a shared mapping
+            // (a payload handed over between two devices of the daemon), even in this one, so
+            // the copy is a `memmove`, correct for overlapping ranges.
             #[allow(unsafe_code)]
             unsafe {
-                std::ptr::copy_nonoverlapping(head.as_ptr(), dst, head.len());
+                std::ptr::copy(head.as_ptr(), dst, head.len());
                 std::sync::atomic::fence(Ordering::Release);
                 std::ptr::write_volatile(dst.add(head.len()), *last);
             }

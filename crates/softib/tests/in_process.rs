@@ -1,0 +1,139 @@
+//! RC between two devices of one daemon (`rxe0` and `rxe1`): the daemon marks such QPs
+//! in-process, so their SENDs and WRITEs go in 60 KiB segments and payloads are copied once,
+//! from the sender's buffer straight into the receiver's. Every byte is checked, for messages
+//! of several segments with odd lengths, from shared buffers (handed over as they lie) and
+//! from memory of the process itself (which the daemon reaches by system calls, so it carries
+//! those payloads whole).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use softib::embedded::EmbeddedDaemon;
+use softib::{AccessFlags, CompletionQueue, Device, Mtu, QpType, WcOpcode, WcStatus};
+
+const LEN: usize = 1 << 20;
+
+fn all() -> AccessFlags {
+    AccessFlags::LOCAL_WRITE
+        .with(AccessFlags::REMOTE_WRITE)
+        .with(AccessFlags::REMOTE_READ)
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[2] ^ seed)
+        .collect()
+}
+
+fn done(cq: &CompletionQueue, wr_id: u64, opcode: WcOpcode) -> u32 {
+    let wc = cq.wait(Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode),
+        (wr_id, WcStatus::Success, opcode)
+    );
+    wc.byte_len
+}
+
+#[test]
+fn rc_between_devices_of_one_daemon_moves_every_byte() {
+    let hca = EmbeddedDaemon::start().unwrap();
+    hca.add_loopback_pair().unwrap();
+    let (a, b) = (
+        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
+        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
+    );
+    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let (buf_a, buf_b) = (a.alloc_buffer(LEN).unwrap(), b.alloc_buffer(LEN).unwrap());
+    let mr_a = pd_a.register(&buf_a, all()).unwrap();
+    let mr_b = pd_b.register(&buf_b, all()).unwrap();
+    let qp_a = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 16).unwrap();
+    let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 16).unwrap();
+    qp_a.connect(&qp_b.endpoint().unwrap(), Mtu::Mtu1024)
+        .unwrap();
+    qp_b.connect(&qp_a.endpoint().unwrap(), Mtu::Mtu1024)
+        .unwrap();
+
+    // The first message tells the daemon where the QPs lead; later ones go in-process.
+    for (round, len) in [
+        (0u8, 100usize),
+        (1, 300_001),
+        (2, 61_440),
+        (3, 61_441),
+        (4, 5),
+    ] {
+        // WRITE from A into B at an odd offset.
+        let data = pattern(round, len);
+        buf_a.write(3, &data);
+        qp_a.write(
+            &mr_a,
+            3,
+            len,
+            mr_b.addr() + 7,
+            mr_b.rkey(),
+            10 + u64::from(round),
+        )
+        .unwrap();
+        done(&cq_a, 10 + u64::from(round), WcOpcode::RdmaWrite);
+        let mut got = vec![0u8; len];
+        buf_b.read(7, &mut got);
+        assert!(got == data, "WRITE of {len} bytes (round {round})");
+
+        // SEND from B into a receive of A's.
+        let data = pattern(round ^ 0x40, len);
+        buf_b.write(LEN / 2, &data);
+        qp_a.recv(&mr_a, LEN / 2 + 1, len + 9, 20 + u64::from(round))
+            .unwrap();
+        qp_b.send(&mr_b, LEN / 2, len, None, 30 + u64::from(round))
+            .unwrap();
+        done(&cq_b, 30 + u64::from(round), WcOpcode::Send);
+        assert_eq!(
+            done(&cq_a, 20 + u64::from(round), WcOpcode::Recv),
+            len as u32
+        );
+        let mut got = vec![0u8; len];
+        buf_a.read(LEN / 2 + 1, &mut got);
+        assert!(got == data, "SEND of {len} bytes (round {round})");
+
+        // READ by A of what B holds.
+        let data = pattern(round ^ 0x80, len);
+        buf_b.write(LEN / 4, &data);
+        qp_a.read(
+            &mr_a,
+            LEN / 4 + 5,
+            len,
+            mr_b.addr() + (LEN / 4) as u64,
+            mr_b.rkey(),
+            40 + u64::from(round),
+        )
+        .unwrap();
+        done(&cq_a, 40 + u64::from(round), WcOpcode::RdmaRead);
+        let mut got = vec![0u8; len];
+        buf_a.read(LEN / 4 + 5, &mut got);
+        assert!(got == data, "READ of {len} bytes (round {round})");
+    }
+
+    // Memory of this process itself, on both sides of a WRITE and a READ.
+    let len = 200_003;
+    let mut own = pattern(9, len);
+    let expect = own.clone();
+    {
+        let mr_own = pd_a.register_slice(&mut own, all()).unwrap();
+        qp_a.write(&mr_own, 0, len, mr_b.addr() + 11, mr_b.rkey(), 50)
+            .unwrap();
+        done(&cq_a, 50, WcOpcode::RdmaWrite);
+    }
+    let mut got = vec![0u8; len];
+    buf_b.read(11, &mut got);
+    assert!(got == expect, "WRITE from process memory");
+    let mut sink = vec![0u8; len];
+    {
+        let mr_sink = pd_b.register_slice(&mut sink, all()).unwrap();
+        // B reads from A's shared buffer into its own process memory.
+        buf_a.write(100, &expect);
+        qp_b.read(&mr_sink, 0, len, mr_a.addr() + 100, mr_a.rkey(), 60)
+            .unwrap();
+        done(&cq_b, 60, WcOpcode::RdmaRead);
+    }
+    assert!(sink == expect, "READ into process memory");
+}
