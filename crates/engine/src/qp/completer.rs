@@ -208,6 +208,7 @@ impl Qp {
 
     /// Moves the requester back so that the next packet sent has PSN `psn`.
     pub(crate) fn rewind(&mut self, psn: Psn) {
+        self.sq.sent_prefix.set(0);
         let mut found = false;
         for w in self.sq.wqes.iter_mut() {
             if w.status.is_some() {
@@ -413,6 +414,8 @@ impl Qp {
             let Some(w) = self.sq.wqes.pop_front() else {
                 break;
             };
+            let prefix = &self.sq.sent_prefix;
+            prefix.set(prefix.get().saturating_sub(1));
             self.sq.completed_count += 1;
             let signaled = w.signaled || w.wr.flags.contains(SendFlags::SIGNALED);
             if status != WcStatus::Success || signaled {

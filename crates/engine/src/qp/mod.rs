@@ -120,6 +120,12 @@ pub(crate) struct SendQueue {
     pub progress: u64,
     /// SQD was entered with work in progress: the SQ Drained event is still due.
     pub drain_pending: bool,
+    /// How many WQEs at the head are finished or have every packet sent, as the requester
+    /// last found them: where its search for the next packet starts, instead of at the
+    /// head of up to `max_send_wr` WQEs in flight (it was 14% of a busy daemon). Only a
+    /// rewind (go-back-N) makes such a WQE sendable again, and resets it; retiring one
+    /// lowers it.
+    pub sent_prefix: std::cell::Cell<usize>,
     /// The congestion window in packets (`None`: the full PSN window). A soft HCA's "wire"
     /// is a socket buffer that overflows when many QPs send at once; go-back-N then resends
     /// everything in flight, which overflows it again. Halving the window on each loss and

@@ -109,46 +109,51 @@ impl Qp {
         if self.sq.rnr_until.is_some_and(|t| t > now) {
             return None;
         }
-        let max_rd = u32::from(self.attr.max_rd_atomic.max(1));
-        let mut rd_outstanding = 0u32;
-        let mut earlier_rd_incomplete = false;
-        for (i, w) in self.sq.wqes.iter().enumerate() {
-            if w.status.is_some() {
-                continue;
+        // The first WQE with a packet to send: every one before it is finished, or sent and
+        // waiting for its acknowledgement or response.
+        let wqes = &self.sq.wqes;
+        let mut i = self.sq.sent_prefix.get().min(wqes.len());
+        while let Some(w) = wqes.get(i) {
+            if w.status.is_some() || (w.first_psn.is_some() && w.sent >= w.npkts) {
+                i += 1;
+            } else {
+                break;
             }
-            let started = w.first_psn.is_some();
-            if started && w.sent >= w.npkts {
-                if w.is_read_or_atomic() {
-                    rd_outstanding += 1;
-                    earlier_rd_incomplete = true;
-                }
-                continue;
-            }
-            if !started {
-                if self.state == QpState::Sqd {
-                    return None;
-                }
-                if w.wr.flags.contains(crate::verbs::SendFlags::FENCE) && earlier_rd_incomplete {
-                    return None;
-                }
-                if w.is_read_or_atomic() && rd_outstanding >= max_rd {
-                    return None;
-                }
-            }
-            if self.qp_type() == QpType::Rc {
-                let next = w.first_psn.map_or(self.sq.next_psn, |f| f.add(w.sent));
-                // Only RC has a window (and this is reached once: the loop ends here).
-                if let Some(una) = self.sq.una() {
-                    let inflight = next.diff(una);
-                    let window = self.sq.window(res.transport.max_unacked_psns);
-                    if inflight >= 0 && inflight as u32 >= window {
-                        return None;
-                    }
-                }
-            }
-            return Some(i);
         }
-        None
+        self.sq.sent_prefix.set(i);
+        let w = wqes.get(i)?;
+        if w.first_psn.is_none() {
+            if self.state == QpState::Sqd {
+                return None;
+            }
+            let fenced = w.wr.flags.contains(crate::verbs::SendFlags::FENCE);
+            if fenced || w.is_read_or_atomic() {
+                // READs and atomics sent and not yet answered: a fence waits for them, and
+                // at most `max_rd_atomic` may be outstanding.
+                let rd_outstanding = wqes
+                    .range(..i)
+                    .filter(|e| e.status.is_none() && e.is_read_or_atomic())
+                    .count() as u32;
+                let max_rd = u32::from(self.attr.max_rd_atomic.max(1));
+                if (fenced && rd_outstanding > 0)
+                    || (w.is_read_or_atomic() && rd_outstanding >= max_rd)
+                {
+                    return None;
+                }
+            }
+        }
+        if self.qp_type() == QpType::Rc {
+            // Only RC has a window.
+            let next = w.first_psn.map_or(self.sq.next_psn, |f| f.add(w.sent));
+            if let Some(una) = self.sq.una() {
+                let inflight = next.diff(una);
+                let window = self.sq.window(res.transport.max_unacked_psns);
+                if inflight >= 0 && inflight as u32 >= window {
+                    return None;
+                }
+            }
+        }
+        Some(i)
     }
 
     /// Whether the requester has a packet to send now.
