@@ -7,25 +7,16 @@
 
 use std::time::Duration;
 
-use softib::embedded::EmbeddedDaemon;
-use softib::{AccessFlags, Device, Mtu, QpType, WcOpcode, WcStatus};
+use softib::{AccessFlags, QpType, WcOpcode, WcStatus};
+
+mod common;
+use common::{all, connect, loopback_pair};
 
 const LEN: usize = 8192;
 
-fn all() -> AccessFlags {
-    AccessFlags::LOCAL_WRITE
-        .with(AccessFlags::REMOTE_WRITE)
-        .with(AccessFlags::REMOTE_READ)
-}
-
 #[test]
 fn rkey_and_address_violations_complete_with_remote_access_error_and_touch_no_memory() {
-    let hca = EmbeddedDaemon::start().unwrap();
-    hca.add_loopback_pair().unwrap();
-    let (a, b) = (
-        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
-        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
-    );
+    let (_hca, a, b) = loopback_pair();
     let (pd_a, pd_b, pd_b2) = (
         a.alloc_pd().unwrap(),
         b.alloc_pd().unwrap(),
@@ -87,10 +78,7 @@ fn rkey_and_address_violations_complete_with_remote_access_error_and_touch_no_me
         // A fresh pair per case: the error moves both QPs to ERR.
         let qp_a = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 16).unwrap();
         let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 16).unwrap();
-        qp_a.connect(&qp_b.endpoint().unwrap(), Mtu::Mtu1024)
-            .unwrap();
-        qp_b.connect(&qp_a.endpoint().unwrap(), Mtu::Mtu1024)
-            .unwrap();
+        connect(&qp_a, &qp_b);
         let wr_id = 100 + i as u64;
         if write {
             qp_a.write(&mr_a, 256, 64, addr, key, wr_id).unwrap();
@@ -114,10 +102,7 @@ fn rkey_and_address_violations_complete_with_remote_access_error_and_touch_no_me
     // keys and addresses, not the setup.
     let qp_a = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 16).unwrap();
     let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 16).unwrap();
-    qp_a.connect(&qp_b.endpoint().unwrap(), Mtu::Mtu1024)
-        .unwrap();
-    qp_b.connect(&qp_a.endpoint().unwrap(), Mtu::Mtu1024)
-        .unwrap();
+    connect(&qp_a, &qp_b);
     qp_a.write(&mr_a, 256, 64, base + LEN as u64 - 64, rkey, 1)
         .unwrap();
     let wc = cq_a.wait(Duration::from_secs(10)).unwrap();

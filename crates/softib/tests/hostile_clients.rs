@@ -18,17 +18,14 @@ use softib::{AccessFlags, Context, Device, Endpoint, Mtu, QpType, WcStatus, Work
 use softib_engine::verbs::AsyncEvent;
 use softib_hca::proto::{self, Request, Response};
 
+mod common;
+use common::all;
+
 /// An embedded HCA with `rxe0` (127.0.0.2) and `rxe1` (127.0.0.3) on a port of their own.
 fn two_devices() -> EmbeddedDaemon {
     let hca = EmbeddedDaemon::start().unwrap();
     hca.add_loopback_pair().unwrap();
     hca
-}
-
-fn all() -> AccessFlags {
-    AccessFlags::LOCAL_WRITE
-        .with(AccessFlags::REMOTE_WRITE)
-        .with(AccessFlags::REMOTE_READ)
 }
 
 /// A well-behaved client pair (two sessions of their own) writes `len` bytes from rxe0 to

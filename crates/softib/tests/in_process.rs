@@ -8,16 +8,12 @@
 
 use std::time::Duration;
 
-use softib::embedded::EmbeddedDaemon;
-use softib::{AccessFlags, CompletionQueue, Device, Mtu, QpType, WcOpcode, WcStatus};
+use softib::{CompletionQueue, QpType, WcOpcode, WcStatus};
+
+mod common;
+use common::{all, connect, loopback_pair};
 
 const LEN: usize = 1 << 20;
-
-fn all() -> AccessFlags {
-    AccessFlags::LOCAL_WRITE
-        .with(AccessFlags::REMOTE_WRITE)
-        .with(AccessFlags::REMOTE_READ)
-}
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len)
@@ -36,12 +32,7 @@ fn done(cq: &CompletionQueue, wr_id: u64, opcode: WcOpcode) -> u32 {
 
 #[test]
 fn rc_between_devices_of_one_daemon_moves_every_byte() {
-    let hca = EmbeddedDaemon::start().unwrap();
-    hca.add_loopback_pair().unwrap();
-    let (a, b) = (
-        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
-        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
-    );
+    let (hca, a, b) = loopback_pair();
     let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
     let (buf_a, buf_b) = (a.alloc_buffer(LEN).unwrap(), b.alloc_buffer(LEN).unwrap());
@@ -49,10 +40,25 @@ fn rc_between_devices_of_one_daemon_moves_every_byte() {
     let mr_b = pd_b.register(&buf_b, all()).unwrap();
     let qp_a = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 16).unwrap();
     let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 16).unwrap();
-    qp_a.connect(&qp_b.endpoint().unwrap(), Mtu::Mtu1024)
+    connect(&qp_a, &qp_b);
+
+    // Writes `data` from `from` in A's buffer to `to` in B's, and checks B's bytes.
+    let write_and_check = |from: usize, to: usize, data: &[u8], wr_id: u64| {
+        buf_a.write(from, data);
+        qp_a.write(
+            &mr_a,
+            from,
+            data.len(),
+            mr_b.addr() + to as u64,
+            mr_b.rkey(),
+            wr_id,
+        )
         .unwrap();
-    qp_b.connect(&qp_a.endpoint().unwrap(), Mtu::Mtu1024)
-        .unwrap();
+        done(&cq_a, wr_id, WcOpcode::RdmaWrite);
+        let mut got = vec![0u8; data.len()];
+        buf_b.read(to, &mut got);
+        assert!(got == data, "WRITE of {} bytes (WR {wr_id})", data.len());
+    };
 
     // The first message tells the daemon where the QPs lead; later ones go in-process.
     for (round, len) in [
@@ -62,22 +68,8 @@ fn rc_between_devices_of_one_daemon_moves_every_byte() {
         (3, 61_441),
         (4, 5),
     ] {
-        // WRITE from A into B at an odd offset.
-        let data = pattern(round, len);
-        buf_a.write(3, &data);
-        qp_a.write(
-            &mr_a,
-            3,
-            len,
-            mr_b.addr() + 7,
-            mr_b.rkey(),
-            10 + u64::from(round),
-        )
-        .unwrap();
-        done(&cq_a, 10 + u64::from(round), WcOpcode::RdmaWrite);
-        let mut got = vec![0u8; len];
-        buf_b.read(7, &mut got);
-        assert!(got == data, "WRITE of {len} bytes (round {round})");
+        // WRITE from A into B at odd offsets.
+        write_and_check(3, 7, &pattern(round, len), 10 + u64::from(round));
 
         // SEND from B into a receive of A's.
         let data = pattern(round ^ 0x40, len);
@@ -123,21 +115,7 @@ fn rc_between_devices_of_one_daemon_moves_every_byte() {
     }
     for round in 0..12u8 {
         let len = 250_000 + usize::from(round) * 7;
-        let data = pattern(round ^ 0x20, len);
-        buf_a.write(0, &data);
-        qp_a.write(
-            &mr_a,
-            0,
-            len,
-            mr_b.addr() + 1,
-            mr_b.rkey(),
-            70 + u64::from(round),
-        )
-        .unwrap();
-        done(&cq_a, 70 + u64::from(round), WcOpcode::RdmaWrite);
-        let mut got = vec![0u8; len];
-        buf_b.read(1, &mut got);
-        assert!(got == data, "WRITE of {len} bytes through faults");
+        write_and_check(0, 1, &pattern(round ^ 0x20, len), 70 + u64::from(round));
     }
     let mut hit = softib::FaultStats::default();
     for name in ["rxe0", "rxe1"] {
