@@ -1373,6 +1373,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_payload_handed_over_as_it_lies_reaches_the_receiver_and_is_released_there() {
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "127.0.0.2:4791".parse().unwrap(),
+            "127.0.0.3:4791".parse().unwrap(),
+        );
+        let mut l = LocalRoce::default();
+        l.set_ends([a, b].into_iter());
+        let mut map = SharedRegion::create("softib-test-payload", 4096).unwrap();
+        map.as_mut_slice()[100..105].copy_from_slice(b"hello");
+        let map = Rc::new(map);
+        l.space(16)[..4].copy_from_slice(b"hdr!");
+        let payload = LocalPayload {
+            map: Rc::clone(&map),
+            off: 100,
+            len: 5,
+        };
+        l.commit_parts(a, b, 0, 4, false, Some(payload));
+        assert_eq!(Rc::strong_count(&map), 2);
+        let mut got = Vec::new();
+        l.drain(b, |_, _, d, sealed, p| {
+            got.push((d.to_vec(), sealed, p.map(<[u8]>::to_vec)))
+        });
+        assert_eq!(got, [(b"hdr!".to_vec(), false, Some(b"hello".to_vec()))]);
+        // The mapping is let go as soon as the receiver has taken the payload.
+        assert_eq!(Rc::strong_count(&map), 1);
+    }
+
+    #[test]
     fn local_datagrams_wait_for_their_device_in_order_and_their_room_is_reused() {
         let (a, b, c): (SocketAddr, SocketAddr, SocketAddr) = (
             "127.0.0.2:4791".parse().unwrap(),
