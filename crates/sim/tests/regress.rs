@@ -45,3 +45,19 @@ fn later_read_does_not_succeed_after_an_earlier_atomic_failed() {
 fn stale_read_response_after_a_partial_read_retry_is_not_fatal() {
     replay(12);
 }
+
+/// A raw swarm seed (three HCAs, duplication, reordering, corruption, late receives), kept as
+/// it was found: it may stop reaching this corner as the code changes, but while it does it is
+/// the shortest way there. An RNR NAK arrived while a READ's retried response was still on its
+/// way, so its implied acknowledgement stopped at the READ; the READ then completed during the
+/// RNR wait, and the one later ACK for the WRITE packets before the NAK's PSN was corrupted.
+/// When the RNR wait ended, those packets were outstanding, the congestion window (halved by
+/// the READ's retry) held the requester back, and the local ACK timer — stopped for the RNR
+/// wait — was never started again: five WQEs waited forever. The timer now runs again when
+/// the RNR wait ends with PSNs outstanding.
+#[test]
+fn the_ack_timer_runs_again_after_an_rnr_wait_with_packets_outstanding() {
+    if let Err(f) = run_seed(300_898, &Overrides::default()) {
+        panic!("{f}");
+    }
+}

@@ -389,8 +389,15 @@ impl Qp {
     /// The local ACK timer or the RNR timer fired.
     pub(crate) fn completer_timeout<M: Memory>(&mut self, now: Instant, res: &mut Resources<M>) {
         if self.sq.rnr_until.is_some_and(|t| t <= now) {
-            // The requester may resend from where the RNR NAK rewound it.
+            // The requester may resend from where the RNR NAK rewound it. PSNs before that
+            // may still be unacknowledged (the NAK's implied acknowledgement stops at a READ
+            // whose responses were still missing, and a later ACK can be lost): the ACK timer,
+            // stopped while the RNR wait ran, must run again, or a requester its window holds
+            // back waits forever (simulator seed 300898).
             self.sq.rnr_until = None;
+            if self.sq.retransmit_at.is_none() {
+                self.rearm_retransmit(now);
+            }
         }
         if self.sq.retransmit_at.is_some_and(|t| t <= now) {
             self.sq.retransmit_at = None;
