@@ -672,6 +672,13 @@ impl Daemon {
                 // has a deadline in `next_wait`.
                 self.next_wait().min(StdDuration::from_secs(1))
             };
+            // While the loop keeps turning, clients need not ring a doorbell after a post:
+            // the next turn drains their rings anyway. Before it may sleep it says so in every
+            // ring and then looks at them once more (a post that skipped the doorbell just
+            // before is seen here; one after it rings).
+            let polling = timeout.is_zero();
+            let waiting = self.set_rings_polling(polling);
+            let timeout = if waiting { StdDuration::ZERO } else { timeout };
             self.wait(timeout)?;
             busy = self.step()?;
         }
@@ -679,6 +686,22 @@ impl Daemon {
             let _ = std::fs::remove_file(h.dir.join(SOCKET_NAME));
         }
         Ok(())
+    }
+
+    /// Tells every client's submission ring whether this loop is polling it (see
+    /// [`softib_net::ring::Ring::set_polling`]); when it is not, returns whether a ring holds
+    /// posts already (so the loop must not sleep). A broken ring is left to the turn that
+    /// drains it.
+    fn set_rings_polling(&self, polling: bool) -> bool {
+        let mut waiting = false;
+        for c in self.hosts.iter().flat_map(|h| h.clients.values()) {
+            if let Some((ring, _)) = &c.submit {
+                if ring.set_polling(polling).is_ok() && !polling {
+                    waiting |= !ring.is_empty().unwrap_or(true);
+                }
+            }
+        }
+        waiting
     }
 
     /// One round of work; returns whether there may be more to do right away.

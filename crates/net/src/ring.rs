@@ -8,6 +8,10 @@
 //! slot, then publishes it by storing the producer index with Release; the consumer reads the
 //! index with Acquire, copies the slot out, then frees it by storing the consumer index.
 //!
+//! At offset 72, on the consumer's line, the consumer says whether it is polling the ring
+//! (nonzero) or may be asleep (zero, as a new ring starts): a producer that finds it polling
+//! after publishing a message need not wake it (see [`Ring::wants_wakeup`]).
+//!
 //! Either side may be hostile or broken: indices that claim more than `slots` messages, or a
 //! length larger than a slot, make the ring report [`RingError::Corrupt`] instead of reading out
 //! of place; the daemon then drops that client.
@@ -20,6 +24,7 @@ use crate::shm::SharedRegion;
 
 const PRODUCER: usize = 0;
 const CONSUMER: usize = 64;
+const POLLING: usize = 72;
 const SLOTS: usize = 128;
 const LEN_PREFIX: usize = 2;
 
@@ -111,6 +116,31 @@ impl Ring {
         Ok(self.len()? == 0)
     }
 
+    /// The consumer says whether it polls the ring (so producers need not wake it) or may
+    /// sleep. Before it sleeps it must clear this and then look at the ring once more
+    /// ([`Ring::is_empty`]): with the producer's [`Ring::wants_wakeup`] after each push, one of
+    /// the two always sees the other (both sides order their store before their load with a
+    /// sequentially consistent fence).
+    pub fn set_polling(&self, polling: bool) -> Result<(), RingError> {
+        let flag = self.index(POLLING)?;
+        if (flag.load(Ordering::Relaxed) != 0) != polling {
+            flag.store(u64::from(polling), Ordering::Relaxed);
+            // Only clearing needs the fence (the producer must not miss it); a producer that
+            // misses a set only rings once more than it needed to. A flag cleared earlier was
+            // fenced then.
+            if !polling {
+                std::sync::atomic::fence(Ordering::SeqCst);
+            }
+        }
+        Ok(())
+    }
+
+    /// After a push: whether the consumer may be asleep and must be woken (its doorbell rung).
+    pub fn wants_wakeup(&self) -> Result<bool, RingError> {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        Ok(self.index(POLLING)?.load(Ordering::Relaxed) == 0)
+    }
+
     /// Appends `msg`; `Ok(false)` when the ring is full.
     pub fn push(&self, msg: &[u8]) -> Result<bool, RingError> {
         if msg.len() + LEN_PREFIX > self.slot_len {
@@ -195,6 +225,21 @@ mod tests {
         assert!(a.push(&[1; 62]).unwrap());
         assert!(b.pop(&mut out).unwrap());
         assert_eq!(out, vec![1; 62]);
+    }
+
+    #[test]
+    fn a_producer_wakes_the_consumer_only_when_it_may_be_asleep() {
+        let consumer = Ring::create("t", 4, 64).unwrap();
+        let producer = Ring::from_fd(consumer.fd().try_clone_to_owned().unwrap(), 4, 64).unwrap();
+        // A new ring: the consumer may be asleep.
+        assert!(producer.wants_wakeup().unwrap());
+        consumer.set_polling(true).unwrap();
+        assert!(producer.push(b"m").unwrap());
+        assert!(!producer.wants_wakeup().unwrap());
+        // Going to sleep: clear, then look again — the message pushed while it polled is seen.
+        consumer.set_polling(false).unwrap();
+        assert!(!consumer.is_empty().unwrap());
+        assert!(producer.wants_wakeup().unwrap());
     }
 
     #[test]

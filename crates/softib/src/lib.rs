@@ -910,8 +910,12 @@ impl Context {
                 return Err(Error::Unexpected("the submission ring filled while in use"));
             }
         }
-        // An eventfd adds to its counter; a full counter is readable already.
-        let _ = rustix::io::write(bell, &1u64.to_ne_bytes());
+        // A daemon that is polling its rings takes these at its next turn: the doorbell (a
+        // system call here, a wakeup there) is only for one that may be asleep. An eventfd
+        // adds to its counter; a full counter is readable already.
+        if ring.wants_wakeup().unwrap_or(true) {
+            let _ = rustix::io::write(bell, &1u64.to_ne_bytes());
+        }
         Ok(true)
     }
 
