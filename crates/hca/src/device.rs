@@ -203,7 +203,7 @@ impl LocalRoce {
     }
 
     /// Room for the next datagram, `n` bytes after the waiting ones: build it here, then
-    /// [`LocalRoce::commit`] it (or leave it: the room is reused).
+    /// [`LocalRoce::commit_parts`] it (or leave it: the room is reused).
     pub fn space(&mut self, n: usize) -> &mut [u8] {
         if self.data.len() < self.used + n {
             self.data.resize(self.used + n, 0);
@@ -211,20 +211,9 @@ impl LocalRoce {
         &mut self.data[self.used..self.used + n]
     }
 
-    /// Queues the `len` bytes built in [`LocalRoce::space`] for the device at `to`.
-    pub fn commit(
-        &mut self,
-        from: SocketAddr,
-        to: SocketAddr,
-        index: u16,
-        len: usize,
-        sealed: bool,
-    ) {
-        self.commit_parts(from, to, index, len, sealed, None);
-    }
-
-    /// [`LocalRoce::commit`] for headers built in [`LocalRoce::space`] whose payload stays
-    /// where it lies: the receiving device copies it from there (one copy in all).
+    /// Queues the `len` bytes built in [`LocalRoce::space`] for the device at `to`; with a
+    /// `payload`, they are its headers (and room for the ICRC) and the payload stays where it
+    /// lies: the receiving device copies it from there (one copy in all).
     pub fn commit_parts(
         &mut self,
         from: SocketAddr,
@@ -262,7 +251,7 @@ impl LocalRoce {
     ) {
         if self.is_local(&to) {
             self.space(bytes.len()).copy_from_slice(bytes);
-            self.commit(from, to, index, bytes.len(), sealed);
+            self.commit_parts(from, to, index, bytes.len(), sealed, None);
         }
     }
 
@@ -1412,7 +1401,7 @@ mod tests {
         assert!(l.is_local(&a) && !l.is_local(&c));
         // Built in place and committed, or copied in; one for an unknown address is dropped.
         l.space(64)[..3].copy_from_slice(b"one");
-        l.commit(a, b, 0, 3, false);
+        l.commit_parts(a, b, 0, 3, false, None);
         l.deliver(b, a, 1, b"two", true);
         l.deliver(a, b, 2, b"three", true);
         l.deliver(a, c, 0, b"lost", true);
