@@ -115,24 +115,7 @@ fn rc_qp(
 ) -> softib::Qpn {
     use softib::*;
     let qpn = ctx
-        .create_qp(
-            dev,
-            QpInitAttr {
-                qp_type: QpType::Rc,
-                pd,
-                send_cq: cq,
-                recv_cq: cq,
-                srq: None,
-                cap: QpCap {
-                    max_send_wr: 64,
-                    max_recv_wr: 64,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-                sq_sig_all: false,
-            },
-        )
+        .create_qp(dev, common::qp_init(QpType::Rc, pd, cq, 64, false))
         .unwrap();
     let a = QpAttr {
         qp_state: QpState::Init,

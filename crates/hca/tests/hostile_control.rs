@@ -20,7 +20,7 @@ use std::time::Duration;
 use softib_engine::verbs::{
     AccessFlags, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, WrOpcode,
 };
-use softib_engine::{AddressVector, AttrMask, CqHandle, PdHandle, QpAttr, QpCap, QpInitAttr};
+use softib_engine::{AddressVector, AttrMask, CqHandle, PdHandle, QpAttr, QpInitAttr};
 use softib_hca::host::host_dir;
 use softib_hca::proto::{self, ErrorKind, Request, Response, MAX_FRAME, MAX_PENDING_FDS};
 use softib_net::fault::FaultSpec;
@@ -105,21 +105,7 @@ fn normal_client_works(d: &Running, c: &mut softib::Context) {
 }
 
 fn rc_init(pd: PdHandle, cq: CqHandle) -> QpInitAttr {
-    QpInitAttr {
-        qp_type: QpType::Rc,
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        srq: None,
-        cap: QpCap {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-        sq_sig_all: true,
-    }
+    common::qp_init(QpType::Rc, pd, cq, 16, true)
 }
 
 /// A deterministic byte stream (xorshift).

@@ -9,8 +9,8 @@
 use std::time::{Duration, Instant};
 
 use softib::{
-    AccessFlags, AddressVector, AhHandle, AttrMask, Context, CqHandle, MadQp, QpAttr, QpCap,
-    QpInitAttr, QpState, QpType, Qpn, RecvWr, SendFlags, SendWr, Sge, UdDest, WcStatus, WrOpcode,
+    AccessFlags, AddressVector, AhHandle, AttrMask, Context, CqHandle, MadQp, QpAttr, QpState,
+    QpType, Qpn, RecvWr, SendFlags, SendWr, Sge, UdDest, WcStatus, WrOpcode,
 };
 use softib_hca::host::host_dir;
 use softib_wire::mad::attr::{
@@ -264,24 +264,7 @@ fn ud_qp(
         .reg_mr(0, pd, buf, 0, buf.len(), AccessFlags::LOCAL_WRITE)
         .unwrap();
     let qpn = ctx
-        .create_qp(
-            0,
-            QpInitAttr {
-                qp_type: QpType::Ud,
-                pd,
-                send_cq: cq,
-                recv_cq: cq,
-                srq: None,
-                cap: QpCap {
-                    max_send_wr: 16,
-                    max_recv_wr: 16,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-                sq_sig_all: true,
-            },
-        )
+        .create_qp(0, common::qp_init(QpType::Ud, pd, cq, 16, true))
         .unwrap();
     let init = QpAttr {
         qp_state: QpState::Init,

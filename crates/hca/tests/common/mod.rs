@@ -61,3 +61,28 @@ pub fn start_host(name: &str, seed: u64) -> Running {
         daemon: Some(daemon),
     }
 }
+
+/// A QP of `qp_type` completing into `cq`, `depth` WRs deep in each queue with one SGE each.
+pub fn qp_init(
+    qp_type: softib_engine::verbs::QpType,
+    pd: softib_engine::PdHandle,
+    cq: softib_engine::CqHandle,
+    depth: u32,
+    sq_sig_all: bool,
+) -> softib_engine::QpInitAttr {
+    softib_engine::QpInitAttr {
+        qp_type,
+        pd,
+        send_cq: cq,
+        recv_cq: cq,
+        srq: None,
+        cap: softib_engine::QpCap {
+            max_send_wr: depth,
+            max_recv_wr: depth,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        sq_sig_all,
+    }
+}
