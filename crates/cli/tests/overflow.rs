@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use softib::{AccessFlags, Context, Device, Mtu, QpType, WcStatus};
 
 mod common;
-use common::{signal, Kill, SOFTIB};
+use common::{signal, wait_until, Kill, SOFTIB};
 
 fn daemon(dir: &Path, addr: &str) -> Kill {
     let d = Kill(
@@ -23,14 +23,9 @@ fn daemon(dir: &Path, addr: &str) -> Kill {
             .spawn()
             .unwrap(),
     );
-    let t0 = Instant::now();
-    while Context::open_at(dir).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "softibd did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("softibd did not start", Duration::from_secs(10), || {
+        Context::open_at(dir).is_ok()
+    });
     let o = Command::new(SOFTIB)
         .args([
             "link", "add", "rxe0", "type", "rxe", "netdev", "lo", "--addr", addr,

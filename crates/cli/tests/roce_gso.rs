@@ -11,7 +11,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{all_icrcs_valid, interrupt, text, tshark, Kill, SOFTIB};
+use common::{all_icrcs_valid, interrupt, text, tshark, wait_until, Kill, SOFTIB};
 
 /// Root with `ip` and tshark; in CI all of them are required.
 fn can_run() -> bool {
@@ -108,20 +108,13 @@ fn start_daemon(net: &Net, i: usize, dir: &Path) -> Kill {
             .spawn()
             .unwrap(),
     );
-    let t0 = Instant::now();
-    while !net
-        .softib(i, dir, &["ibv_devices"])
-        .output()
-        .unwrap()
-        .status
-        .success()
-    {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "softibd did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("softibd did not start", Duration::from_secs(10), || {
+        net.softib(i, dir, &["ibv_devices"])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    });
     let addr = format!("10.213.0.{}", i + 1);
     let o = net
         .softib(

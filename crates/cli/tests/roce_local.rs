@@ -6,10 +6,10 @@
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
-use common::{all_icrcs_valid, interrupt, text, tshark, Kill, SOFTIB};
+use common::{all_icrcs_valid, interrupt, text, tshark, wait_until, Kill, SOFTIB};
 
 fn softib(dir: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(SOFTIB);
@@ -43,19 +43,13 @@ fn datagrams_between_devices_of_one_daemon_skip_the_kernel_and_are_still_capture
             .spawn()
             .unwrap(),
     );
-    let t0 = Instant::now();
-    while !softib(&dir, &["ibv_devices"])
-        .output()
-        .unwrap()
-        .status
-        .success()
-    {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "softibd did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("softibd did not start", Duration::from_secs(10), || {
+        softib(&dir, &["ibv_devices"])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    });
     // Addresses of our own, so that other tests' RoCE traffic on lo is not counted.
     for (name, addr) in [("rxe0", "127.0.0.82"), ("rxe1", "127.0.0.83")] {
         ok(

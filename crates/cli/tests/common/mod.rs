@@ -211,3 +211,12 @@ pub fn all_icrcs_valid(file: &Path) -> usize {
     );
     d.lines().filter(|l| l.ends_with("icrc=ok")).count()
 }
+
+/// Polls `ready` every 20 ms until it holds; panics naming `what` after `timeout`.
+pub fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !ready() {
+        assert!(t0.elapsed() < timeout, "{what} (waited {timeout:?})");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
