@@ -147,6 +147,9 @@ struct Client {
     broken: bool,
     /// The submission ring and its doorbell, once the client attached them.
     submit: Option<(softib_net::ring::Ring, OwnedFd)>,
+    /// The eventfd that wakes the client when it sleeps for a completion
+    /// ([`Request::AttachWakeup`]).
+    wakeup: Option<OwnedFd>,
     /// Ring entries the engine refused although the library had checked them (their WRs
     /// are lost; counted and logged, as a device reports an asynchronous error).
     submit_errors: u64,
@@ -1031,6 +1034,7 @@ impl HostRt {
                             cq_rings: BTreeMap::new(),
                             broken: false,
                             submit: None,
+                            wakeup: None,
                             submit_errors: 0,
                             events: VecDeque::new(),
                         },
@@ -2000,6 +2004,12 @@ impl HostRt {
                         ),
                     ));
                 }
+                // The client holds the doorbell too and could drain it between the daemon's
+                // poll and its read: a blocking read would then hang the daemon.
+                let bell = match nonblocking(bell) {
+                    Ok(bell) => bell,
+                    Err(e) => return Some(err(ErrorKind::Invalid, e)),
+                };
                 match softib_net::ring::Ring::from_fd(fd, slots, proto::SUBMIT_SLOT_LEN) {
                     Ok(ring) => {
                         c.submit = Some((ring, bell));
@@ -2044,6 +2054,10 @@ impl HostRt {
                         "CreateCompChannel arrived without its eventfd",
                     ));
                 };
+                let fd = match nonblocking(fd) {
+                    Ok(fd) => fd,
+                    Err(e) => return Some(err(ErrorKind::Invalid, e)),
+                };
                 let h = c.channels.keys().next_back().map_or(1, |k| k + 1);
                 c.channels.insert(h, fd);
                 Response::Handle(h)
@@ -2076,6 +2090,21 @@ impl HostRt {
                 Response::Ok
             }
             Request::AsyncEvents => Response::AsyncEvents(c.events.drain(..).collect()),
+            Request::AttachWakeup => {
+                let Some(fd) = c.reader.fds.pop() else {
+                    return Some(err(
+                        ErrorKind::Protocol,
+                        "AttachWakeup arrived without its eventfd",
+                    ));
+                };
+                match nonblocking(fd) {
+                    Ok(fd) => {
+                        c.wakeup = Some(fd);
+                        Response::Ok
+                    }
+                    Err(e) => err(ErrorKind::Invalid, e),
+                }
+            }
         };
         Some(r)
     }
@@ -2152,17 +2181,28 @@ impl HostRt {
 
     /// Moves completions from the engine's CQs into the clients' completion rings (as far as
     /// the rings have room; the rest waits in the engine's CQ, which overflows as a CQ does).
+    /// A client that sleeps waiting for them is woken, once a turn.
     fn feed_rings(&mut self) {
         let mut broken = Vec::new();
         for (id, c) in &mut self.clients {
+            let mut wake = false;
             for (&(dev, cq), ring) in &c.cq_rings {
                 let Some(hca) = self.devs.get_mut(dev as usize).map(Device::hca_mut) else {
                     continue;
                 };
-                if feed_ring(hca, cq, ring).is_err() {
-                    broken.push(*id);
-                    break;
+                match feed_ring(hca, cq, ring) {
+                    Ok(fed) => {
+                        wake |= fed && c.wakeup.is_some() && ring.wants_wakeup() == Ok(true);
+                    }
+                    Err(_) => {
+                        broken.push(*id);
+                        break;
+                    }
                 }
+            }
+            if let (true, Some(fd)) = (wake, &c.wakeup) {
+                // An eventfd adds to its counter; a full counter is readable already.
+                let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
             }
         }
         for id in broken {
@@ -2289,18 +2329,30 @@ impl HostRt {
     }
 }
 
-/// Moves `cq`'s completions into `ring` while it has room.
+/// A file descriptor a client passed for the daemon to signal, made non-blocking: the
+/// daemon's thread must never wait on a client's file (a pipe passed for an eventfd would
+/// otherwise block it once full).
+fn nonblocking(fd: OwnedFd) -> Result<OwnedFd, String> {
+    use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
+    fcntl_getfl(&fd)
+        .and_then(|fl| fcntl_setfl(&fd, fl | OFlags::NONBLOCK))
+        .map_err(|e| format!("the file descriptor passed cannot be made non-blocking: {e}"))?;
+    Ok(fd)
+}
+
+/// Moves `cq`'s completions into `ring` while it has room; whether it moved any.
 fn feed_ring(
     hca: &mut softib_engine::Hca<ShmMemory>,
     cq: u32,
     ring: &softib_net::ring::Ring,
-) -> Result<(), softib_net::ring::RingError> {
+) -> Result<bool, softib_net::ring::RingError> {
     if hca.cq_len(CqHandle(cq)) == 0 {
-        return Ok(());
+        return Ok(false);
     }
     let room = ring.capacity().saturating_sub(ring.len()?);
     // Two bytes of each slot hold the length.
     let mut buf = [0u8; CQ_RING_SLOT_LEN - 2];
+    let mut fed = false;
     for _ in 0..room {
         let Some(wc) = hca.poll_cq(CqHandle(cq)) else {
             break;
@@ -2314,8 +2366,9 @@ fn feed_ring(
         if !ring.push(bytes)? {
             break;
         }
+        fed = true;
     }
-    Ok(())
+    Ok(fed)
 }
 
 /// One work request to post.

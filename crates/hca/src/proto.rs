@@ -433,6 +433,12 @@ pub enum Request {
     /// `ibv_get_async_event`, without waiting: the asynchronous events of this client's
     /// objects (and of the ports) since it last asked, oldest first.
     AsyncEvents,
+    /// The eventfd that travels with this request wakes the client when it sleeps for a
+    /// completion: from now on, when the daemon puts completions into one of the client's
+    /// completion rings while the client's flag in that ring says it may be asleep
+    /// (`Ring::set_polling`), it adds to the eventfd (once a turn). The library then waits on
+    /// that instead of parking a `PollCq` here, and wakes for a completion on any of its CQs.
+    AttachWakeup,
 }
 
 /// Why a request failed.

@@ -287,6 +287,132 @@ fn malformed_requests_never_stop_the_daemon() {
     normal_client_works(&d, &mut after);
 }
 
+/// Descriptors a client passes for the daemon to signal (a completion channel, the wakeup of
+/// a sleeping poll) may be anything: here the write ends of full, blocking pipes. The daemon
+/// signals them when a completion comes and must not wait for room in them.
+#[test]
+fn full_pipes_for_eventfds_do_not_block_the_daemon() {
+    let d = start("hostile-pipes");
+    let mut s = connect(&socket(&d));
+    hello(&mut s);
+    let full_pipe = || {
+        let (r, w) = rustix::pipe::pipe().unwrap();
+        let mut n = 0;
+        rustix::fs::fcntl_setfl(&w, rustix::fs::OFlags::NONBLOCK).unwrap();
+        while rustix::io::write(&w, &[0u8; 4096]).is_ok() {
+            n += 1;
+            assert!(n < 100_000, "the pipe never filled");
+        }
+        // Blocking again, as a hostile client would leave it.
+        rustix::fs::fcntl_setfl(&w, rustix::fs::OFlags::empty()).unwrap();
+        (r, w)
+    };
+    let (_r1, channel_pipe) = full_pipe();
+    let (_r2, wakeup_pipe) = full_pipe();
+    proto::send(&s, &Request::CreateCompChannel, &[channel_pipe.as_fd()]).unwrap();
+    let channel = match response(&mut s).unwrap() {
+        Response::Handle(h) => h,
+        r => panic!("{r:?}"),
+    };
+    proto::send(&s, &Request::AttachWakeup, &[wakeup_pipe.as_fd()]).unwrap();
+    assert!(matches!(response(&mut s).unwrap(), Response::Ok));
+    let pd = match ask(&mut s, &Request::AllocPd { dev: 0 }) {
+        Response::Handle(h) => PdHandle(u32::try_from(h).unwrap()),
+        r => panic!("{r:?}"),
+    };
+    let cq = match ask(&mut s, &Request::CreateCq { dev: 0, cqe: 64 }) {
+        Response::Handle(h) => CqHandle(u32::try_from(h).unwrap()),
+        r => panic!("{r:?}"),
+    };
+    // A completion ring whose consumer flag says "asleep": the daemon signals the wakeup.
+    let ring = softib_net::ring::Ring::create("hostile", 64, proto::CQ_RING_SLOT_LEN).unwrap();
+    proto::send(
+        &s,
+        &Request::AttachCqRing {
+            dev: 0,
+            cq: cq.0,
+            slots: 64,
+        },
+        &[ring.fd()],
+    )
+    .unwrap();
+    assert!(matches!(response(&mut s).unwrap(), Response::Ok));
+    let r = ask(
+        &mut s,
+        &Request::ReqNotifyCq {
+            dev: 0,
+            cq: cq.0,
+            channel,
+        },
+    );
+    assert!(matches!(r, Response::Ok), "{r:?}");
+    let qpn = match ask(
+        &mut s,
+        &Request::CreateQp {
+            dev: 0,
+            init: rc_init(pd, cq),
+        },
+    ) {
+        Response::Qp(q) => q,
+        r => panic!("{r:?}"),
+    };
+    // INIT, a receive, then ERROR: the receive completes (flushed), which signals both.
+    let to = |state| QpAttr {
+        qp_state: state,
+        port_num: 1,
+        ..QpAttr::default()
+    };
+    let r = ask(
+        &mut s,
+        &Request::ModifyQp {
+            dev: 0,
+            qpn,
+            attr: Box::new(to(QpState::Init)),
+            mask: AttrMask::STATE
+                .with(AttrMask::PKEY_INDEX)
+                .with(AttrMask::PORT)
+                .with(AttrMask::ACCESS_FLAGS),
+        },
+    );
+    assert!(matches!(r, Response::Ok), "{r:?}");
+    let r = ask(
+        &mut s,
+        &Request::PostRecv {
+            dev: 0,
+            qpn,
+            wrs: vec![RecvWr {
+                wr_id: 7,
+                sg_list: Vec::new(),
+            }],
+        },
+    );
+    assert!(!matches!(r, Response::Error { .. }), "{r:?}");
+    let r = ask(
+        &mut s,
+        &Request::ModifyQp {
+            dev: 0,
+            qpn,
+            attr: Box::new(to(QpState::Err)),
+            mask: AttrMask::STATE,
+        },
+    );
+    assert!(matches!(r, Response::Ok), "{r:?}");
+    // The completion reaches the ring, and the daemon still answers everyone.
+    let mut out = Vec::new();
+    let t0 = std::time::Instant::now();
+    while !ring.pop(&mut out).unwrap() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the flushed receive never reached the completion ring"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let r = ask(&mut s, &Request::Resources);
+    assert!(!matches!(r, Response::Error { .. }), "{r:?}");
+    let mut other = softib::Context::open_at(&host_dir(&d.dir, HOST)).unwrap();
+    normal_client_works(&d, &mut other);
+}
+
 /// Well-formed requests after Hello whose handles, devices, ports or values are not valid.
 fn out_of_range_handles(d: &Running) {
     let mut s = connect(&socket(d));

@@ -33,33 +33,44 @@ impl CompChannel {
     /// `ibv_get_cq_event`, with a bound: waits up to `timeout` (`None`: forever) for an event
     /// and consumes every event pending. Returns how many arrived (0: the wait ran out).
     pub fn get_events(&self, timeout: Option<Duration>) -> io::Result<u64> {
-        if let Some(n) = self.try_get_events()? {
-            return Ok(n);
-        }
-        let ts = timeout.map(|d| Timespec {
-            tv_sec: d.as_secs().try_into().unwrap_or(i64::MAX),
-            tv_nsec: d.subsec_nanos().into(),
-        });
-        let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
-        loop {
-            match poll(&mut fds, ts.as_ref()) {
-                Ok(0) => return Ok(0),
-                Ok(_) => return Ok(self.try_get_events()?.unwrap_or(0)),
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
+        wait_events(self.fd.as_fd(), timeout)
     }
 
     /// Consumes pending events without waiting: `None` when there are none.
     pub fn try_get_events(&self) -> io::Result<Option<u64>> {
-        let mut b = [0u8; 8];
-        match rustix::io::read(&self.fd, &mut b) {
-            Ok(8) => Ok(Some(u64::from_ne_bytes(b))),
-            Ok(_) => Ok(None),
-            Err(rustix::io::Errno::AGAIN) => Ok(None),
-            Err(e) => Err(e.into()),
+        take_events(self.fd.as_fd())
+    }
+}
+
+/// Waits up to `timeout` (`None`: forever) for the eventfd `fd` to count something, and
+/// consumes the count: how much it was (0: the wait ran out).
+pub(crate) fn wait_events(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<u64> {
+    if let Some(n) = take_events(fd)? {
+        return Ok(n);
+    }
+    let ts = timeout.map(|d| Timespec {
+        tv_sec: d.as_secs().try_into().unwrap_or(i64::MAX),
+        tv_nsec: d.subsec_nanos().into(),
+    });
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    loop {
+        match poll(&mut fds, ts.as_ref()) {
+            Ok(0) => return Ok(0),
+            Ok(_) => return Ok(take_events(fd)?.unwrap_or(0)),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
         }
+    }
+}
+
+/// Consumes the eventfd `fd`'s count without waiting: `None` when it is zero.
+pub(crate) fn take_events(fd: BorrowedFd<'_>) -> io::Result<Option<u64>> {
+    let mut b = [0u8; 8];
+    match rustix::io::read(fd, &mut b) {
+        Ok(8) => Ok(Some(u64::from_ne_bytes(b))),
+        Ok(_) => Ok(None),
+        Err(rustix::io::Errno::AGAIN) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -22,7 +22,7 @@
 //! ([`softib_engine::verbs`], [`softib_engine::QpAttr`], ...), re-exported here.
 #![deny(missing_docs)]
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -190,6 +190,11 @@ pub struct Context {
     submit_off: bool,
     /// Polls in a row that found nothing (see `poll_cq`).
     empty_polls: u32,
+    /// The eventfd the daemon adds to when it puts completions into a ring of this context
+    /// while the context sleeps (made the first time a poll sleeps).
+    wakeup: Option<OwnedFd>,
+    /// No wakeup eventfd: the daemon refused it (an older one); polls park in the daemon.
+    wakeup_off: bool,
 }
 
 /// Empty busy polls (each after a yield) before a poll blocks in the daemon.
@@ -279,6 +284,8 @@ impl Context {
             submit: None,
             submit_off: true,
             empty_polls: 0,
+            wakeup: None,
+            wakeup_off: true,
         })
     }
 
@@ -306,6 +313,8 @@ impl Context {
             submit: None,
             submit_off: std::env::var_os("SOFTIB_SUBMIT_RING").is_some_and(|v| v == "0"),
             empty_polls: 0,
+            wakeup: None,
+            wakeup_off: false,
         };
         let program = std::env::args()
             .next()
@@ -546,6 +555,9 @@ impl Context {
         let ring = softib_net::ring::Ring::create("softib-cq", slots, proto::CQ_RING_SLOT_LEN)?;
         match self.call_with_fds(&Request::AttachCqRing { dev, cq, slots }, &[ring.fd()])? {
             Response::Ok => {
+                // The library polls its rings except while it sleeps in
+                // `sleep_for_completion`, and says so: the daemon then wakes it only then.
+                ring.set_polling(true).map_err(|e| ring_broken(&e))?;
                 self.cq_rings.insert((dev, cq), ring);
             }
             _ => return Err(Error::Unexpected("not Ok")),
@@ -561,6 +573,49 @@ impl Context {
         self.ok(&Request::DestroyCq { dev, cq: cq.0 })?;
         self.cq_rings.remove(&(dev, cq.0));
         Ok(())
+    }
+
+    /// Sleeps until the daemon puts a completion into any of this context's rings, or for
+    /// `timeout`; `false` (at once) when the daemon cannot wake it (an older daemon), and the
+    /// caller must park a `PollCq` instead.
+    ///
+    /// Each ring carries the consumer's polling flag: the library keeps it set, and clears it
+    /// only here, for every ring, before it looks at them once more and sleeps; the daemon,
+    /// after filling a ring, adds to the wakeup eventfd when it finds the flag clear. One of
+    /// the two always sees the other (`Ring::set_polling`). Waking for any ring, not only the
+    /// polled CQ's, keeps a program that polls two CQs in turn from sleeping through the other.
+    fn sleep_for_completion(&mut self, timeout: Duration) -> Result<bool> {
+        if self.wakeup.is_none() {
+            if self.wakeup_off {
+                return Ok(false);
+            }
+            let fd = CompChannel::new_fd()?;
+            match self.call_with_fds(&Request::AttachWakeup, &[fd.as_fd()]) {
+                Ok(Response::Ok) => self.wakeup = Some(fd),
+                // An older daemon, or a refusal: park in the daemon from now on.
+                _ => {
+                    self.wakeup_off = true;
+                    return Ok(false);
+                }
+            }
+        }
+        let Some(fd) = &self.wakeup else {
+            return Ok(false);
+        };
+        for ring in self.cq_rings.values() {
+            ring.set_polling(false).map_err(|e| ring_broken(&e))?;
+        }
+        let mut waiting = false;
+        for ring in self.cq_rings.values() {
+            waiting |= !ring.is_empty().map_err(|e| ring_broken(&e))?;
+        }
+        if !waiting {
+            channel::wait_events(fd.as_fd(), Some(timeout))?;
+        }
+        for ring in self.cq_rings.values() {
+            ring.set_polling(true).map_err(|e| ring_broken(&e))?;
+        }
+        Ok(true)
     }
 
     /// Takes up to `max` completions from `cq`'s ring into `out`.
@@ -1016,7 +1071,9 @@ impl Context {
                     std::thread::yield_now();
                     return Ok(v);
                 }
-                if let Response::Completions(mut direct) = self.call(&Request::PollCq {
+                if self.sleep_for_completion(Duration::from_micros(BLOCK_US.into()))? {
+                    self.pop_ring(dev, cq.0, max, &mut v)?;
+                } else if let Response::Completions(mut direct) = self.call(&Request::PollCq {
                     dev,
                     cq: cq.0,
                     max,
@@ -1044,7 +1101,23 @@ impl Context {
                     return Ok(v);
                 }
             }
-            // The daemon answers when the ring holds something or the wait ends.
+            // Sleep until the daemon fills a ring, or the wait ends.
+            let deadline = std::time::Instant::now() + wait.saturating_sub(SPIN_BEFORE_WAITING);
+            loop {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    return Ok(v);
+                }
+                if !self.sleep_for_completion(left)? {
+                    break;
+                }
+                self.pop_ring(dev, cq.0, max, &mut v)?;
+                if !v.is_empty() {
+                    self.empty_polls = 0;
+                    return Ok(v);
+                }
+            }
+            // An older daemon: it answers when the ring holds something or the wait ends.
             match self.call(&Request::PollCq {
                 dev,
                 cq: cq.0,
