@@ -48,7 +48,7 @@ pub struct SimArgs {
     #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
     late_recvs: Option<bool>,
     /// Whether RC QPs are marked in-process, as the daemon marks QPs whose peer is one of
-    /// its own devices: SENDs and WRITEs in 60 KiB segments, payloads by reference (on or off).
+    /// its own devices: SENDs, WRITEs and READ responses in 60 KiB segments, payloads by reference (on or off).
     #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
     in_process: Option<bool>,
     /// Make every QP pair of this transport.

@@ -131,8 +131,10 @@ fn datagrams_between_devices_of_one_daemon_skip_the_kernel_and_are_still_capture
     // 20 WRITEs of 64 KiB between in-process QPs are two packets each (61,440 and 4,096
     // bytes; the first WRITE may go at lo's IB MTU 4096, before the QP is known to be
     // in-process), captured whole although their payloads were handed over in place; 20
-    // READs of 64 KiB are 320 responses at the MTU, which rxe1 captures as it sends them.
+    // READs of 64 KiB are two responses each, the same way (the first READ may be answered
+    // at the MTU, 16 responses), which rxe1 captures as it sends them; then requests and
+    // acknowledgements. At the MTU throughout it would be some 400.
     eprintln!("{good} datagrams captured, every ICRC valid");
-    assert!((360..=450).contains(&good), "{good} datagrams captured");
+    assert!((100..=170).contains(&good), "{good} datagrams captured");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -261,7 +261,8 @@ impl<M: Memory> Hca<M> {
 
     /// Marks whether a QP's peer is an engine of this process (the link knows: it hands that
     /// peer's packets over in-process). An RC QP so marked sends each SEND and WRITE that
-    /// starts from now on in segments of [`crate::IN_PROCESS_SEGMENT`] bytes and leaves
+    /// starts from now on in segments of [`crate::IN_PROCESS_SEGMENT`] bytes, asks for each
+    /// READ that starts from now on to be answered in them, and leaves
     /// payloads (its requests', its READ responses') in memory ([`Transmit::payload`]); its
     /// `poll_transmit` buffer must hold [`crate::IN_PROCESS_MAX_LEN`] bytes. The receiving
     /// engine must be told the packets are in-process ([`RxMeta::in_process`]). Other QP

@@ -99,8 +99,12 @@ pub struct Transmit {
     /// with [`Hca::materialize`]; one that hands it to an engine of the same process passes
     /// it to [`Hca::handle_packet_parts`] as it lies, which makes the transfer one copy.
     pub payload: Option<PayloadRef>,
-    /// Whether the sending QP is marked in-process: a link that finds this differs from
-    /// where the packet really goes tells the engine with [`Hca::set_in_process`].
+    /// Whether the packet goes in-process: its QP is marked so — except that a READ request
+    /// goes in-process exactly when its READ was sized for large response segments (when it
+    /// started), and READ responses in such segments go in-process whether or not their QP
+    /// is marked yet. A link that hands the packet to an engine of this process passes this
+    /// on as [`RxMeta::in_process`]; one that finds it differs from where the packet really
+    /// goes tells the engine with [`Hca::set_in_process`].
     pub in_process: bool,
 }
 
@@ -136,8 +140,10 @@ pub struct RxMeta {
     /// The 40 bytes a UD receive buffer starts with: the GRH, or on RoCEv2 over IPv4 twenty
     /// zero bytes and the IPv4 header. `None` when the packet had no GRH.
     pub grh: Option<[u8; 40]>,
-    /// The packet came from an engine of this process, not from a wire: its RC SEND and
-    /// WRITE packets may carry up to [`IN_PROCESS_SEGMENT`] bytes instead of one path MTU.
+    /// The packet came from an engine of this process, not from a wire, and its sender said
+    /// so ([`Transmit::in_process`]): its RC SEND and WRITE packets may carry up to
+    /// [`IN_PROCESS_SEGMENT`] bytes instead of one path MTU, and a READ request asks for its
+    /// responses in segments of that size.
     pub in_process: bool,
 }
 

@@ -70,7 +70,7 @@ pub(crate) struct RoceDev {
     /// Packets the engine built that could not be sent (no GRH, unreachable).
     pub tx_dropped: u64,
     /// Injected faults on egress, per (UDP source port, destination).
-    pub faults: Faults<(u16, SocketAddr)>,
+    pub faults: Faults<(SrcKey, SocketAddr)>,
     /// `softib capture`: every datagram sent or received, with its IP and UDP headers.
     pub capture: Option<PcapWriter>,
     /// Sockets bound to the UDP source ports rxe derives per QP (see [`rxe_source_port`]);
@@ -79,7 +79,7 @@ pub(crate) struct RoceDev {
     /// Source ports that could not be bound (taken, or too many sockets): sent from `link`.
     src_refused: std::collections::BTreeSet<u16>,
     /// A turn's datagrams, by source port, sent together at its end (`softib_net::batch`).
-    tx: TxQueue<u16>,
+    tx: TxQueue<SrcKey>,
     /// Re-seals datagrams for the IPv4 Identification their place in a GSO run gives them.
     ident: roce::IdentPatch,
     /// Receive slots (made on first use: 1 MiB).
@@ -171,6 +171,9 @@ struct LocalItem {
     len: usize,
     /// Whether it carries its ICRC (see `RoceDev::trust_local`).
     sealed: bool,
+    /// Its sender said it goes in-process (`Transmit::in_process`), which the receiving
+    /// engine is told ([`RxMeta::in_process`]).
+    in_process: bool,
     /// The payload, when it was left where it lies (the bytes are then the headers and
     /// room for the ICRC, and it is unsealed).
     payload: Option<LocalPayload>,
@@ -214,6 +217,7 @@ impl LocalRoce {
     /// Queues the `len` bytes built in [`LocalRoce::space`] for the device at `to`; with a
     /// `payload`, they are its headers (and room for the ICRC) and the payload stays where it
     /// lies: the receiving device copies it from there (one copy in all).
+    #[allow(clippy::too_many_arguments)]
     pub fn commit_parts(
         &mut self,
         from: SocketAddr,
@@ -221,6 +225,7 @@ impl LocalRoce {
         index: u16,
         len: usize,
         sealed: bool,
+        in_process: bool,
         payload: Option<LocalPayload>,
     ) {
         if !self.is_local(&to) || self.data.len() < self.used + len {
@@ -233,6 +238,7 @@ impl LocalRoce {
             off: self.used,
             len,
             sealed,
+            in_process,
             payload,
             taken: false,
         });
@@ -248,19 +254,20 @@ impl LocalRoce {
         index: u16,
         bytes: &[u8],
         sealed: bool,
+        in_process: bool,
     ) {
         if self.is_local(&to) {
             self.space(bytes.len()).copy_from_slice(bytes);
-            self.commit_parts(from, to, index, bytes.len(), sealed, None);
+            self.commit_parts(from, to, index, bytes.len(), sealed, in_process, None);
         }
     }
 
-    /// Hands what waits for the device at `at` to `take` (sender, index, bytes, sealed, and
-    /// the payload when it was left where it lies), in order.
+    /// Hands what waits for the device at `at` to `take` (sender, index, bytes, sealed,
+    /// in-process, and the payload when it was left where it lies), in order.
     pub fn drain(
         &mut self,
         at: SocketAddr,
-        mut take: impl FnMut(SocketAddr, u16, &[u8], bool, Option<&[u8]>),
+        mut take: impl FnMut(SocketAddr, u16, &[u8], bool, bool, Option<&[u8]>),
     ) {
         if self.pending == 0 {
             return;
@@ -272,6 +279,7 @@ impl LocalRoce {
                 it.index,
                 &self.data[it.off..it.off + it.len],
                 it.sealed,
+                it.in_process,
                 it.payload.as_ref().map(LocalPayload::bytes),
             );
             it.taken = true;
@@ -798,16 +806,22 @@ pub fn ib_mtu_for(eth_mtu: u32) -> Mtu {
 
 /// Queues one RoCEv2 datagram (sealed for IPv4 Identification 0) to leave from `local`, seals
 /// it for the Identification its place in a GSO run will give it, and captures it.
+#[allow(clippy::too_many_arguments)]
 fn queue_datagram(
-    tx: &mut TxQueue<u16>,
+    tx: &mut TxQueue<SrcKey>,
     ident: &mut roce::IdentPatch,
     cap: &mut Option<PcapWriter>,
     gso: bool,
     local: SocketAddr,
+    in_process: bool,
     to: SocketAddr,
     frame: &[u8],
 ) {
-    let (index, stored) = tx.push(local.port(), to, frame, gso);
+    let key = SrcKey {
+        port: local.port(),
+        in_process,
+    };
+    let (index, stored) = tx.push(key, to, frame, gso);
     finish_datagram(ident, cap, local, to, index, stored);
 }
 
@@ -830,6 +844,15 @@ fn finish_datagram(
     }
 }
 
+/// What a queued datagram is keyed by: the source port it leaves from (its socket), and
+/// whether its sender said it goes in-process (kept for a device of this daemon that takes
+/// it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SrcKey {
+    port: u16,
+    in_process: bool,
+}
+
 /// A device's view of [`LocalRoce`] when it sends: from its address, by source port.
 struct FromAddr<'a> {
     local: &'a mut LocalRoce,
@@ -838,18 +861,19 @@ struct FromAddr<'a> {
     sealed: bool,
 }
 
-impl softib_net::batch::Loopback<u16> for FromAddr<'_> {
+impl softib_net::batch::Loopback<SrcKey> for FromAddr<'_> {
     fn is_local(&self, to: &SocketAddr) -> bool {
         self.local.is_local(to)
     }
 
-    fn deliver(&mut self, port: u16, to: SocketAddr, index: u16, bytes: &[u8]) {
+    fn deliver(&mut self, key: SrcKey, to: SocketAddr, index: u16, bytes: &[u8]) {
         self.local.deliver(
-            SocketAddr::new(self.ip, port),
+            SocketAddr::new(self.ip, key.port),
             to,
             index,
             bytes,
             self.sealed,
+            key.in_process,
         );
     }
 }
@@ -1031,8 +1055,8 @@ impl RoceDev {
             now,
         };
         // From this daemon's other devices (or this one) first: they were sent earlier.
-        local_in.drain(local, |from, index, data, sealed, payload| {
-            busy |= rx.accept(from, index, data, sealed, true, payload)
+        local_in.drain(local, |from, index, data, sealed, in_process, payload| {
+            busy |= rx.accept(from, index, data, sealed, in_process, payload)
         });
         if self.ready {
             self.ready = false;
@@ -1077,11 +1101,11 @@ impl RoceDev {
         let me = self.link.local_addr();
         let (link, srcs) = (&self.link, &self.src_links);
         let out = self.tx.flush_or_deliver(
-            |port| {
-                if port == me.port() {
+            |key| {
+                if key.port == me.port() {
                     Some(link)
                 } else {
-                    srcs.get(&port)
+                    srcs.get(&key.port)
                 }
             },
             &mut FromAddr {
@@ -1106,10 +1130,10 @@ impl RoceDev {
         );
         let _ = self
             .faults
-            .poll(StdInstant::now(), |(port, to), frame| -> Result<(), ()> {
-                let from = SocketAddr::new(local.ip(), port);
-                let gso = srcs.get(&port).unwrap_or(link).gso();
-                queue_datagram(tx, ident, cap, gso, from, to, frame);
+            .poll(StdInstant::now(), |(key, to), frame| -> Result<(), ()> {
+                let from = SocketAddr::new(local.ip(), key.port);
+                let gso = srcs.get(&key.port).unwrap_or(link).gso();
+                queue_datagram(tx, ident, cap, gso, from, key.in_process, to, frame);
                 Ok(())
             });
         let mut sent = 0;
@@ -1215,12 +1239,12 @@ impl RoceDev {
                 // capture stands between, so the ICRC would buy nothing.
                 if built_local {
                     local_out.space(room)[t.len..unsealed].fill(0);
-                    local_out.commit_parts(local, dst, 0, unsealed, false, handed);
+                    local_out.commit_parts(local, dst, 0, unsealed, false, t.in_process, handed);
                 } else {
                     let pkt = self.tx.space(room);
                     pkt[t.len..unsealed].fill(0);
                     local_out.space(unsealed).copy_from_slice(&pkt[..unsealed]);
-                    local_out.commit_parts(local, dst, 0, unsealed, false, handed);
+                    local_out.commit_parts(local, dst, 0, unsealed, false, t.in_process, handed);
                 }
             } else if !built_local && faults_idle {
                 // Sealed and queued where it lies.
@@ -1229,7 +1253,11 @@ impl RoceDev {
                     continue;
                 };
                 let gso = self.src_links.get(&port).unwrap_or(&self.link).gso();
-                let (index, stored) = self.tx.commit(port, dst, len, gso);
+                let key = SrcKey {
+                    port,
+                    in_process: t.in_process,
+                };
+                let (index, stored) = self.tx.commit(key, dst, len, gso);
                 finish_datagram(
                     &mut self.ident,
                     &mut self.capture,
@@ -1259,12 +1287,16 @@ impl RoceDev {
                     &mut self.capture,
                 );
                 let gso = srcs.get(&port).unwrap_or(link).gso();
+                let key = SrcKey {
+                    port,
+                    in_process: t.in_process,
+                };
                 let _ = self.faults.apply(
                     fault_now,
-                    (port, dst),
+                    (key, dst),
                     frame,
-                    |(_, to), frame| -> Result<(), ()> {
-                        queue_datagram(tx, ident, cap, gso, local, to, frame);
+                    |(key, to), frame| -> Result<(), ()> {
+                        queue_datagram(tx, ident, cap, gso, local, key.in_process, to, frame);
                         Ok(())
                     },
                 );
@@ -1378,13 +1410,16 @@ mod tests {
             off: 100,
             len: 5,
         };
-        l.commit_parts(a, b, 0, 4, false, Some(payload));
+        l.commit_parts(a, b, 0, 4, false, true, Some(payload));
         assert_eq!(Rc::strong_count(&map), 2);
         let mut got = Vec::new();
-        l.drain(b, |_, _, d, sealed, p| {
-            got.push((d.to_vec(), sealed, p.map(<[u8]>::to_vec)))
+        l.drain(b, |_, _, d, sealed, in_process, p| {
+            got.push((d.to_vec(), sealed, in_process, p.map(<[u8]>::to_vec)))
         });
-        assert_eq!(got, [(b"hdr!".to_vec(), false, Some(b"hello".to_vec()))]);
+        assert_eq!(
+            got,
+            [(b"hdr!".to_vec(), false, true, Some(b"hello".to_vec()))]
+        );
         // The mapping is let go as soon as the receiver has taken the payload.
         assert_eq!(Rc::strong_count(&map), 1);
     }
@@ -1401,13 +1436,13 @@ mod tests {
         assert!(l.is_local(&a) && !l.is_local(&c));
         // Built in place and committed, or copied in; one for an unknown address is dropped.
         l.space(64)[..3].copy_from_slice(b"one");
-        l.commit_parts(a, b, 0, 3, false, None);
-        l.deliver(b, a, 1, b"two", true);
-        l.deliver(a, b, 2, b"three", true);
-        l.deliver(a, c, 0, b"lost", true);
+        l.commit_parts(a, b, 0, 3, false, false, None);
+        l.deliver(b, a, 1, b"two", true, false);
+        l.deliver(a, b, 2, b"three", true, false);
+        l.deliver(a, c, 0, b"lost", true, false);
         assert_eq!(l.pending, 3);
         let mut got = Vec::new();
-        l.drain(b, |from, i, d, sealed, _| {
+        l.drain(b, |from, i, d, sealed, _, _| {
             got.push((from, i, d.to_vec(), sealed))
         });
         assert_eq!(
@@ -1419,21 +1454,21 @@ mod tests {
         );
         assert_eq!((l.pending, l.used), (1, 11));
         // Once nothing waits, all the room is free again.
-        l.drain(a, |_, _, d, _, _| assert_eq!(d, b"two"));
+        l.drain(a, |_, _, d, _, _, _| assert_eq!(d, b"two"));
         assert_eq!((l.pending, l.used, l.items.len()), (0, 0, 0));
         // A device that goes away loses what waited for it.
-        l.deliver(a, b, 0, b"x", true);
+        l.deliver(a, b, 0, b"x", true, false);
         l.set_ends([a].into_iter());
         assert_eq!((l.pending, l.used), (0, 0));
         // Past the compaction size, waiting datagrams move to the front.
         l.set_ends([a, b].into_iter());
         let big = vec![7u8; LOCAL_COMPACT_BYTES / 2 + 1];
-        l.deliver(a, b, 0, &big, true);
-        l.deliver(a, b, 0, &big, true);
-        l.deliver(b, a, 0, b"keep", true);
-        l.drain(b, |_, _, _, _, _| {});
+        l.deliver(a, b, 0, &big, true, false);
+        l.deliver(a, b, 0, &big, true, false);
+        l.deliver(b, a, 0, b"keep", true, false);
+        l.drain(b, |_, _, _, _, _, _| {});
         assert_eq!((l.pending, l.used), (1, 4));
-        l.drain(a, |_, _, d, _, _| assert_eq!(d, b"keep"));
+        l.drain(a, |_, _, d, _, _, _| assert_eq!(d, b"keep"));
     }
 
     #[test]

@@ -174,13 +174,23 @@ impl fmt::Display for SendOutcome {
     }
 }
 
+/// What travels with a frame besides its bytes, as a link layer carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Label {
+    /// The sender's LID.
+    pub slid: Lid,
+    /// The service level.
+    pub sl: u8,
+    /// The sender said it goes in-process (`Transmit::in_process`).
+    pub in_process: bool,
+}
+
 /// A packet in flight.
 #[derive(Debug, Clone)]
 struct Frame {
     from: usize,
     to: usize,
-    slid: Lid,
-    sl: u8,
+    label: Label,
     corrupted: bool,
     /// Transport bytes followed by the 4-byte CRC.
     bytes: Vec<u8>,
@@ -193,10 +203,8 @@ pub struct Delivery {
     pub to: usize,
     /// The sending HCA.
     pub from: usize,
-    /// The sender's LID.
-    pub slid: Lid,
-    /// The service level.
-    pub sl: u8,
+    /// What came with it.
+    pub label: Label,
     /// The transport bytes (BTH through pad), CRC removed.
     pub body: Vec<u8>,
 }
@@ -278,8 +286,7 @@ impl Net {
         now: Instant,
         from: usize,
         to: usize,
-        slid: Lid,
-        sl: u8,
+        label: Label,
         body: &[u8],
     ) -> SendOutcome {
         let mut out = SendOutcome::default();
@@ -308,8 +315,7 @@ impl Net {
             let mut frame = Frame {
                 from,
                 to,
-                slid,
-                sl,
+                label,
                 corrupted: false,
                 bytes: bytes.clone(),
             };
@@ -387,8 +393,7 @@ impl Net {
             return Some(Delivery {
                 to: frame.to,
                 from: frame.from,
-                slid: frame.slid,
-                sl: frame.sl,
+                label: frame.label,
                 body,
             });
         }
@@ -398,6 +403,14 @@ impl Net {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The label of a frame from the node with LID `lid`.
+    fn lab(lid: u16) -> Label {
+        Label {
+            slid: Lid(lid),
+            ..Label::default()
+        }
+    }
 
     fn net_with(faults: LinkFaults, cap: u64) -> Net {
         Net::new(
@@ -430,14 +443,7 @@ mod tests {
     fn clean_link_is_fifo_and_exact() {
         let mut n = net(LinkFaults::default());
         for i in 0..100u8 {
-            n.send(
-                Instant::from_micros(u64::from(i)),
-                0,
-                1,
-                Lid(1),
-                0,
-                &[i; 13],
-            );
+            n.send(Instant::from_micros(u64::from(i)), 0, 1, lab(1), &[i; 13]);
         }
         let got = drain(&mut n);
         assert_eq!(got.len(), 100);
@@ -453,7 +459,7 @@ mod tests {
             ..LinkFaults::default()
         });
         for i in 0..1000u32 {
-            n.send(Instant::ZERO, 0, 1, Lid(1), 0, &i.to_le_bytes());
+            n.send(Instant::ZERO, 0, 1, lab(1), &i.to_le_bytes());
         }
         assert!(drain(&mut n).is_empty());
         assert_eq!(n.stats.crc_dropped, 1000);
@@ -467,7 +473,7 @@ mod tests {
             ..LinkFaults::default()
         });
         for _ in 0..1000 {
-            n.send(Instant::ZERO, 1, 0, Lid(2), 0, &[1, 2, 3, 4]);
+            n.send(Instant::ZERO, 1, 0, lab(2), &[1, 2, 3, 4]);
         }
         let got = drain(&mut n).len() as u64;
         assert_eq!(got, 1000 - n.stats.lost + n.stats.duplicated);
@@ -483,10 +489,10 @@ mod tests {
             links: vec![(0, 1)],
             what: String::from("test"),
         });
-        n.send(Instant::from_micros(9), 0, 1, Lid(1), 0, &[1; 4]); // arrives during the cut
-        n.send(Instant::from_micros(12), 0, 1, Lid(1), 0, &[2; 4]); // sent during the cut
-        n.send(Instant::from_micros(12), 1, 0, Lid(2), 0, &[3; 4]); // the other direction
-        n.send(Instant::from_micros(30), 0, 1, Lid(1), 0, &[4; 4]); // healed
+        n.send(Instant::from_micros(9), 0, 1, lab(1), &[1; 4]); // arrives during the cut
+        n.send(Instant::from_micros(12), 0, 1, lab(1), &[2; 4]); // sent during the cut
+        n.send(Instant::from_micros(12), 1, 0, lab(2), &[3; 4]); // the other direction
+        n.send(Instant::from_micros(30), 0, 1, lab(1), &[4; 4]); // healed
         let got = drain(&mut n);
         assert_eq!(got, vec![vec![3; 4], vec![4; 4]]);
         assert_eq!(n.stats.partitioned, 2);

@@ -210,7 +210,17 @@ impl World {
                     break 'nodes;
                 };
                 let slid = self.nodes[i].lid;
-                let outcome = self.net.send(now, i, to, slid, tx.av.sl, body);
+                let outcome = self.net.send(
+                    now,
+                    i,
+                    to,
+                    crate::net::Label {
+                        slid,
+                        sl: tx.av.sl,
+                        in_process: tx.in_process,
+                    },
+                    body,
+                );
                 if self.trace {
                     let what = softib_wire::packet::parse_body(body).map_or_else(
                         |e| format!("{e:?}"),
@@ -231,10 +241,10 @@ impl World {
     pub(crate) fn deliver(&mut self) {
         while let Some(d) = self.net.pop_due(self.now) {
             let meta = RxMeta {
-                slid: d.slid,
-                sl: d.sl,
+                slid: d.label.slid,
+                sl: d.label.sl,
                 grh: None,
-                in_process: self.in_process,
+                in_process: self.in_process && d.label.in_process,
             };
             if self.trace {
                 let what = softib_wire::packet::parse_body(&d.body).map_or_else(

@@ -1,9 +1,11 @@
 //! RC between two devices of one daemon (`rxe0` and `rxe1`): the daemon marks such QPs
-//! in-process, so their SENDs and WRITEs go in 60 KiB segments and payloads are copied once,
-//! from the sender's buffer straight into the receiver's. Every byte is checked, for messages
-//! of several segments with odd lengths, from shared buffers (handed over as they lie) and
-//! from memory of the process itself (which the daemon reaches by system calls, so it carries
-//! those payloads whole), and through faults (which see every packet whole and sealed).
+//! in-process, so their SENDs, WRITEs and READ responses go in 60 KiB segments and payloads
+//! are copied once, from the sender's buffer straight into the receiver's. Every byte is
+//! checked, for messages of several segments with odd lengths, from shared buffers (handed
+//! over as they lie) and from memory of the process itself (which the daemon reaches by system
+//! calls, so it carries those payloads whole), and through faults (which see every packet
+//! whole and sealed); and a READ that is its QP's first packet, sized before the daemon knew
+//! where the QP leads.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
@@ -59,6 +61,24 @@ fn rc_between_devices_of_one_daemon_moves_every_byte() {
         buf_b.read(to, &mut got);
         assert!(got == data, "WRITE of {} bytes (WR {wr_id})", data.len());
     };
+
+    // A READ that is B's very first packet starts before the daemon knows where B's QP
+    // leads: it is sized for the path MTU, and must be answered so.
+    let first = pattern(0xC0, 300_001);
+    buf_a.write(LEN / 8, &first);
+    qp_b.read(
+        &mr_b,
+        3,
+        first.len(),
+        mr_a.addr() + (LEN / 8) as u64,
+        mr_a.rkey(),
+        1,
+    )
+    .unwrap();
+    done(&cq_b, 1, WcOpcode::RdmaRead);
+    let mut got = vec![0u8; first.len()];
+    buf_b.read(3, &mut got);
+    assert!(got == first, "READ that started before the mark");
 
     // The first message tells the daemon where the QPs lead; later ones go in-process.
     for (round, len) in [
@@ -116,6 +136,22 @@ fn rc_between_devices_of_one_daemon_moves_every_byte() {
     for round in 0..12u8 {
         let len = 250_000 + usize::from(round) * 7;
         write_and_check(0, 1, &pattern(round ^ 0x20, len), 70 + u64::from(round));
+        // And READs, whose responses come in large segments through the same faults.
+        let data = pattern(round ^ 0x60, len);
+        buf_b.write(LEN / 2, &data);
+        qp_a.read(
+            &mr_a,
+            LEN / 2 + 3,
+            len,
+            mr_b.addr() + (LEN / 2) as u64,
+            mr_b.rkey(),
+            90 + u64::from(round),
+        )
+        .unwrap();
+        done(&cq_a, 90 + u64::from(round), WcOpcode::RdmaRead);
+        let mut got = vec![0u8; len];
+        buf_a.read(LEN / 2 + 3, &mut got);
+        assert!(got == data, "READ of {len} bytes through faults");
     }
     let mut hit = softib::FaultStats::default();
     for name in ["rxe0", "rxe1"] {

@@ -290,7 +290,6 @@ impl Qp {
         if self.state == QpState::Err {
             return;
         }
-        let mtu = self.mtu(res);
         let pd = self.init.pd;
         let Some(i) = self
             .sq
@@ -317,8 +316,11 @@ impl Qp {
         // to the one the retry asked for: both are correct data at this PSN.
         let retried = position(k - w.read_restart, w.npkts - w.read_restart);
         let original = position(k, w.npkts);
-        let offset = u64::from(k) * u64::from(mtu);
-        let want = (u64::from(w.len) - offset.min(u64::from(w.len))).min(u64::from(mtu)) as usize;
+        // Each response carries the READ's segment: the path MTU, or the large in-process
+        // segment the READ asked for (see `requester_poll`).
+        let seg = w.seg.max(1);
+        let offset = u64::from(k) * u64::from(seg);
+        let want = (u64::from(w.len) - offset.min(u64::from(w.len))).min(u64::from(seg)) as usize;
         if (pos != retried && pos != original)
             || payload.len() != want
             || (pos != Position::Middle && t.aeth.is_none())

@@ -205,14 +205,14 @@ impl Qp {
             let in_process = self.in_process;
             let w = &mut self.sq.wqes[i];
             // To a peer in this process an RC SEND or WRITE goes in large segments (its
-            // responder is told the packets are in-process); READs keep the path MTU, as the
-            // responder segments their responses by its own.
-            w.seg =
-                if in_process && !w.is_read_or_atomic() && buf.len() >= crate::IN_PROCESS_MAX_LEN {
-                    crate::IN_PROCESS_SEGMENT
-                } else {
-                    mtu
-                };
+            // responder is told the packets are in-process), and a READ asks for its response
+            // in them: its request goes in-process exactly when it does (see below).
+            let atomic = w.is_read_or_atomic() && !w.is_read();
+            w.seg = if in_process && !atomic && buf.len() >= crate::IN_PROCESS_MAX_LEN {
+                crate::IN_PROCESS_SEGMENT
+            } else {
+                mtu
+            };
             w.npkts = packets(w.len, w.seg);
             if matches!(
                 w.wr.opcode,
@@ -231,7 +231,7 @@ impl Qp {
         let qpn = self.qpn;
         let pd = self.init.pd;
         let ack_every = res.transport.max_pkt_per_ack.max(1);
-        let in_process = self.in_process;
+        let mut in_process = self.in_process;
         let window = self.sq.window(res.transport.max_unacked_psns);
         let una = self.sq.una();
         let w = &mut self.sq.wqes[i];
@@ -283,8 +283,12 @@ impl Qp {
                 });
             }
             WrOpcode::RdmaRead(r) => {
+                // A READ request goes in-process exactly when the READ was sized for large
+                // response segments: that is how its responder learns the segment size, which
+                // stays the one chosen when the READ started, however the QP is marked since.
+                in_process = w.seg > mtu;
                 // A retried READ asks only for what has not arrived (IBA §9.7.5.2.4).
-                let done = u64::from(w.acked) * u64::from(mtu);
+                let done = u64::from(w.acked) * u64::from(w.seg.max(1));
                 let done = done.min(u64::from(w.len));
                 t.bth.psn = first.add(w.acked);
                 t.reth = Some(RethRepr {

@@ -58,7 +58,7 @@ pub(crate) enum Response {
         syndrome: Syndrome,
         msn: u32,
     },
-    /// READ response packets still to send.
+    /// READ response packets still to send, `seg` bytes each but the last.
     Read {
         psn: Psn,
         region: Option<RegionId>,
@@ -66,6 +66,7 @@ pub(crate) enum Response {
         left: u32,
         started: bool,
         msn: u32,
+        seg: u32,
     },
     /// The answer to an atomic.
     Atomic { psn: Psn, orig: u64, msn: u32 },
@@ -241,7 +242,8 @@ impl Qp {
             return;
         }
         if d < 0 {
-            self.rc_duplicate(res, t, info.kind);
+            let seg = read_segment(self.mtu(res), in_process);
+            self.rc_duplicate(res, t, info.kind, seg);
             return;
         }
         self.resp.nak_sent = false;
@@ -294,13 +296,20 @@ impl Qp {
         match info.kind {
             Kind::Send => self.rc_send(res, t, pos, payload),
             Kind::RdmaWrite => self.rc_write(res, t, pos, payload),
-            Kind::RdmaReadRequest => self.rc_read(res, t, mtu as u32),
+            Kind::RdmaReadRequest => self.rc_read(res, t, read_segment(mtu as u32, in_process)),
             Kind::Atomic => self.rc_atomic(res, t),
             _ => res.drop_packet(DropReason::WrongTransport),
         }
     }
 
-    fn rc_duplicate<M: Memory>(&mut self, res: &mut Resources<M>, t: &TransportRepr, kind: Kind) {
+    /// A duplicate request; a READ is replayed in segments of `seg` bytes.
+    fn rc_duplicate<M: Memory>(
+        &mut self,
+        res: &mut Resources<M>,
+        t: &TransportRepr,
+        kind: Kind,
+        seg: u32,
+    ) {
         res.drop_packet(DropReason::RcDuplicate);
         let psn = t.bth.psn;
         match kind {
@@ -336,6 +345,7 @@ impl Qp {
                             left: reth.dma_len,
                             started: false,
                             msn,
+                            seg,
                         });
                     }
                     Err(_) => res.drop_packet(DropReason::RcDuplicateUnknown),
@@ -531,7 +541,8 @@ impl Qp {
         self.resp.resources.push_back(r);
     }
 
-    fn rc_read<M: Memory>(&mut self, res: &mut Resources<M>, t: &TransportRepr, mtu: u32) {
+    /// A READ request, answered in segments of `seg` bytes.
+    fn rc_read<M: Memory>(&mut self, res: &mut Resources<M>, t: &TransportRepr, seg: u32) {
         let psn = t.bth.psn;
         let qpn = self.qpn;
         let Some(reth) = t.reth else { return };
@@ -553,7 +564,7 @@ impl Qp {
                 return;
             }
         };
-        let npkts = packets(reth.dma_len, mtu);
+        let npkts = packets(reth.dma_len, seg);
         self.remember(Resource::Read { first: psn, npkts });
         // C9-148: the MSN counts the READ when its request is accepted.
         self.resp.msn = (self.resp.msn + 1) & 0x00FF_FFFF;
@@ -565,6 +576,7 @@ impl Qp {
             left: reth.dma_len,
             started: false,
             msn,
+            seg,
         });
         self.resp.epsn = psn.add(npkts);
     }
@@ -796,6 +808,9 @@ impl Qp {
             psn: Psn::new(0),
         };
         let mut read_from = None;
+        // Large segments go to a requester of this process, which asked for them: they
+        // travel in-process whether or not this QP is marked yet.
+        let mut large = false;
         let (t, n, done) = match r {
             Response::Ack { psn, syndrome, msn } => {
                 bth.psn = *psn;
@@ -824,9 +839,11 @@ impl Qp {
                 left,
                 started,
                 msn,
+                seg,
             } => {
-                let n = (*left).min(mtu);
-                let last = *left <= mtu;
+                large = *seg > mtu;
+                let n = (*left).min(*seg);
+                let last = *left <= *seg;
                 let op = match (*started, last) {
                     (false, true) => softib_wire::Operation::RdmaReadResponseOnly,
                     (false, false) => softib_wire::Operation::RdmaReadResponseFirst,
@@ -862,7 +879,7 @@ impl Qp {
         // To a requester of this process, the data stays where it is until the requester
         // places it (one copy instead of two).
         let by_ref = read_from
-            .filter(|_| self.in_process)
+            .filter(|_| self.in_process || large)
             .map(|(region, addr)| PayloadRef {
                 region,
                 addr,
@@ -915,7 +932,18 @@ impl Qp {
             src_qpn: self.qpn,
             len,
             payload: None,
-            in_process: self.in_process,
+            in_process: self.in_process || large,
         })
+    }
+}
+
+/// The segment a READ's responses go in: the path MTU, or the large in-process segment when
+/// the request came in-process — which its requester does exactly when it sized the READ so
+/// (see `requester_poll`).
+fn read_segment(mtu: u32, in_process: bool) -> u32 {
+    if in_process {
+        crate::IN_PROCESS_SEGMENT
+    } else {
+        mtu
     }
 }

@@ -1,6 +1,7 @@
 //! QPs whose peer is an engine of the same process (`Hca::set_in_process`): RC SENDs and
 //! WRITEs go in `IN_PROCESS_SEGMENT`-byte packets with their payload left in memory, READ
-//! responses too (at the path MTU), and the receiver takes packets in two parts. The bench
+//! responses too (a READ asks for them when it starts), and the receiver takes packets in two
+//! parts. The bench
 //! materializes every such packet (so drops, duplicates and the log see it whole) and hands
 //! it over in parts, as the daemon does.
 
@@ -85,9 +86,9 @@ fn a_send_from_several_sges_into_several_lands_whole() {
 }
 
 #[test]
-fn a_read_from_an_in_process_peer_keeps_the_path_mtu() {
+fn a_read_from_an_in_process_peer_comes_in_large_segments() {
     let (mut p, qa, _qb) = in_process_pair();
-    let len = 20_000u32;
+    let len = 150_000u32;
     let data = pattern(8, len as usize);
     p.b.fill(BUF + 0x2_0000, &data);
     let sge = p.a.sge(BUF + 0x6_0000, len);
@@ -100,10 +101,66 @@ fn a_read_from_an_in_process_peer_keeps_the_path_mtu() {
         (WcStatus::Success, WcOpcode::RdmaRead, len)
     );
     assert_eq!(p.a.bytes(BUF + 0x6_0000, len as usize), data);
-    // Responses at the path MTU (bring_up's is 1024), their payloads left in B's memory.
-    let responses = p.decoded_log().iter().filter(|l| !l.from_a).count();
-    assert_eq!(responses, (len as usize).div_ceil(1024));
-    assert_eq!(p.by_ref, (0, responses));
+    // The request asked for large segments; the responses' payloads stay in B's memory.
+    let seg = IN_PROCESS_SEGMENT as usize;
+    let responses: Vec<_> = p
+        .decoded_log()
+        .iter()
+        .filter(|l| !l.from_a)
+        .map(|l| (l.op(), l.payload_len))
+        .collect();
+    assert_eq!(
+        responses,
+        vec![
+            (Operation::RdmaReadResponseFirst, seg),
+            (Operation::RdmaReadResponseMiddle, seg),
+            (Operation::RdmaReadResponseLast, len as usize - 2 * seg),
+        ]
+    );
+    assert_eq!(p.by_ref, (0, 3));
+}
+
+#[test]
+fn a_read_started_before_the_mark_keeps_the_path_mtu() {
+    // The READ is sized when it starts: marked in-process only after its request went out
+    // (as a link marks a QP when it first sees where its packets go), it is answered, and
+    // retried, at the path MTU (bring_up's is 1024).
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc);
+    p.rx_meta.in_process = true;
+    let len = 20_000u32;
+    let data = pattern(9, len as usize);
+    p.b.fill(BUF + 0x2_0000, &data);
+    let sge = p.a.sge(BUF + 0x6_0000, len);
+    let src = p.b.remote(BUF + 0x2_0000);
+    p.a.post(qa, 5, WrOpcode::RdmaRead(src), vec![sge]);
+    p.transmit();
+    p.a.hca.set_in_process(qa, true);
+    p.b.hca.set_in_process(qb, true);
+    // The first responses are lost: the retried request must ask for the path MTU too.
+    p.drop_from_b = 3;
+    p.drive();
+    let wa = p.a.completions();
+    assert_eq!(
+        (wa[0].status, wa[0].opcode, wa[0].byte_len),
+        (WcStatus::Success, WcOpcode::RdmaRead, len)
+    );
+    assert_eq!(p.a.bytes(BUF + 0x6_0000, len as usize), data);
+    assert!(p
+        .decoded_log()
+        .iter()
+        .filter(|l| !l.from_a)
+        .all(|l| l.payload_len <= 1024));
+    // ...and a READ started now goes in large segments.
+    p.a.post(qa, 6, WrOpcode::RdmaRead(src), vec![sge]);
+    let before = p.log.len();
+    p.drive();
+    assert_eq!(p.a.completions()[0].status, WcStatus::Success);
+    let large = p.decoded_log()[before..]
+        .iter()
+        .filter(|l| !l.from_a)
+        .count();
+    assert_eq!(large, 1, "20,000 bytes in one in-process segment");
 }
 
 #[test]

@@ -167,6 +167,9 @@ struct InFlight {
     /// and payload length. It travels whole (so that faults and the log see it) and is
     /// handed to the receiver in two parts, as a link of one process does.
     split: Option<(usize, usize)>,
+    /// The sender said the packet goes in-process (`Transmit::in_process`): the receiver is
+    /// told so when `Pair::rx_meta` allows it, as a link tells it.
+    in_process: bool,
 }
 
 /// Two HCAs joined by a lossless, in-order wire with a fixed latency, plus fault knobs.
@@ -262,6 +265,7 @@ impl Pair {
                     to_b: from_a,
                     bytes,
                     split,
+                    in_process: tx.in_process,
                 };
                 if self.duplicate {
                     self.wire.push_back(pkt.clone());
@@ -651,6 +655,10 @@ impl Pair {
 
 impl InFlight {
     fn hand_to(&self, hca: &mut Hca<VecMemory>, now: Instant, meta: &RxMeta) {
+        let meta = &RxMeta {
+            in_process: meta.in_process && self.in_process,
+            ..*meta
+        };
         match self.split {
             Some((h, n)) => {
                 hca.handle_packet_parts(now, 1, meta, &self.bytes[..h], &self.bytes[h..h + n])
