@@ -743,8 +743,16 @@ impl Local {
         // --run_infinitely: a report per `-D` seconds of what completed in it, forever.
         let mut window = (Instant::now(), 0u64);
         loop {
-            let sent_done =
-                !sender || (!sending && scnt == ccnt) || ccnt.iter().sum::<u64>() >= total;
+            // Done sending: time is up (or every WR posted) and every signaled WR completed.
+            // After a -D run the WRs past the last signaled one complete unseen, as upstream
+            // leaves them.
+            let sent_done = !sender
+                || (!sending
+                    && scnt
+                        .iter()
+                        .zip(&ccnt)
+                        .all(|(&s, &c)| c >= if s == iters { s } else { s - s % cq_mod }))
+                || ccnt.iter().sum::<u64>() >= total;
             let recv_done = !receiver || received >= total;
             if sent_done && recv_done {
                 break;
@@ -778,14 +786,9 @@ impl Local {
                 for q in 0..nq {
                     let room = depth.saturating_sub(scnt[q] - ccnt[q]);
                     let left = iters - scnt[q];
-                    let mut n = room.min(left);
-                    // Post whole CQ-moderation groups so every group ends signaled; the last
-                    // partial group goes out at the end.
-                    if n < left {
-                        // Only whole groups: a partial one left at the end of a -D run
-                        // would never complete (nothing in it is signaled).
-                        n -= n % cq_mod;
-                    }
+                    // As upstream: keep up to tx_depth WRs outstanding, every cq_mod-th
+                    // signaled, so the queue never drains while a signaled one completes.
+                    let n = room.min(left);
                     if n == 0 {
                         continue;
                     }
