@@ -109,6 +109,29 @@ fn rc_init(pd: PdHandle, cq: CqHandle) -> QpInitAttr {
 }
 
 /// A deterministic byte stream (xorshift).
+/// A PD, a CQ of 64 and an RC QP of this raw client's own.
+fn own_objects(s: &mut UnixStream) -> (PdHandle, CqHandle, Qpn) {
+    let pd = match ask(s, &Request::AllocPd { dev: 0 }) {
+        Response::Handle(h) => PdHandle(u32::try_from(h).unwrap()),
+        r => panic!("{r:?}"),
+    };
+    let cq = match ask(s, &Request::CreateCq { dev: 0, cqe: 64 }) {
+        Response::Handle(h) => CqHandle(u32::try_from(h).unwrap()),
+        r => panic!("{r:?}"),
+    };
+    let qpn = match ask(
+        s,
+        &Request::CreateQp {
+            dev: 0,
+            init: rc_init(pd, cq),
+        },
+    ) {
+        Response::Qp(q) => q,
+        r => panic!("{r:?}"),
+    };
+    (pd, cq, qpn)
+}
+
 fn junk(seed: u64, len: usize) -> Vec<u8> {
     let mut x = seed | 1;
     (0..len)
@@ -316,14 +339,7 @@ fn full_pipes_for_eventfds_do_not_block_the_daemon() {
     };
     proto::send(&s, &Request::AttachWakeup, &[wakeup_pipe.as_fd()]).unwrap();
     assert!(matches!(response(&mut s).unwrap(), Response::Ok));
-    let pd = match ask(&mut s, &Request::AllocPd { dev: 0 }) {
-        Response::Handle(h) => PdHandle(u32::try_from(h).unwrap()),
-        r => panic!("{r:?}"),
-    };
-    let cq = match ask(&mut s, &Request::CreateCq { dev: 0, cqe: 64 }) {
-        Response::Handle(h) => CqHandle(u32::try_from(h).unwrap()),
-        r => panic!("{r:?}"),
-    };
+    let (_, cq, qpn) = own_objects(&mut s);
     // A completion ring whose consumer flag says "asleep": the daemon signals the wakeup.
     let ring = softib_net::ring::Ring::create("hostile", 64, proto::CQ_RING_SLOT_LEN).unwrap();
     proto::send(
@@ -346,16 +362,6 @@ fn full_pipes_for_eventfds_do_not_block_the_daemon() {
         },
     );
     assert!(matches!(r, Response::Ok), "{r:?}");
-    let qpn = match ask(
-        &mut s,
-        &Request::CreateQp {
-            dev: 0,
-            init: rc_init(pd, cq),
-        },
-    ) {
-        Response::Qp(q) => q,
-        r => panic!("{r:?}"),
-    };
     // INIT, a receive, then ERROR: the receive completes (flushed), which signals both.
     let to = |state| QpAttr {
         qp_state: state,
@@ -599,24 +605,7 @@ fn out_of_range_handles(d: &Running) {
     assert_eq!(error_kind(&r), Some(ErrorKind::Protocol), "{r:?}");
 
     // The client's own objects with values beyond their fields.
-    let pd = match ask(&mut s, &Request::AllocPd { dev: 0 }) {
-        Response::Handle(h) => PdHandle(u32::try_from(h).unwrap()),
-        r => panic!("{r:?}"),
-    };
-    let cq = match ask(&mut s, &Request::CreateCq { dev: 0, cqe: 64 }) {
-        Response::Handle(h) => CqHandle(u32::try_from(h).unwrap()),
-        r => panic!("{r:?}"),
-    };
-    let qpn = match ask(
-        &mut s,
-        &Request::CreateQp {
-            dev: 0,
-            init: rc_init(pd, cq),
-        },
-    ) {
-        Response::Qp(q) => q,
-        r => panic!("{r:?}"),
-    };
+    let (_, cq, qpn) = own_objects(&mut s);
     let init = QpAttr {
         qp_state: QpState::Init,
         port_num: 1,

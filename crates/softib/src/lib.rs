@@ -197,9 +197,9 @@ pub struct Context {
     wakeup_off: bool,
 }
 
-/// Empty busy polls (each after a yield) before a poll blocks in the daemon.
+/// Empty busy polls (each after a yield) before a poll sleeps (see `sleep_for_completion`).
 const SPINS_BEFORE_BLOCKING: u32 = 200;
-/// How long a poll that may wait looks at the completion ring before it waits in the daemon.
+/// How long a poll that may wait looks at the completion ring before it sleeps.
 const SPIN_BEFORE_WAITING: Duration = Duration::from_micros(200);
 /// How long such a poll may block (it returns as soon as a completion arrives).
 const BLOCK_US: u32 = 1000;

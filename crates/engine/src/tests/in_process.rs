@@ -29,6 +29,33 @@ fn requests(p: &Pair) -> Vec<(Operation, usize)> {
         .collect()
 }
 
+/// Fills `len` bytes of B at `BUF + 0x2_0000` and posts a READ of them into A at
+/// `BUF + 0x6_0000`; returns the bytes.
+fn post_read(p: &mut Pair, qa: softib_wire::Qpn, wr_id: u64, len: u32) -> Vec<u8> {
+    let data = pattern(wr_id as u8, len as usize);
+    p.b.fill(BUF + 0x2_0000, &data);
+    let sge = p.a.sge(BUF + 0x6_0000, len);
+    let src = p.b.remote(BUF + 0x2_0000);
+    p.a.post(qa, wr_id, WrOpcode::RdmaRead(src), vec![sge]);
+    data
+}
+
+/// Runs until quiet and checks that the READ `post_read` posted completed with `data`.
+fn check_read(p: &mut Pair, wr_id: u64, data: &[u8]) {
+    p.drive();
+    let wa = p.a.completions();
+    assert_eq!(
+        (wa[0].wr_id, wa[0].status, wa[0].opcode, wa[0].byte_len),
+        (
+            wr_id,
+            WcStatus::Success,
+            WcOpcode::RdmaRead,
+            data.len() as u32
+        )
+    );
+    assert_eq!(p.a.bytes(BUF + 0x6_0000, data.len()), data);
+}
+
 #[test]
 fn a_write_between_in_process_qps_goes_in_large_segments() {
     let (mut p, qa, _qb) = in_process_pair();
@@ -89,18 +116,8 @@ fn a_send_from_several_sges_into_several_lands_whole() {
 fn a_read_from_an_in_process_peer_comes_in_large_segments() {
     let (mut p, qa, _qb) = in_process_pair();
     let len = 150_000u32;
-    let data = pattern(8, len as usize);
-    p.b.fill(BUF + 0x2_0000, &data);
-    let sge = p.a.sge(BUF + 0x6_0000, len);
-    let src = p.b.remote(BUF + 0x2_0000);
-    p.a.post(qa, 4, WrOpcode::RdmaRead(src), vec![sge]);
-    p.drive();
-    let wa = p.a.completions();
-    assert_eq!(
-        (wa[0].status, wa[0].opcode, wa[0].byte_len),
-        (WcStatus::Success, WcOpcode::RdmaRead, len)
-    );
-    assert_eq!(p.a.bytes(BUF + 0x6_0000, len as usize), data);
+    let data = post_read(&mut p, qa, 4, len);
+    check_read(&mut p, 4, &data);
     // The request asked for large segments; the responses' payloads stay in B's memory.
     let seg = IN_PROCESS_SEGMENT as usize;
     let responses: Vec<_> = p
@@ -128,34 +145,22 @@ fn a_read_started_before_the_mark_keeps_the_path_mtu() {
     let mut p = Pair::new();
     let (qa, qb) = p.connect(QpType::Rc);
     p.rx_meta.in_process = true;
-    let len = 20_000u32;
-    let data = pattern(9, len as usize);
-    p.b.fill(BUF + 0x2_0000, &data);
-    let sge = p.a.sge(BUF + 0x6_0000, len);
-    let src = p.b.remote(BUF + 0x2_0000);
-    p.a.post(qa, 5, WrOpcode::RdmaRead(src), vec![sge]);
+    let data = post_read(&mut p, qa, 5, 20_000);
     p.transmit();
     p.a.hca.set_in_process(qa, true);
     p.b.hca.set_in_process(qb, true);
     // The first responses are lost: the retried request must ask for the path MTU too.
     p.drop_from_b = 3;
-    p.drive();
-    let wa = p.a.completions();
-    assert_eq!(
-        (wa[0].status, wa[0].opcode, wa[0].byte_len),
-        (WcStatus::Success, WcOpcode::RdmaRead, len)
-    );
-    assert_eq!(p.a.bytes(BUF + 0x6_0000, len as usize), data);
+    check_read(&mut p, 5, &data);
     assert!(p
         .decoded_log()
         .iter()
         .filter(|l| !l.from_a)
         .all(|l| l.payload_len <= 1024));
     // ...and a READ started now goes in large segments.
-    p.a.post(qa, 6, WrOpcode::RdmaRead(src), vec![sge]);
     let before = p.log.len();
-    p.drive();
-    assert_eq!(p.a.completions()[0].status, WcStatus::Success);
+    let data = post_read(&mut p, qa, 6, 20_000);
+    check_read(&mut p, 6, &data);
     let large = p.decoded_log()[before..]
         .iter()
         .filter(|l| !l.from_a)
