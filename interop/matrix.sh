@@ -14,6 +14,12 @@ REPO=$(cd "$HERE/.." && pwd)
 OUT=$REPO/target/interop/matrix-$(date -u +%Y%m%dT%H%M%SZ)
 [ "${1:-}" = "-o" ] && OUT=$2
 
+# The matrix captures the tap with tshark: the proof that every ICRC on the wire is right.
+if ! command -v tshark >/dev/null; then
+    echo "installing tshark" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tshark >/dev/null
+fi
 t=$(date +%s)
 "$HERE/build-image.sh"
 echo "image: $(( $(date +%s) - t ))s" >&2

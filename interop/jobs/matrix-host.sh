@@ -19,6 +19,8 @@ guest_wait_ready 300 || { echo "guest never became ready"; exit 3; }
 echo "guest ready"
 
 # Everything on the tap, as the wire carries it (rxe's real IP headers included).
+command -v tshark >/dev/null \
+    || echo "tshark is missing (build-image.sh installs it): the wire and its ICRCs go unchecked"
 tshark -q -i tap0 -w "$INTEROP_OUT/tap0.pcap" -F pcap -a filesize:400000 >/dev/null 2>&1 &
 CAP=$!
 sleep 2
