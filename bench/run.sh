@@ -70,7 +70,9 @@ log() { printf '[%s] %s\n' "$(date -u +%T)" "$*" >&2; }
 
 # --- peers and build ----------------------------------------------------------------------
 need=()
-for c in ucx_perftest:ucx-utils iperf3:iperf3 qperf:qperf jq:jq gcc:gcc bc:bc ss:iproute2 ip:iproute2; do
+# ping: the IPoIB figure checks that ib0 carries traffic with it before iperf3.
+for c in ucx_perftest:ucx-utils iperf3:iperf3 qperf:qperf jq:jq gcc:gcc bc:bc ss:iproute2 ip:iproute2 \
+    ping:iputils-ping; do
   command -v "${c%%:*}" >/dev/null || need+=("${c#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then
