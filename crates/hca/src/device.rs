@@ -69,7 +69,8 @@ pub(crate) struct RoceDev {
     pub rx_overflow: u64,
     /// Packets the engine built that could not be sent (no GRH, unreachable).
     pub tx_dropped: u64,
-    /// Injected faults on egress, per (UDP source port, destination).
+    /// Injected faults on egress, per (source key — the UDP source port and whether the
+    /// packet goes in-process —, destination).
     pub faults: Faults<(SrcKey, SocketAddr)>,
     /// `softib capture`: every datagram sent or received, with its IP and UDP headers.
     pub capture: Option<PcapWriter>,
@@ -78,7 +79,7 @@ pub(crate) struct RoceDev {
     src_links: std::collections::BTreeMap<u16, UdpLink>,
     /// Source ports that could not be bound (taken, or too many sockets): sent from `link`.
     src_refused: std::collections::BTreeSet<u16>,
-    /// A turn's datagrams, by source port, sent together at its end (`softib_net::batch`).
+    /// A turn's datagrams, by source key, sent together at its end (`softib_net::batch`).
     tx: TxQueue<SrcKey>,
     /// Re-seals datagrams for the IPv4 Identification their place in a GSO run gives them.
     ident: roce::IdentPatch,
