@@ -147,9 +147,13 @@ fn hostile_datagrams_during_an_rc_transfer_are_counted_and_change_nothing() {
         .iter()
         .find(|(r, _)| r == "bad_datagram")
         .map_or(0, |(_, n)| *n);
+    // A third of the spray is random bytes and a twelfth sealed then flipped: well over a
+    // quarter of what the daemon read fails its ICRC. (Compared with what was counted, not
+    // with what was sent: on a loaded machine the kernel drops much of the spray before the
+    // daemon reads it.)
     assert!(
-        bad > sent / 4,
-        "bad datagrams counted: {bad} of {sent}: {:?}",
+        total > 1000 && bad > total / 4,
+        "bad datagrams counted: {bad} of {total} counted ({sent} sent): {:?}",
         info.drops
     );
     assert!(
