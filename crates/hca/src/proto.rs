@@ -58,6 +58,30 @@ pub enum Submit {
     },
 }
 
+/// [`Submit`] by reference, for the library to encode a work request without copying it:
+/// the same variants in the same order, so its encoding is exactly [`Submit`]'s.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub enum SubmitRef<'a> {
+    /// `ibv_post_send` of one WR.
+    Send {
+        /// Device index.
+        dev: u32,
+        /// The QP.
+        qpn: Qpn,
+        /// The WR.
+        wr: &'a SendWr,
+    },
+    /// `ibv_post_recv` of one WR.
+    Recv {
+        /// Device index.
+        dev: u32,
+        /// The QP.
+        qpn: Qpn,
+        /// The WR.
+        wr: &'a RecvWr,
+    },
+}
+
 /// The largest frame either side accepts.
 pub const MAX_FRAME: usize = 4 << 20;
 /// The most request bytes the daemon buffers per client before serving them: one largest
@@ -840,6 +864,70 @@ impl FrameReader {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_submit_by_reference_encodes_as_the_submit_itself() {
+        use softib_engine::verbs::{SendFlags, Sge, UdDest, WrOpcode};
+        let sges = vec![
+            Sge {
+                addr: 0x1234_5678_9abc,
+                length: 4096,
+                lkey: 0x0102_0304,
+            },
+            Sge {
+                addr: 7,
+                length: 1,
+                lkey: 9,
+            },
+        ];
+        let send = SendWr {
+            wr_id: u64::MAX - 3,
+            opcode: WrOpcode::SendWithImm(0xdead_beef),
+            sg_list: sges.clone(),
+            flags: SendFlags::SIGNALED,
+            inline_data: Some(vec![1, 2, 3]),
+            ud: Some(UdDest {
+                ah: softib_engine::AhHandle(5),
+                remote_qpn: Qpn::new(0x12_3456),
+                remote_qkey: 0x8000_0011,
+            }),
+        };
+        let recv = RecvWr {
+            wr_id: 42,
+            sg_list: sges,
+        };
+        let qpn = Qpn::new(0xab_cdef);
+        let by_value = [
+            Submit::Send {
+                dev: 3,
+                qpn,
+                wr: send.clone(),
+            },
+            Submit::Recv {
+                dev: 1,
+                qpn,
+                wr: recv.clone(),
+            },
+        ];
+        let by_ref = [
+            SubmitRef::Send {
+                dev: 3,
+                qpn,
+                wr: &send,
+            },
+            SubmitRef::Recv {
+                dev: 1,
+                qpn,
+                wr: &recv,
+            },
+        ];
+        for (v, r) in by_value.iter().zip(&by_ref) {
+            let bytes = postcard::to_stdvec(r).unwrap();
+            assert_eq!(bytes, postcard::to_stdvec(v).unwrap());
+            let back: Submit = postcard::from_bytes(&bytes).unwrap();
+            assert_eq!(postcard::to_stdvec(&back).unwrap(), bytes);
+        }
+    }
 
     #[test]
     fn frames_come_out_whole_however_the_bytes_arrive() {
