@@ -30,13 +30,13 @@ fn ok(dir: &Path, args: &[&str]) -> Output {
     o
 }
 
-#[test]
-fn datagrams_between_devices_of_one_daemon_skip_the_kernel_and_are_still_captured_sealed() {
-    let ci = std::env::var_os("CI").is_some();
-    let dir = std::env::temp_dir().join(format!("softib-local-{}", std::process::id()));
+/// A daemon in a directory of its own with `rxe0` and `rxe1` on `lo` at `addrs` (addresses
+/// of the test's own, so that other tests' RoCE traffic on lo is not counted).
+fn two_devices(name: &str, addrs: [&str; 2]) -> (std::path::PathBuf, Kill) {
+    let dir = std::env::temp_dir().join(format!("softib-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let _daemon = Kill(
+    let daemon = Kill(
         softib(&dir, &["daemon"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -50,15 +50,50 @@ fn datagrams_between_devices_of_one_daemon_skip_the_kernel_and_are_still_capture
             .status
             .success()
     });
-    // Addresses of our own, so that other tests' RoCE traffic on lo is not counted.
-    for (name, addr) in [("rxe0", "127.0.0.82"), ("rxe1", "127.0.0.83")] {
+    for (dev, addr) in ["rxe0", "rxe1"].into_iter().zip(addrs) {
         ok(
             &dir,
             &[
-                "link", "add", name, "type", "rxe", "netdev", "lo", "--addr", addr,
+                "link", "add", dev, "type", "rxe", "netdev", "lo", "--addr", addr,
             ],
         );
     }
+    (dir, daemon)
+}
+
+/// Runs `tool` between the two devices (server on rxe1), with `env` set in both when given;
+/// returns the client's output.
+fn pair(dir: &Path, tool: &str, args: &[&str], port: &str, env: Option<(&str, &str)>) -> String {
+    let server = softib(dir, &[&[tool, "-d", "rxe1", "-p", port], args].concat())
+        .envs(env)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let c = softib(
+        dir,
+        &[&[tool, "-d", "rxe0", "-p", port], args, &["127.0.0.1"]].concat(),
+    )
+    .envs(env)
+    .output()
+    .unwrap();
+    let s = server.wait_with_output().unwrap();
+    assert!(
+        c.status.success() && s.status.success(),
+        "{tool} with {env:?}: {}{}\n{}{}",
+        text(&c.stdout),
+        text(&c.stderr),
+        text(&s.stdout),
+        text(&s.stderr)
+    );
+    text(&c.stdout)
+}
+
+#[test]
+fn datagrams_between_devices_of_one_daemon_skip_the_kernel_and_are_still_captured_sealed() {
+    let ci = std::env::var_os("CI").is_some();
+    let (dir, _daemon) = two_devices("local", ["127.0.0.82", "127.0.0.83"]);
     let lo_file = dir.join("lo.pcap");
     let lo = tshark(&["tshark"], "lo", "udp and host 127.0.0.82", &lo_file);
     if lo.is_none() {
@@ -78,41 +113,7 @@ fn datagrams_between_devices_of_one_daemon_skip_the_kernel_and_are_still_capture
     std::thread::sleep(Duration::from_millis(300));
 
     for (tool, tcp) in [("ib_write_bw", "18741"), ("ib_read_bw", "18742")] {
-        let server = softib(
-            &dir,
-            &[tool, "-d", "rxe1", "-s", "65536", "-n", "20", "-p", tcp],
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-        std::thread::sleep(Duration::from_millis(300));
-        let c = softib(
-            &dir,
-            &[
-                tool,
-                "-d",
-                "rxe0",
-                "-s",
-                "65536",
-                "-n",
-                "20",
-                "-p",
-                tcp,
-                "127.0.0.1",
-            ],
-        )
-        .output()
-        .unwrap();
-        let s = server.wait_with_output().unwrap();
-        assert!(
-            c.status.success() && s.status.success(),
-            "{tool}: {}{}\n{}{}",
-            text(&c.stdout),
-            text(&c.stderr),
-            text(&s.stdout),
-            text(&s.stderr)
-        );
+        pair(&dir, tool, &["-s", "65536", "-n", "20"], tcp, None);
     }
     // Stop the device capture: on SIGINT it stops the daemon's capture, which flushes it.
     let mut cap = cap;
@@ -136,5 +137,37 @@ fn datagrams_between_devices_of_one_daemon_skip_the_kernel_and_are_still_capture
     // acknowledgements. At the MTU throughout it would be some 400.
     eprintln!("{good} datagrams captured, every ICRC valid");
     assert!((100..=170).contains(&good), "{good} datagrams captured");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The library's data path has a way around each of its shared-memory parts, for an older
+/// daemon or to compare (`SOFTIB_WAKEUP=0`: a poll that sleeps parks a request in the
+/// daemon; `SOFTIB_SUBMIT_RING=0`: work requests go as requests; `SOFTIB_CQ_RING=0`:
+/// completions come by request). Each still carries a whole perftest run.
+#[test]
+fn each_data_path_fallback_carries_a_whole_run() {
+    let (dir, _daemon) = two_devices("fallback", ["127.0.0.84", "127.0.0.85"]);
+    for (i, knob) in ["SOFTIB_WAKEUP", "SOFTIB_SUBMIT_RING", "SOFTIB_CQ_RING"]
+        .into_iter()
+        .enumerate()
+    {
+        let port = format!("{}", 18751 + i);
+        let out = pair(
+            &dir,
+            "ib_send_bw",
+            &["-s", "4096", "-n", "3000"],
+            &port,
+            Some((knob, "0")),
+        );
+        let row = out
+            .lines()
+            .find(|l| l.trim_start().starts_with("4096"))
+            .unwrap_or_else(|| panic!("no result row with {knob}=0:\n{out}"));
+        assert_eq!(
+            row.split_whitespace().nth(1),
+            Some("3000"),
+            "{knob}=0: {row}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

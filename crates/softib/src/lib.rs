@@ -193,7 +193,8 @@ pub struct Context {
     /// The eventfd the daemon adds to when it puts completions into a ring of this context
     /// while the context sleeps (made the first time a poll sleeps).
     wakeup: Option<OwnedFd>,
-    /// No wakeup eventfd: the daemon refused it (an older one); polls park in the daemon.
+    /// No wakeup eventfd (SOFTIB_WAKEUP=0, or the daemon refused it: an older one); polls
+    /// park in the daemon.
     wakeup_off: bool,
     /// Scratch for the entries of a post (see [`Encoded`]).
     encoded: Encoded,
@@ -317,7 +318,8 @@ impl Context {
             submit_off: std::env::var_os("SOFTIB_SUBMIT_RING").is_some_and(|v| v == "0"),
             empty_polls: 0,
             wakeup: None,
-            wakeup_off: false,
+            // SOFTIB_WAKEUP=0 sleeps as with an older daemon (a parked PollCq), to compare.
+            wakeup_off: std::env::var_os("SOFTIB_WAKEUP").is_some_and(|v| v == "0"),
             encoded: Encoded::default(),
         };
         let program = std::env::args()
@@ -580,31 +582,37 @@ impl Context {
     }
 
     /// Sleeps until the daemon puts a completion into any of this context's rings, or for
-    /// `timeout`; `false` (at once) when the daemon cannot wake it (an older daemon), and the
-    /// caller must park a `PollCq` instead.
+    /// `timeout`. A daemon that cannot wake it (an older one) is asked instead to answer when
+    /// `cq`'s ring holds a completion (a parked `PollCq`).
     ///
     /// Each ring carries the consumer's polling flag: the library keeps it set, and clears it
     /// only here, for every ring, before it looks at them once more and sleeps; the daemon,
     /// after filling a ring, adds to the wakeup eventfd when it finds the flag clear. One of
     /// the two always sees the other (`Ring::set_polling`). Waking for any ring, not only the
     /// polled CQ's, keeps a program that polls two CQs in turn from sleeping through the other.
-    fn sleep_for_completion(&mut self, timeout: Duration) -> Result<bool> {
-        if self.wakeup.is_none() {
-            if self.wakeup_off {
-                return Ok(false);
-            }
+    fn sleep_for_completion(&mut self, dev: u32, cq: u32, timeout: Duration) -> Result<()> {
+        if self.wakeup.is_none() && !self.wakeup_off {
             let fd = CompChannel::new_fd()?;
             match self.call_with_fds(&Request::AttachWakeup, &[fd.as_fd()]) {
                 Ok(Response::Ok) => self.wakeup = Some(fd),
                 // An older daemon, or a refusal: park in the daemon from now on.
-                _ => {
-                    self.wakeup_off = true;
-                    return Ok(false);
-                }
+                _ => self.wakeup_off = true,
             }
         }
         let Some(fd) = &self.wakeup else {
-            return Ok(false);
+            // A ring CQ's completions are in its ring: the daemon's answer only wakes.
+            let wait_us = u32::try_from(timeout.as_micros())
+                .unwrap_or(u32::MAX)
+                .max(1);
+            return match self.call(&Request::PollCq {
+                dev,
+                cq,
+                max: 0,
+                wait_us,
+            })? {
+                Response::Completions(_) => Ok(()),
+                _ => Err(Error::Unexpected("not completions")),
+            };
         };
         for ring in self.cq_rings.values() {
             ring.set_polling(false).map_err(|e| ring_broken(&e))?;
@@ -619,7 +627,7 @@ impl Context {
         for ring in self.cq_rings.values() {
             ring.set_polling(true).map_err(|e| ring_broken(&e))?;
         }
-        Ok(true)
+        Ok(())
     }
 
     /// Takes up to `max` completions from `cq`'s ring into `out`.
@@ -1056,24 +1064,15 @@ impl Context {
             if v.is_empty() && wait_us == 0 {
                 // Nothing yet, and the caller spins. The daemon — the "hardware" — needs a CPU
                 // to make progress, and on a machine with fewer cores than spinning processes a
-                // spinner starves it. So: yield for a while, then block briefly in the daemon
-                // (which answers at once when a completion comes).
+                // spinner starves it. So: yield for a while, then sleep briefly (woken at once
+                // when a completion comes).
                 self.empty_polls = self.empty_polls.saturating_add(1);
                 if self.empty_polls < SPINS_BEFORE_BLOCKING {
                     std::thread::yield_now();
                     return Ok(v);
                 }
-                if self.sleep_for_completion(Duration::from_micros(BLOCK_US.into()))? {
-                    self.pop_ring(dev, cq.0, max, &mut v)?;
-                } else if let Response::Completions(mut direct) = self.call(&Request::PollCq {
-                    dev,
-                    cq: cq.0,
-                    max,
-                    wait_us: BLOCK_US,
-                })? {
-                    self.pop_ring(dev, cq.0, max, &mut v)?;
-                    v.append(&mut direct);
-                }
+                self.sleep_for_completion(dev, cq.0, Duration::from_micros(BLOCK_US.into()))?;
+                self.pop_ring(dev, cq.0, max, &mut v)?;
             }
             if !v.is_empty() {
                 self.empty_polls = 0;
@@ -1082,8 +1081,8 @@ impl Context {
                 return Ok(v);
             }
             // Nothing yet. A completion that is on its way is usually a few microseconds off:
-            // look at the ring for a while (yielding, so the daemon gets a CPU) before asking
-            // the daemon to answer when one comes — two wakeups and a socket round trip.
+            // look at the ring for a while (yielding, so the daemon gets a CPU) before sleeping
+            // — a sleep costs a wakeup on each side.
             let spin_until = std::time::Instant::now() + wait.min(SPIN_BEFORE_WAITING);
             while std::time::Instant::now() < spin_until {
                 std::thread::yield_now();
@@ -1093,35 +1092,20 @@ impl Context {
                     return Ok(v);
                 }
             }
-            // Sleep until the daemon fills a ring, or the wait ends.
+            // Sleep until the daemon fills a ring (this CQ's, or another one's: then look
+            // again), or the wait ends.
             let deadline = std::time::Instant::now() + wait.saturating_sub(SPIN_BEFORE_WAITING);
             loop {
                 let left = deadline.saturating_duration_since(std::time::Instant::now());
                 if left.is_zero() {
                     return Ok(v);
                 }
-                if !self.sleep_for_completion(left)? {
-                    break;
-                }
+                self.sleep_for_completion(dev, cq.0, left)?;
                 self.pop_ring(dev, cq.0, max, &mut v)?;
                 if !v.is_empty() {
                     self.empty_polls = 0;
                     return Ok(v);
                 }
-            }
-            // An older daemon: it answers when the ring holds something or the wait ends.
-            match self.call(&Request::PollCq {
-                dev,
-                cq: cq.0,
-                max,
-                wait_us,
-            })? {
-                Response::Completions(mut direct) => {
-                    self.pop_ring(dev, cq.0, max, &mut v)?;
-                    v.append(&mut direct);
-                    return Ok(v);
-                }
-                _ => return Err(Error::Unexpected("not completions")),
             }
         }
         match self.call(&Request::PollCq {
