@@ -62,6 +62,24 @@ fn rc_between_devices_of_one_daemon_moves_every_byte() {
         assert!(got == data, "WRITE of {} bytes (WR {wr_id})", data.len());
     };
 
+    // Reads `data`, put at `from` in B's buffer, by A into `to` in its own, and checks it.
+    let read_and_check = |from: usize, to: usize, data: &[u8], wr_id: u64| {
+        buf_b.write(from, data);
+        qp_a.read(
+            &mr_a,
+            to,
+            data.len(),
+            mr_b.addr() + from as u64,
+            mr_b.rkey(),
+            wr_id,
+        )
+        .unwrap();
+        done(&cq_a, wr_id, WcOpcode::RdmaRead);
+        let mut got = vec![0u8; data.len()];
+        buf_a.read(to, &mut got);
+        assert!(got == data, "READ of {} bytes (WR {wr_id})", data.len());
+    };
+
     // A READ that is B's very first packet starts before the daemon knows where B's QP
     // leads: it is sized for the path MTU, and must be answered so.
     let first = pattern(0xC0, 300_001);
@@ -109,20 +127,7 @@ fn rc_between_devices_of_one_daemon_moves_every_byte() {
 
         // READ by A of what B holds.
         let data = pattern(round ^ 0x80, len);
-        buf_b.write(LEN / 4, &data);
-        qp_a.read(
-            &mr_a,
-            LEN / 4 + 5,
-            len,
-            mr_b.addr() + (LEN / 4) as u64,
-            mr_b.rkey(),
-            40 + u64::from(round),
-        )
-        .unwrap();
-        done(&cq_a, 40 + u64::from(round), WcOpcode::RdmaRead);
-        let mut got = vec![0u8; len];
-        buf_a.read(LEN / 4 + 5, &mut got);
-        assert!(got == data, "READ of {len} bytes (round {round})");
+        read_and_check(LEN / 4, LEN / 4 + 5, &data, 40 + u64::from(round));
     }
 
     // Faults on both devices: every packet is now carried whole and sealed (60 KiB segments
@@ -138,20 +143,7 @@ fn rc_between_devices_of_one_daemon_moves_every_byte() {
         write_and_check(0, 1, &pattern(round ^ 0x20, len), 70 + u64::from(round));
         // And READs, whose responses come in large segments through the same faults.
         let data = pattern(round ^ 0x60, len);
-        buf_b.write(LEN / 2, &data);
-        qp_a.read(
-            &mr_a,
-            LEN / 2 + 3,
-            len,
-            mr_b.addr() + (LEN / 2) as u64,
-            mr_b.rkey(),
-            90 + u64::from(round),
-        )
-        .unwrap();
-        done(&cq_a, 90 + u64::from(round), WcOpcode::RdmaRead);
-        let mut got = vec![0u8; len];
-        buf_a.read(LEN / 2 + 3, &mut got);
-        assert!(got == data, "READ of {len} bytes through faults");
+        read_and_check(LEN / 2, LEN / 2 + 3, &data, 90 + u64::from(round));
     }
     let mut hit = softib::FaultStats::default();
     for name in ["rxe0", "rxe1"] {
