@@ -16,6 +16,7 @@ pub mod pcap;
 pub mod procmem;
 pub mod ring;
 pub mod shm;
+pub mod steer;
 pub mod tun;
 
 pub use batch::{RxBatch, RxDatagram, TxFlush, TxQueue};
