@@ -15,6 +15,10 @@
 //! Either side may be hostile or broken: indices that claim more than `slots` messages, or a
 //! length larger than a slot, make the ring report [`RingError::Corrupt`] instead of reading out
 //! of place; the daemon then drops that client.
+//!
+//! [`PacketRing`] is the same protocol for records of any length up to half its size: packets
+//! between the engines of two processes (headers and payloads of up to an in-process
+//! segment), packed back to back instead of one slot each.
 
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -122,16 +126,7 @@ impl Ring {
     /// the two always sees the other (both sides order their store before their load with a
     /// sequentially consistent fence).
     pub fn set_polling(&self, polling: bool) -> Result<(), RingError> {
-        let flag = self.index(POLLING)?;
-        if (flag.load(Ordering::Relaxed) != 0) != polling {
-            flag.store(u64::from(polling), Ordering::Relaxed);
-            // Only clearing needs the fence (the producer must not miss it); a producer that
-            // misses a set only rings once more than it needed to. A flag cleared earlier was
-            // fenced then.
-            if !polling {
-                std::sync::atomic::fence(Ordering::SeqCst);
-            }
-        }
+        set_polling(self.index(POLLING)?, polling);
         Ok(())
     }
 
@@ -199,6 +194,248 @@ impl Ring {
     }
 }
 
+/// Where a [`PacketRing`]'s records start.
+const DATA: usize = 128;
+/// A record's header: its length and the producer's tag, each a little-endian `u32`.
+const RECORD_HEADER: usize = 8;
+/// The length of a record header that says "the rest of the data area is unused; the next
+/// record starts at its beginning".
+const WRAP: u32 = u32::MAX;
+
+/// A single-producer, single-consumer ring of variable-length records in shared memory.
+///
+/// Layout: the producer's and the consumer's byte positions at offsets 0 and 64 (`u64`s that
+/// only grow), the consumer's polling flag at 72 (as in [`Ring`]), and `capacity` bytes of
+/// records from offset 128. A record is an 8-byte header (length, tag) and its bytes, padded
+/// to a multiple of 8; one that would cross the end of the area is preceded by a wrap marker
+/// and starts at the beginning instead. The consumer checks every header against the
+/// producer's position and the area before it reads: a broken producer makes the ring report
+/// [`RingError::Corrupt`], never read out of place.
+#[derive(Debug)]
+pub struct PacketRing {
+    region: SharedRegion,
+    capacity: u64,
+}
+
+impl PacketRing {
+    /// The bytes a ring of `capacity` record bytes needs.
+    pub fn bytes_for(capacity: usize) -> usize {
+        DATA + capacity
+    }
+
+    /// Creates a ring with `capacity` bytes of records (a power of two, 4 KiB to 1 GiB) in a
+    /// new memfd.
+    pub fn create(name: &str, capacity: usize) -> io::Result<PacketRing> {
+        PacketRing::check_shape(capacity)?;
+        let region = SharedRegion::create(name, PacketRing::bytes_for(capacity))?;
+        Ok(PacketRing {
+            region,
+            capacity: capacity as u64,
+        })
+    }
+
+    /// Maps a ring another process created.
+    pub fn from_fd(fd: OwnedFd, capacity: usize) -> io::Result<PacketRing> {
+        PacketRing::check_shape(capacity)?;
+        let region = SharedRegion::from_fd(fd, PacketRing::bytes_for(capacity))?;
+        Ok(PacketRing {
+            region,
+            capacity: capacity as u64,
+        })
+    }
+
+    fn check_shape(capacity: usize) -> io::Result<()> {
+        if !capacity.is_power_of_two() || !(4096..=1 << 30).contains(&capacity) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "a packet ring of {capacity} bytes: give a power of two from 4 KiB to 1 GiB"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The memfd, to pass to the other side.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.region.fd()
+    }
+
+    /// The longest record: half the area, less a header, so that one always fits once the
+    /// consumer has caught up, wherever the producer stands.
+    pub fn max_record(&self) -> usize {
+        self.capacity as usize / 2 - RECORD_HEADER
+    }
+
+    fn index(&self, at: usize) -> Result<&std::sync::atomic::AtomicU64, RingError> {
+        self.region.atomic_u64(at).map_err(|_| RingError::Corrupt)
+    }
+
+    /// Bytes in use (as this side sees it).
+    fn used(&self) -> Result<(u64, u64), RingError> {
+        let p = self.index(PRODUCER)?.load(Ordering::Acquire);
+        let c = self.index(CONSUMER)?.load(Ordering::Acquire);
+        if p.wrapping_sub(c) > self.capacity {
+            return Err(RingError::Corrupt);
+        }
+        Ok((p, c))
+    }
+
+    /// Whether no record waits.
+    pub fn is_empty(&self) -> Result<bool, RingError> {
+        let (p, c) = self.used()?;
+        Ok(p == c)
+    }
+
+    /// As [`Ring::set_polling`].
+    pub fn set_polling(&self, polling: bool) -> Result<(), RingError> {
+        set_polling(self.index(POLLING)?, polling);
+        Ok(())
+    }
+
+    /// As [`Ring::wants_wakeup`].
+    pub fn wants_wakeup(&self) -> Result<bool, RingError> {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        Ok(self.index(POLLING)?.load(Ordering::Relaxed) == 0)
+    }
+
+    /// Appends one record of the concatenation of `parts`, with `tag`; `Ok(false)` when the
+    /// ring has no room for it now.
+    pub fn push(&self, tag: u32, parts: &[&[u8]]) -> Result<bool, RingError> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len > self.max_record() {
+            return Err(RingError::TooLarge);
+        }
+        let size = (RECORD_HEADER + len).next_multiple_of(8) as u64;
+        let prod = self.index(PRODUCER)?;
+        let mut p = prod.load(Ordering::Relaxed);
+        let c = self.index(CONSUMER)?.load(Ordering::Acquire);
+        let used = p.wrapping_sub(c);
+        if used > self.capacity {
+            return Err(RingError::Corrupt);
+        }
+        let at = p % self.capacity;
+        let skip = if at + size > self.capacity {
+            self.capacity - at
+        } else {
+            0
+        };
+        if used + skip + size > self.capacity {
+            return Ok(false);
+        }
+        let w = |off: u64, bytes: &[u8]| {
+            self.region
+                .write(DATA + off as usize, bytes)
+                .map_err(|_| RingError::Corrupt)
+        };
+        if skip != 0 {
+            w(at, &WRAP.to_le_bytes())?;
+            p = p.wrapping_add(skip);
+        }
+        let at = p % self.capacity;
+        let mut header = [0u8; RECORD_HEADER];
+        header[..4].copy_from_slice(&(len as u32).to_le_bytes());
+        header[4..].copy_from_slice(&tag.to_le_bytes());
+        w(at, &header)?;
+        let mut off = at + RECORD_HEADER as u64;
+        for part in parts {
+            w(off, part)?;
+            off += part.len() as u64;
+        }
+        prod.store(p.wrapping_add(size), Ordering::Release);
+        Ok(true)
+    }
+
+    /// The oldest record's place: its tag, where its bytes start in the region, their length,
+    /// and the consumer position after it. `None` when the ring is empty.
+    fn front(&self) -> Result<Option<(u32, usize, usize, u64)>, RingError> {
+        let mut c = self.index(CONSUMER)?.load(Ordering::Relaxed);
+        let p = self.index(PRODUCER)?.load(Ordering::Acquire);
+        loop {
+            let waiting = p.wrapping_sub(c);
+            if waiting > self.capacity {
+                return Err(RingError::Corrupt);
+            }
+            if waiting == 0 {
+                return Ok(None);
+            }
+            let at = c % self.capacity;
+            if waiting < RECORD_HEADER as u64 || at + RECORD_HEADER as u64 > self.capacity {
+                return Err(RingError::Corrupt);
+            }
+            let mut header = [0u8; RECORD_HEADER];
+            self.region
+                .read(DATA + at as usize, &mut header)
+                .map_err(|_| RingError::Corrupt)?;
+            let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+            if len == WRAP {
+                c = c.wrapping_add(self.capacity - at);
+                continue;
+            }
+            let len = len as usize;
+            let size = (RECORD_HEADER + len).next_multiple_of(8) as u64;
+            if len > self.max_record() || size > waiting || at + size > self.capacity {
+                return Err(RingError::Corrupt);
+            }
+            let tag = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+            return Ok(Some((
+                tag,
+                DATA + at as usize + RECORD_HEADER,
+                len,
+                c.wrapping_add(size),
+            )));
+        }
+    }
+
+    /// Takes the oldest record into `out` (cleared first) and returns its tag; `Ok(None)`
+    /// when the ring is empty. What a consumer that does not trust the producer uses.
+    pub fn pop(&self, out: &mut Vec<u8>) -> Result<Option<u32>, RingError> {
+        let Some((tag, at, len, next)) = self.front()? else {
+            return Ok(None);
+        };
+        out.clear();
+        out.resize(len, 0);
+        self.region.read(at, out).map_err(|_| RingError::Corrupt)?;
+        self.index(CONSUMER)?.store(next, Ordering::Release);
+        Ok(Some(tag))
+    }
+
+    /// Hands the oldest record to `f` where it lies, then frees it; `Ok(None)` when the ring
+    /// is empty.
+    ///
+    /// Only for a producer this process trusts (another process of the same user, which could
+    /// ptrace this one anyway): the producer must not write a record between publishing it and
+    /// the consumer freeing it. One that breaks that rule can change the bytes `f` reads
+    /// (never their bounds, which were checked first); a consumer that cannot rule it out
+    /// uses [`PacketRing::pop`].
+    pub fn pop_with<R>(&self, f: impl FnOnce(u32, &[u8]) -> R) -> Result<Option<R>, RingError> {
+        let Some((tag, at, len, next)) = self.front()? else {
+            return Ok(None);
+        };
+        let bytes = self
+            .region
+            .as_slice()
+            .get(at..at + len)
+            .ok_or(RingError::Corrupt)?;
+        let r = f(tag, bytes);
+        self.index(CONSUMER)?.store(next, Ordering::Release);
+        Ok(Some(r))
+    }
+}
+
+/// The consumer's half of the wakeup handshake (see [`Ring::set_polling`]).
+fn set_polling(flag: &std::sync::atomic::AtomicU64, polling: bool) {
+    if (flag.load(Ordering::Relaxed) != 0) != polling {
+        flag.store(u64::from(polling), Ordering::Relaxed);
+        // Only clearing needs the fence (the producer must not miss it); a producer that
+        // misses a set only rings once more than it needed to. A flag cleared earlier was
+        // fenced then.
+        if !polling {
+            std::sync::atomic::fence(Ordering::SeqCst);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -257,5 +494,88 @@ mod tests {
         assert_eq!(b.pop(&mut out), Err(RingError::Corrupt));
         assert!(Ring::create("t", 0, 64).is_err());
         assert!(Ring::create("t", 4, 12).is_err());
+    }
+
+    fn packet_pair(capacity: usize) -> (PacketRing, PacketRing) {
+        let a = PacketRing::create("t", capacity).unwrap();
+        let b = PacketRing::from_fd(a.fd().try_clone_to_owned().unwrap(), capacity).unwrap();
+        (a, b)
+    }
+
+    #[test]
+    fn records_of_any_length_cross_in_order_and_wrap() {
+        let (tx, rx) = packet_pair(4096);
+        let mut out = Vec::new();
+        assert_eq!(rx.pop(&mut out).unwrap(), None);
+        // Lengths that leave every alignment at the end of the area, many times around.
+        let mut sent = std::collections::VecDeque::new();
+        let mut n = 0u32;
+        for round in 0..2000u32 {
+            let len = (round as usize * 37) % 700;
+            let rec: Vec<u8> = (0..len).map(|i| (i as u32 + round) as u8).collect();
+            while !tx.push(round, &[&rec[..len / 2], &rec[len / 2..]]).unwrap() {
+                let want: (u32, Vec<u8>) = sent.pop_front().unwrap();
+                assert_eq!(rx.pop(&mut out).unwrap(), Some(want.0));
+                assert_eq!(out, want.1);
+                n += 1;
+            }
+            sent.push_back((round, rec));
+        }
+        while let Some(want) = sent.pop_front() {
+            let got = rx.pop_with(|tag, b| (tag, b.to_vec())).unwrap();
+            assert_eq!(got, Some(want));
+            n += 1;
+        }
+        assert_eq!(n, 2000);
+        assert!(rx.is_empty().unwrap());
+        assert_eq!(rx.pop(&mut out).unwrap(), None);
+    }
+
+    #[test]
+    fn the_largest_record_always_fits_once_the_ring_is_drained() {
+        let (tx, rx) = packet_pair(4096);
+        let big = vec![9u8; tx.max_record()];
+        let mut out = Vec::new();
+        for skew in [0usize, 8, 100, 1000, 2032, 2040] {
+            assert!(tx.push(0, &[&vec![1u8; skew]]).unwrap());
+            assert_eq!(rx.pop(&mut out).unwrap(), Some(0));
+            assert!(tx.push(1, &[&big]).unwrap(), "skew {skew}");
+            assert_eq!(rx.pop(&mut out).unwrap(), Some(1));
+            assert_eq!(out, big);
+        }
+        assert_eq!(
+            tx.push(0, &[&vec![0u8; tx.max_record() + 1]]),
+            Err(RingError::TooLarge)
+        );
+    }
+
+    #[test]
+    fn a_broken_packet_ring_is_reported_not_followed() {
+        let (tx, rx) = packet_pair(4096);
+        let mut out = Vec::new();
+        // A length beyond what was published.
+        assert!(tx.push(0, &[b"abc"]).unwrap());
+        tx.region.write(DATA, &200u32.to_le_bytes()).unwrap();
+        assert_eq!(rx.pop(&mut out), Err(RingError::Corrupt));
+        // A producer position beyond the area.
+        tx.index(PRODUCER)
+            .unwrap()
+            .store(1 << 20, Ordering::Release);
+        assert_eq!(rx.pop(&mut out), Err(RingError::Corrupt));
+        assert_eq!(rx.is_empty(), Err(RingError::Corrupt));
+        assert!(PacketRing::create("t", 5000).is_err());
+        assert!(PacketRing::create("t", 1024).is_err());
+    }
+
+    #[test]
+    fn the_packet_ring_wakeup_handshake_is_the_rings() {
+        let (tx, rx) = packet_pair(4096);
+        assert!(tx.wants_wakeup().unwrap());
+        rx.set_polling(true).unwrap();
+        assert!(tx.push(3, &[b"m"]).unwrap());
+        assert!(!tx.wants_wakeup().unwrap());
+        rx.set_polling(false).unwrap();
+        assert!(!rx.is_empty().unwrap());
+        assert!(tx.wants_wakeup().unwrap());
     }
 }
