@@ -35,15 +35,14 @@ pub use softib_engine::{
     AddressVector, AhHandle, AttrMask, CqHandle, DeviceAttr, GlobalRoute, PdHandle, QpAttr, QpCap,
     QpInitAttr, SrqHandle,
 };
-pub use softib_hca::device::LinkConfig;
-pub use softib_hca::ib::MadQp;
-pub use softib_hca::proto::{
-    ClientResources, DeviceInfo, ErrorKind, Mad, PortInfo, VerbsAttr, VerbsPortAttr,
-};
 pub use softib_net::fault::{FaultSpec, FaultStats};
+pub use softib_proto::{
+    runtime_dir, ClientResources, DeviceInfo, ErrorKind, LinkConfig, Mad, MadQp, PortInfo,
+    VerbsAttr, VerbsPortAttr,
+};
 pub use softib_wire::{Gid, Guid, Lid, Mtu, Psn, QKey, Qpn, RKey};
 
-use softib_hca::proto::{self, Request, Response};
+use softib_proto::{self as proto, Request, Response};
 
 mod channel;
 pub mod embedded;
@@ -103,12 +102,6 @@ pub enum Error {
 
 /// A result with [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
-
-/// The runtime directory of this host's daemon: `$SOFTIB_RUNTIME_DIR`, else `/run/softib` for
-/// root, else `$XDG_RUNTIME_DIR/softib`, else `/tmp/softib-<uid>`.
-pub fn runtime_dir() -> PathBuf {
-    softib_hca::runtime_dir()
-}
 
 /// A memory buffer shared with the HCA: what memory regions are registered on.
 #[derive(Debug)]
@@ -300,7 +293,7 @@ impl Context {
 
     /// Connects to the daemon whose runtime directory is `dir`.
     pub fn open_at(dir: &Path) -> Result<Context> {
-        let path = dir.join(softib_hca::host::SOCKET_NAME);
+        let path = dir.join(proto::SOCKET_NAME);
         let stream = UnixStream::connect(&path).map_err(|source| Error::NoDaemon {
             path: path.clone(),
             source,
@@ -643,7 +636,7 @@ impl Context {
         };
         while out.len() < max as usize {
             match ring.pop(&mut self.ring_buf) {
-                Ok(true) => match postcard::from_bytes::<WorkCompletion>(&self.ring_buf) {
+                Ok(true) => match proto::decode_completion(&self.ring_buf) {
                     Ok(wc) => out.push(wc),
                     Err(e) => {
                         return Err(Error::Io(std::io::Error::new(
@@ -1310,14 +1303,14 @@ impl Encoded {
 
     /// Appends `entry`; `false` when it does not fit a ring slot (with its length prefix).
     fn push(&mut self, entry: &proto::SubmitRef<'_>) -> bool {
-        let mut slot = [0u8; proto::SUBMIT_SLOT_LEN - 2];
-        match postcard::to_slice(entry, &mut slot) {
-            Ok(b) => {
+        let mut slot = [0u8; proto::SUBMIT_ENTRY_MAX];
+        match proto::encode_submit(entry, &mut slot) {
+            Some(b) => {
                 self.bytes.extend_from_slice(b);
                 self.ends.push(self.bytes.len());
                 true
             }
-            Err(_) => false,
+            None => false,
         }
     }
 
@@ -1364,12 +1357,10 @@ mod tests {
             assert_eq!(e.len(), 3, "round {round}");
             let back: Vec<SendWr> = e
                 .iter()
-                .map(
-                    |b| match postcard::from_bytes::<proto::Submit>(b).unwrap() {
-                        proto::Submit::Send { dev: 1, wr, .. } => wr,
-                        other => panic!("{other:?}"),
-                    },
-                )
+                .map(|b| match proto::decode_submit(b).unwrap() {
+                    proto::Submit::Send { dev: 1, wr, .. } => wr,
+                    other => panic!("{other:?}"),
+                })
                 .collect();
             assert_eq!(back, sends);
         }

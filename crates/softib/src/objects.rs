@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use softib_engine::verbs::AsyncEvent;
-use softib_hca::proto::{Request, Response};
+use softib_proto::{Request, Response};
 
 use crate::typed::{InitAttr, RtrAttr, RtsAttr};
 use crate::{

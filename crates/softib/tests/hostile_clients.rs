@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use softib::embedded::EmbeddedDaemon;
 use softib::{AccessFlags, Context, Device, Endpoint, Mtu, QpType, WcStatus, WorkCompletion};
 use softib_engine::verbs::AsyncEvent;
-use softib_hca::proto::{self, Request, Response};
+use softib_proto::{self as proto, Request, Response};
 
 mod common;
 use common::all;
@@ -202,7 +202,7 @@ fn a_client_that_never_polls_overflows_its_own_cq_and_nobody_elses() {
 /// A client that rings its submission ring's doorbell (an eventfd the daemon polls) as fast
 /// as it can, with nothing in the ring; returns how many times it rang.
 fn ring_doorbells(dir: &Path, stop: Arc<AtomicBool>) -> u64 {
-    let s = UnixStream::connect(dir.join(softib_hca::host::SOCKET_NAME)).unwrap();
+    let s = UnixStream::connect(dir.join(proto::SOCKET_NAME)).unwrap();
     let mut s2 = s.try_clone().unwrap();
     proto::send(
         &s,
@@ -239,7 +239,7 @@ fn ring_doorbells(dir: &Path, stop: Arc<AtomicBool>) -> u64 {
 /// A client that sends no-op requests (ListDevices) back to back without waiting for the
 /// answers, reading them on another thread; returns how many were answered.
 fn flood_requests(dir: &Path, stop: Arc<AtomicBool>) -> u64 {
-    let mut s = UnixStream::connect(dir.join(softib_hca::host::SOCKET_NAME)).unwrap();
+    let mut s = UnixStream::connect(dir.join(proto::SOCKET_NAME)).unwrap();
     let hello = Request::Hello {
         version: proto::VERSION,
         pid: std::process::id(),
@@ -484,7 +484,7 @@ fn the_control_socket_keeps_other_users_out() {
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
     let hca = EmbeddedDaemon::start().unwrap();
-    let sock = hca.dir().join(softib_hca::host::SOCKET_NAME);
+    let sock = hca.dir().join(proto::SOCKET_NAME);
     let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o700, "the socket is its user's alone");
     if !rustix::process::geteuid().is_root() {
