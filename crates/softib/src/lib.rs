@@ -11,7 +11,8 @@
 //! [`CompletionQueue`], [`QueuePair`]) own what they created and release it when dropped, and
 //! [`QueuePair::connect`] does the state transitions from an [`Endpoint`] the peer sent;
 //! [`Context`] is the verbs one request at a time, with handles, as tools need them.
-//! [`embedded::EmbeddedDaemon`] runs the HCA inside the process (tests, single programs).
+//! With the cargo feature `embedded`, `embedded::EmbeddedDaemon` runs the HCA inside the
+//! process (tests, single programs); without it this crate links no part of the daemon.
 //!
 //! [`Context::open`] can also drive a real RDMA device through rdma-core's `libibverbs.so.1`,
 //! loaded at run time (`SOFTIB_BACKEND=rdma-core`, or automatically when no daemon answers and
@@ -45,6 +46,7 @@ pub use softib_wire::{Gid, Guid, Lid, Mtu, Psn, QKey, Qpn, RKey};
 use softib_proto::{self as proto, Request, Response};
 
 mod channel;
+#[cfg(feature = "embedded")]
 pub mod embedded;
 mod objects;
 mod rdma_core;
