@@ -23,7 +23,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use softib_engine::verbs::AsyncEvent;
-use softib_proto::{Request, Response};
 
 use crate::typed::{InitAttr, RtrAttr, RtsAttr};
 use crate::{
@@ -123,14 +122,12 @@ impl Device {
     /// device and of its ports since last asked, oldest first (a CQ that overflowed raises
     /// `CqErr`, and each QP completing into it `QpFatal`).
     pub fn async_events(&self) -> Result<Vec<AsyncEvent>> {
-        match self.ctx().call(&Request::AsyncEvents)? {
-            Response::AsyncEvents(all) => Ok(all
-                .into_iter()
-                .filter(|&(d, _)| d == self.index)
-                .map(|(_, e)| e)
-                .collect()),
-            _ => Err(Error::Unexpected("not events")),
-        }
+        let all = self.ctx().async_events()?;
+        Ok(all
+            .into_iter()
+            .filter(|&(d, _)| d == self.index)
+            .map(|(_, e)| e)
+            .collect())
     }
 
     /// `ibv_create_cq`.
