@@ -347,7 +347,14 @@ impl Context {
         }
     }
 
-    /// `ibv_poll_cq` for up to `max` completions, waiting up to `wait` for the first.
+    /// `ibv_poll_cq` for up to `max` completions.
+    ///
+    /// With `wait` zero this is `ibv_poll_cq`: what is there now, at once. It never blocks,
+    /// sleeps or yields, so a caller that spins on it spins — and on a machine with fewer cores
+    /// than spinning processes a spinner can starve the daemon that makes the progress it
+    /// waits for: such a caller should wait instead. With a nonzero `wait` it waits up to that
+    /// long for the first completion: a short spin that yields the CPU, then a sleep that the
+    /// daemon ends when a completion arrives (rdma-core: short naps).
     pub fn poll_cq(
         &mut self,
         dev: u32,

@@ -86,14 +86,13 @@ fn mib_per_s(len: usize, t: Duration) -> f64 {
     len as f64 / (1 << 20) as f64 / t.as_secs_f64()
 }
 
-/// Polls `cq` until `n` completions arrived (or panics after `limit`).
+/// Waits on `cq` until `n` completions arrived (or panics after `limit`).
 fn collect(cq: &softib::CompletionQueue, n: usize, limit: Duration) -> Vec<WorkCompletion> {
     let mut got = Vec::new();
     let t0 = Instant::now();
     while got.len() < n {
         assert!(t0.elapsed() < limit, "{} of {n} completions", got.len());
-        got.extend(cq.poll(64).unwrap());
-        std::thread::sleep(Duration::from_millis(1));
+        got.extend(cq.poll_wait(64, Duration::from_millis(100)).unwrap());
     }
     got
 }
@@ -402,7 +401,7 @@ fn a_client_killed_mid_rdma_leaves_its_peer_error_completions_and_nothing_else()
             post(posted).unwrap();
             posted += 1;
         }
-        wcs.extend(cq.poll(64).unwrap());
+        wcs.extend(cq.poll_wait(64, Duration::from_millis(10)).unwrap());
     }
     assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
     let before = wcs.len();
@@ -418,7 +417,7 @@ fn a_client_killed_mid_rdma_leaves_its_peer_error_completions_and_nothing_else()
             post(posted).unwrap();
             posted += 1;
         }
-        wcs.extend(cq.poll(64).unwrap());
+        wcs.extend(cq.poll_wait(64, Duration::from_millis(10)).unwrap());
     }
     let failed_after = killed.elapsed();
     wcs.extend(collect(

@@ -203,7 +203,12 @@ fn completions_beyond_a_full_ring_are_not_stranded() {
     let mut got = Vec::new();
     let t0 = std::time::Instant::now();
     while got.len() < 8 && t0.elapsed() < Duration::from_secs(2) {
-        got.extend(cq_b.poll(16).unwrap().into_iter().map(|w| w.wr_id));
+        got.extend(
+            cq_b.poll_wait(16, Duration::from_millis(100))
+                .unwrap()
+                .into_iter()
+                .map(|w| w.wr_id),
+        );
     }
     assert_eq!(got, (0..8).collect::<Vec<u64>>(), "in order, none stranded");
 }
@@ -337,14 +342,22 @@ fn posting_through_the_submission_ring_still_fails_at_once_as_the_verb_does() {
     let mut done = 0;
     let t0 = std::time::Instant::now();
     while done < 16 && t0.elapsed() < Duration::from_secs(5) {
-        done += cq_a.poll(16).unwrap().len();
+        done += cq_a
+            .poll_wait(16, Duration::from_millis(100))
+            .unwrap()
+            .len();
     }
     assert_eq!(done, 16);
     qp_a.send(&mr_a, 0, 8, Some(&eb), 201).unwrap();
     // Every datagram arrived, in order.
     let mut got = Vec::new();
     while got.len() < 16 && t0.elapsed() < Duration::from_secs(5) {
-        got.extend(cq_b.poll(16).unwrap().into_iter().map(|w| w.wr_id));
+        got.extend(
+            cq_b.poll_wait(16, Duration::from_millis(100))
+                .unwrap()
+                .into_iter()
+                .map(|w| w.wr_id),
+        );
     }
     assert_eq!(got, (0..16).collect::<Vec<u64>>());
 }
@@ -391,7 +404,7 @@ fn two_qps_take_their_receives_from_one_shared_receive_queue() {
     let t0 = std::time::Instant::now();
     while got.len() < 2 && t0.elapsed() < Duration::from_secs(5) {
         got.extend(
-            cq_b.poll(4)
+            cq_b.poll_wait(4, Duration::from_millis(100))
                 .unwrap()
                 .into_iter()
                 .map(|w| (w.qp_num, w.wr_id)),
@@ -449,7 +462,10 @@ fn ud_sends_to_one_peer_share_one_address_handle_and_owned_handles_send_too() {
     let mut got = 0;
     let t0 = std::time::Instant::now();
     while got < 20 && t0.elapsed() < Duration::from_secs(5) {
-        got += cq_b.poll(32).unwrap().len();
+        got += cq_b
+            .poll_wait(32, Duration::from_millis(100))
+            .unwrap()
+            .len();
     }
     assert_eq!(got, 20);
     // Ten sends through `send` made one AH; the owned one is the second.

@@ -1,6 +1,13 @@
 //! Completions from the daemon: a ring per CQ in memory shared with it, polled without a
 //! request (as a hardware CQ is polled in host memory), and the wakeup eventfd a waiting poll
 //! sleeps on. What each slot holds and who may sleep when: `softib_proto`'s ring module.
+//!
+//! A poll with no wait is `ibv_poll_cq`: it takes what the ring holds and returns at once. It
+//! never sleeps, yields or waits for the daemon; the one request it may make is after draining
+//! a ring it found full, when completions may be left in the daemon's CQ (rare: the ring holds
+//! as many as the CQ). Waiting is the caller's choice, a nonzero wait: look at the ring for a
+//! moment, yielding so the daemon — the "hardware", which needs a CPU too — can run, then sleep
+//! until the daemon fills a ring.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -13,10 +20,6 @@ use super::{ring_broken, Conn};
 use crate::channel;
 use crate::{CompChannel, Error, Result, WorkCompletion};
 
-/// Empty busy polls (each after a yield) before a poll sleeps (see `sleep`).
-const SPINS_BEFORE_BLOCKING: u32 = 200;
-/// How long such a poll may block (it returns as soon as a completion arrives).
-const BLOCK: Duration = Duration::from_micros(1000);
 /// How long a poll that may wait looks at the completion ring before it sleeps: a completion on
 /// its way is usually a few microseconds off, and a sleep costs a wakeup on each side.
 const SPIN_BEFORE_WAITING: Duration = Duration::from_micros(200);
@@ -34,8 +37,6 @@ pub(crate) struct CqRings {
     /// No wakeup eventfd (SOFTIB_WAKEUP=0, or the daemon refused it: an older one); waiting
     /// polls park in the daemon.
     wakeup_off: bool,
-    /// Polls in a row that found nothing (see `poll`).
-    empty_polls: u32,
 }
 
 impl CqRings {
@@ -45,7 +46,6 @@ impl CqRings {
             buf: Vec::new(),
             wakeup: None,
             wakeup_off,
-            empty_polls: 0,
         }
     }
 
@@ -73,7 +73,8 @@ impl CqRings {
         self.rings.remove(&(dev, cq));
     }
 
-    /// Up to `max` completions of `cq`, waiting up to `wait` for the first.
+    /// Up to `max` completions of `cq`. With `wait` zero, what is there now (`ibv_poll_cq`:
+    /// never blocks); otherwise waits up to `wait` for the first.
     pub(crate) fn poll(
         &mut self,
         conn: &mut Conn,
@@ -111,24 +112,8 @@ impl CqRings {
                 v.append(&mut direct);
             }
         }
-        if v.is_empty() && wait.is_zero() {
-            // Nothing yet, and the caller spins. The daemon — the "hardware" — needs a CPU
-            // to make progress, and on a machine with fewer cores than spinning processes a
-            // spinner starves it. So: yield for a while, then sleep briefly (woken at once
-            // when a completion comes).
-            self.empty_polls = self.empty_polls.saturating_add(1);
-            if self.empty_polls < SPINS_BEFORE_BLOCKING {
-                std::thread::yield_now();
-                return Ok(v);
-            }
-            self.sleep(conn, dev, cq, BLOCK)?;
-            self.pop(dev, cq, max, &mut v)?;
-        }
         if v.is_empty() && !wait.is_zero() {
             self.wait_for_ring(conn, dev, cq, max, wait, &mut v)?;
-        }
-        if !v.is_empty() {
-            self.empty_polls = 0;
         }
         Ok(v)
     }
@@ -238,5 +223,90 @@ impl CqRings {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::{Qpn, WcOpcode, WcStatus};
+    use std::os::unix::net::UnixStream;
+
+    /// A session's rings with one CQ ring, over a connection whose daemon is gone (so any
+    /// request fails), and the daemon's end of that ring.
+    fn rings_without_a_daemon() -> (CqRings, Conn, Ring) {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        drop(theirs);
+        let conn = Conn {
+            stream: ours,
+            daemon_pid: 1,
+        };
+        let ring = Ring::create("softib-test-cq", 8, proto::CQ_RING_SLOT_LEN).unwrap();
+        let daemon = Ring::from_fd(
+            ring.fd().try_clone_to_owned().unwrap(),
+            8,
+            proto::CQ_RING_SLOT_LEN,
+        )
+        .unwrap();
+        ring.set_polling(true).unwrap();
+        let mut cqs = CqRings::new(false);
+        cqs.rings.insert((0, 5), ring);
+        (cqs, conn, daemon)
+    }
+
+    fn completion(wr_id: u64) -> WorkCompletion {
+        WorkCompletion {
+            wr_id,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            vendor_err: 0,
+            byte_len: 8,
+            imm_data: None,
+            invalidated_rkey: None,
+            qp_num: Qpn::new(77),
+            src_qp: Qpn::new(0),
+            grh: false,
+            slid: crate::Lid(0),
+            sl: 0,
+            pkey_index: 0,
+        }
+    }
+
+    #[test]
+    fn a_poll_without_wait_never_sleeps_nor_asks_the_daemon() {
+        let (mut cqs, mut conn, daemon) = rings_without_a_daemon();
+        // However often an empty CQ is polled, the poll neither sleeps (which would attach
+        // the wakeup, or park a PollCq: both requests, which fail here) nor asks.
+        for _ in 0..10_000 {
+            let got = cqs.poll(&mut conn, 0, 5, 16, Duration::ZERO).unwrap();
+            assert!(got.is_empty());
+        }
+        assert!(cqs.wakeup.is_none(), "a poll never prepares to sleep");
+        let mut buf = [0u8; proto::COMPLETION_ENTRY_MAX];
+        for id in [1, 2] {
+            let entry = proto::encode_completion(&completion(id), &mut buf).unwrap();
+            assert!(daemon.push(entry).unwrap());
+        }
+        let got = cqs.poll(&mut conn, 0, 5, 16, Duration::ZERO).unwrap();
+        assert_eq!(got.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [1, 2]);
+    }
+
+    #[test]
+    fn a_waiting_poll_sleeps_through_the_daemon_and_says_when_it_is_gone() {
+        let (mut cqs, mut conn, daemon) = rings_without_a_daemon();
+        // A completion already there is returned without waiting.
+        let mut buf = [0u8; proto::COMPLETION_ENTRY_MAX];
+        let entry = proto::encode_completion(&completion(9), &mut buf).unwrap();
+        assert!(daemon.push(entry).unwrap());
+        let got = cqs
+            .poll(&mut conn, 0, 5, 16, Duration::from_secs(5))
+            .unwrap();
+        assert_eq!(got.len(), 1);
+        // Nothing there: the wait goes to sleep, which needs the daemon — gone here.
+        let e = cqs
+            .poll(&mut conn, 0, 5, 16, Duration::from_millis(1))
+            .unwrap_err();
+        assert!(matches!(e, Error::DaemonGone { pid: 1 }), "{e}");
     }
 }
