@@ -38,7 +38,7 @@ fuzz_target!(|input: &[u8]| {
         round_trip_response(&resp);
     }
     // A submission-ring entry (the daemon pops and decodes it without a request).
-    if let Ok(sub) = proto::decode_submit(input) {
+    if let Ok(sub) = Submit::decode(input) {
         let _ = format!("{sub:?}");
         let bytes = postcard::to_stdvec(&sub).expect("a decoded entry encodes");
         let again: Submit = postcard::from_bytes(&bytes).expect("an encoded entry decodes");

@@ -1077,7 +1077,7 @@ impl HostRt {
                     return;
                 }
             }
-            let Ok(op) = proto::decode_submit(&buf) else {
+            let Ok(op) = proto::Submit::decode(&buf) else {
                 c.broken = true;
                 return;
             };

@@ -32,9 +32,8 @@ pub use frame::{
 };
 pub use message::{Request, Response};
 pub use ring::{
-    decode_completion, decode_submit, encode_completion, encode_submit, Submit, SubmitRef,
-    COMPLETION_ENTRY_MAX, CQ_RING_SLOTS_MAX, CQ_RING_SLOT_LEN, SUBMIT_ENTRY_MAX, SUBMIT_SLOTS_MAX,
-    SUBMIT_SLOT_LEN,
+    decode_completion, encode_completion, Submit, SubmitRef, COMPLETION_ENTRY_MAX,
+    CQ_RING_SLOTS_MAX, CQ_RING_SLOT_LEN, SUBMIT_ENTRY_MAX, SUBMIT_SLOTS_MAX, SUBMIT_SLOT_LEN,
 };
 pub use types::{
     ClientResources, DeviceInfo, ErrorKind, LinkConfig, Mad, MadQp, PortInfo, VerbsAttr,

@@ -15,7 +15,7 @@
 //!   eventfd (`AttachWakeup`), once a turn.
 //! - **The submission ring**, one per client (`AttachSubmitRing`, the memfd and a doorbell
 //!   eventfd with the request): the library produces, the daemon consumes.
-//!   [`SUBMIT_SLOT_LEN`]-byte slots, each a [`Submit`] as [`encode_submit`] writes it. The
+//!   [`SUBMIT_SLOT_LEN`]-byte slots, each a [`Submit`] as [`SubmitRef::encode`] writes it. The
 //!   library puts a work request there only after checking it as the verb would (QP state,
 //!   queue room counted from polled completions, `softib_engine::check_send_wr`), so the verb
 //!   fails at once; anything it cannot vouch for goes as a request. The daemon executes the
@@ -94,22 +94,26 @@ pub const SUBMIT_ENTRY_MAX: usize = SUBMIT_SLOT_LEN - LEN_PREFIX;
 /// The most bytes one completion entry may have.
 pub const COMPLETION_ENTRY_MAX: usize = CQ_RING_SLOT_LEN - LEN_PREFIX;
 
-/// Encodes a submission entry into `buf`; `None` when it does not fit a slot (the library then
-/// posts that work request as a request).
-pub fn encode_submit<'b>(
-    entry: &SubmitRef<'_>,
-    buf: &'b mut [u8; SUBMIT_ENTRY_MAX],
-) -> Option<&'b [u8]> {
-    postcard::to_slice(entry, buf).ok().map(|b| &*b)
+impl Submit {
+    /// Decodes a submission entry (what the daemon pops).
+    #[inline]
+    pub fn decode(entry: &[u8]) -> Result<Submit, String> {
+        crate::decode(entry)
+    }
 }
 
-/// Decodes a submission entry.
-pub fn decode_submit(bytes: &[u8]) -> Result<Submit, String> {
-    crate::decode(bytes)
+impl SubmitRef<'_> {
+    /// Encodes this entry into `buf`; `None` when it does not fit a slot (the library then
+    /// posts that work request as a request).
+    #[inline]
+    pub fn encode<'b>(&self, buf: &'b mut [u8; SUBMIT_ENTRY_MAX]) -> Option<&'b [u8]> {
+        postcard::to_slice(self, buf).ok().map(|b| &*b)
+    }
 }
 
 /// Encodes a completion into `buf`; `None` when it does not fit a slot (a `WorkCompletion`
 /// encodes in well under one; postcard refuses rather than truncates).
+#[inline]
 pub fn encode_completion<'b>(
     wc: &WorkCompletion,
     buf: &'b mut [u8; COMPLETION_ENTRY_MAX],
@@ -118,6 +122,7 @@ pub fn encode_completion<'b>(
 }
 
 /// Decodes a completion entry.
+#[inline]
 pub fn decode_completion(bytes: &[u8]) -> Result<WorkCompletion, String> {
     crate::decode(bytes)
 }
@@ -203,34 +208,27 @@ mod tests {
         };
         let qpn = Qpn::new(9);
         let mut buf = [0u8; SUBMIT_ENTRY_MAX];
-        assert!(encode_submit(
-            &SubmitRef::Send {
-                dev: 0,
-                qpn,
-                wr: &wr
-            },
-            &mut buf
-        )
-        .is_none());
+        let big = SubmitRef::Send {
+            dev: 0,
+            qpn,
+            wr: &wr,
+        };
+        assert!(big.encode(&mut buf).is_none());
         let small = SendWr {
             inline_data: Some(vec![0xab; 64]),
-            ..wr
+            ..wr.clone()
         };
-        let bytes = encode_submit(
-            &SubmitRef::Send {
-                dev: 0,
-                qpn,
-                wr: &small,
-            },
-            &mut buf,
-        )
-        .unwrap()
-        .to_vec();
-        match decode_submit(&bytes).unwrap() {
+        let entry = SubmitRef::Send {
+            dev: 0,
+            qpn,
+            wr: &small,
+        };
+        let bytes = entry.encode(&mut buf).unwrap().to_vec();
+        match Submit::decode(&bytes).unwrap() {
             Submit::Send { dev: 0, wr, .. } => assert_eq!(wr, small),
             other => panic!("{other:?}"),
         }
-        assert!(decode_submit(&bytes[..bytes.len() - 1]).is_err());
+        assert!(Submit::decode(&bytes[..bytes.len() - 1]).is_err());
     }
 
     #[test]

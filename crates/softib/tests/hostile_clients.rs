@@ -19,7 +19,7 @@ use softib_engine::verbs::AsyncEvent;
 use softib_proto::{self as proto, Request, Response};
 
 mod common;
-use common::all;
+use common::{all, connect, connect_regions, open_pair};
 
 /// An embedded HCA with `rxe0` (127.0.0.2) and `rxe1` (127.0.0.3) on a port of their own.
 fn two_devices() -> EmbeddedDaemon {
@@ -32,10 +32,7 @@ fn two_devices() -> EmbeddedDaemon {
 /// rxe1 in 64 KiB RDMA WRITEs, eight in flight, and checks every byte; returns how long it
 /// took.
 fn good_transfer(dir: &Path, len: usize) -> Duration {
-    let (a, b) = (
-        Device::open_at(dir, Some("rxe0")).unwrap(),
-        Device::open_at(dir, Some("rxe1")).unwrap(),
-    );
+    let (a, b) = open_pair(dir);
     let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
     let (buf_a, buf_b) = (a.alloc_buffer(len).unwrap(), b.alloc_buffer(len).unwrap());
@@ -45,12 +42,7 @@ fn good_transfer(dir: &Path, len: usize) -> Duration {
     );
     let qp_a = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 32).unwrap();
     let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 32).unwrap();
-    let (ea, eb) = (
-        qp_a.endpoint_with(Some(&mr_a)).unwrap(),
-        qp_b.endpoint_with(Some(&mr_b)).unwrap(),
-    );
-    qp_a.connect(&eb, Mtu::Mtu1024).unwrap();
-    qp_b.connect(&ea, Mtu::Mtu1024).unwrap();
+    let (_, eb) = connect_regions(&qp_a, &mr_a, &qp_b, &mr_b);
     let data: Vec<u8> = (0..len as u32).map(|i| (i * 131 % 251) as u8).collect();
     buf_a.write(0, &data);
     const CHUNK: usize = 64 << 10;
@@ -130,10 +122,7 @@ fn a_client_that_never_polls_overflows_its_own_cq_and_nobody_elses() {
 
     // The hostile client on rxe1: a CQ of 8, 256 receives posted, never polled. Its peer, a
     // client of its own on rxe0, sends it 256 messages.
-    let (p, h) = (
-        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
-        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
-    );
+    let (p, h) = open_pair(hca.dir());
     let (pd_p, pd_h) = (p.alloc_pd().unwrap(), h.alloc_pd().unwrap());
     let (cq_p, cq_h) = (p.create_cq(512).unwrap(), h.create_cq(8).unwrap());
     let (buf_p, buf_h) = (
@@ -528,10 +517,7 @@ fn a_client_cannot_reach_another_clients_memory_through_its_keys() {
     vbuf.write(0, &secret);
     // The attacker on rxe0 and its accomplice on rxe1 learn the victim's address and L_Key
     // (they are small numbers) and put them in their own work requests.
-    let (x, y) = (
-        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
-        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
-    );
+    let (x, y) = open_pair(hca.dir());
     let (pd_x, pd_y) = (x.alloc_pd().unwrap(), y.alloc_pd().unwrap());
     let (cq_x, cq_y) = (x.create_cq(16).unwrap(), y.create_cq(16).unwrap());
     let (buf_x, buf_y) = (x.alloc_buffer(4096).unwrap(), y.alloc_buffer(4096).unwrap());
@@ -571,12 +557,7 @@ fn a_client_cannot_reach_another_clients_memory_through_its_keys() {
     // Write into it: a receive scattering into the victim's region fails; its bytes stay.
     let qp_x2 = pd_x.create_qp(QpType::Rc, &cq_x, &cq_x, 16).unwrap();
     let qp_y2 = pd_y.create_qp(QpType::Rc, &cq_y, &cq_y, 16).unwrap();
-    qp_x2
-        .connect(&qp_y2.endpoint().unwrap(), Mtu::Mtu1024)
-        .unwrap();
-    qp_y2
-        .connect(&qp_x2.endpoint().unwrap(), Mtu::Mtu1024)
-        .unwrap();
+    connect(&qp_x2, &qp_y2);
     qp_x2
         .post_recv(vec![softib::RecvWr {
             wr_id: 3,
@@ -599,12 +580,7 @@ fn a_client_cannot_reach_another_clients_memory_through_its_keys() {
     // remote access.
     let qp_x3 = pd_x.create_qp(QpType::Rc, &cq_x, &cq_x, 16).unwrap();
     let qp_y3 = pd_y.create_qp(QpType::Rc, &cq_y, &cq_y, 16).unwrap();
-    qp_x3
-        .connect(&qp_y3.endpoint().unwrap(), Mtu::Mtu1024)
-        .unwrap();
-    qp_y3
-        .connect(&qp_x3.endpoint().unwrap(), Mtu::Mtu1024)
-        .unwrap();
+    connect(&qp_x3, &qp_y3);
     qp_y3
         .write(&mr_y, 0, 64, vmr.addr(), vmr.rkey(), 5)
         .unwrap();

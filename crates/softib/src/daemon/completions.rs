@@ -112,42 +112,29 @@ impl CqRings {
                 v.append(&mut direct);
             }
         }
-        if v.is_empty() && !wait.is_zero() {
-            self.wait_for_ring(conn, dev, cq, max, wait, &mut v)?;
+        if !v.is_empty() || wait.is_zero() {
+            return Ok(v);
         }
-        Ok(v)
-    }
-
-    /// Looks at `cq`'s ring for a while (yielding, so the daemon gets a CPU), then sleeps until
-    /// the daemon fills a ring (this CQ's, or another one's: then look again), until something
-    /// is in `v` or `wait` has passed.
-    fn wait_for_ring(
-        &mut self,
-        conn: &mut Conn,
-        dev: u32,
-        cq: u32,
-        max: u32,
-        wait: Duration,
-        v: &mut Vec<WorkCompletion>,
-    ) -> Result<()> {
+        // Waiting: look at the ring for a while (yielding, so the daemon gets a CPU), then
+        // sleep until the daemon fills a ring (this CQ's, or another one's: then look again).
         let spin_until = Instant::now() + wait.min(SPIN_BEFORE_WAITING);
         while Instant::now() < spin_until {
             std::thread::yield_now();
-            self.pop(dev, cq, max, v)?;
+            self.pop(dev, cq, max, &mut v)?;
             if !v.is_empty() {
-                return Ok(());
+                return Ok(v);
             }
         }
         let deadline = Instant::now() + wait.saturating_sub(SPIN_BEFORE_WAITING);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Ok(());
+                return Ok(v);
             }
             self.sleep(conn, dev, cq, left)?;
-            self.pop(dev, cq, max, v)?;
+            self.pop(dev, cq, max, &mut v)?;
             if !v.is_empty() {
-                return Ok(());
+                return Ok(v);
             }
         }
     }

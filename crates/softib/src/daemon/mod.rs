@@ -380,11 +380,11 @@ impl Session {
     }
 
     pub(crate) fn post_send(&mut self, dev: u32, qpn: Qpn, wrs: Vec<SendWr>) -> Result<()> {
-        self.posts.post_send(&mut self.conn, dev, qpn, wrs)
+        self.posts.post_send(&mut self.conn, (dev, qpn), wrs)
     }
 
     pub(crate) fn post_recv(&mut self, dev: u32, qpn: Qpn, wrs: Vec<RecvWr>) -> Result<()> {
-        self.posts.post_recv(&mut self.conn, dev, qpn, wrs)
+        self.posts.post_recv(&mut self.conn, (dev, qpn), wrs)
     }
 
     /// `ibv_poll_cq`, and with a nonzero `wait` the waiting form (see [`CqRings::poll`]).

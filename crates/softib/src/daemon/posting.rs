@@ -22,6 +22,9 @@ use crate::{
 /// Slots of the submission ring.
 const SUBMIT_SLOTS: u32 = 4096;
 
+/// A QP of the session: (device index, QPN).
+pub(crate) type QpKey = (u32, Qpn);
+
 /// A QP as the library sees it: enough to check `ibv_post_*` without asking the daemon.
 #[derive(Debug)]
 struct QpTrack {
@@ -41,7 +44,7 @@ struct QpTrack {
 /// The QPs of a session and its submission ring.
 #[derive(Debug)]
 pub(crate) struct Posting {
-    qps: BTreeMap<(u32, Qpn), QpTrack>,
+    qps: BTreeMap<QpKey, QpTrack>,
     /// The submission ring and its doorbell (made at the first post that can use it).
     ring: Option<(Ring, OwnedFd)>,
     /// The submission ring is not used (SOFTIB_SUBMIT_RING=0, or the daemon refused it).
@@ -95,14 +98,9 @@ impl Posting {
 
     /// `ibv_post_send` of a list: all posted, or the error of the first that was not (the ones
     /// before it are posted, as with the verb's `bad_wr`).
-    pub(crate) fn post_send(
-        &mut self,
-        conn: &mut Conn,
-        dev: u32,
-        qpn: Qpn,
-        wrs: Vec<SendWr>,
-    ) -> Result<()> {
-        if self.try_submit_sends(conn, dev, qpn, &wrs)? {
+    pub(crate) fn post_send(&mut self, conn: &mut Conn, qp: QpKey, wrs: Vec<SendWr>) -> Result<()> {
+        let (dev, qpn) = qp;
+        if self.try_submit_sends(conn, qp, &wrs)? {
             return Ok(());
         }
         let marks: Vec<(u64, bool)> = wrs
@@ -126,14 +124,9 @@ impl Posting {
     }
 
     /// `ibv_post_recv` of a list.
-    pub(crate) fn post_recv(
-        &mut self,
-        conn: &mut Conn,
-        dev: u32,
-        qpn: Qpn,
-        wrs: Vec<RecvWr>,
-    ) -> Result<()> {
-        if self.try_submit_recvs(conn, dev, qpn, &wrs)? {
+    pub(crate) fn post_recv(&mut self, conn: &mut Conn, qp: QpKey, wrs: Vec<RecvWr>) -> Result<()> {
+        let (dev, qpn) = qp;
+        if self.try_submit_recvs(conn, qp, &wrs)? {
             return Ok(());
         }
         let n = wrs.len() as u32;
@@ -163,17 +156,9 @@ impl Posting {
 
     /// Puts `wrs` into the submission ring when the library can vouch for them; `false` when
     /// they must go as a request.
-    fn try_submit_sends(
-        &mut self,
-        conn: &mut Conn,
-        dev: u32,
-        qpn: Qpn,
-        wrs: &[SendWr],
-    ) -> Result<bool> {
-        if self.off || wrs.is_empty() {
-            return Ok(false);
-        }
-        let Some(t) = self.qps.get(&(dev, qpn)) else {
+    fn try_submit_sends(&mut self, conn: &mut Conn, qp: QpKey, wrs: &[SendWr]) -> Result<bool> {
+        let (dev, qpn) = qp;
+        let Some(t) = self.ring_may_take(qp, wrs.len()) else {
             return Ok(false);
         };
         if t.state != QpState::Rts {
@@ -194,14 +179,11 @@ impl Posting {
                 ),
             });
         }
-        let mut entries = std::mem::take(&mut self.encoded);
-        entries.clear();
-        let encoded = wrs.iter().all(|wr| {
-            softib_engine::check_send_wr(t.qp_type, &t.cap, wr, u32::MAX).is_ok()
+        let (qp_type, cap) = (t.qp_type, t.cap);
+        let submitted = self.submit_all(conn, wrs, |entries, wr| {
+            softib_engine::check_send_wr(qp_type, &cap, wr, u32::MAX).is_ok()
                 && entries.push(&SubmitRef::Send { dev, qpn, wr })
-        });
-        let submitted = encoded && self.submit_entries(conn, &entries)?;
-        self.encoded = entries;
+        })?;
         if !submitted {
             return Ok(false);
         }
@@ -216,17 +198,9 @@ impl Posting {
     }
 
     /// Puts receives into the submission ring when the library can vouch for them.
-    fn try_submit_recvs(
-        &mut self,
-        conn: &mut Conn,
-        dev: u32,
-        qpn: Qpn,
-        wrs: &[RecvWr],
-    ) -> Result<bool> {
-        if self.off || wrs.is_empty() {
-            return Ok(false);
-        }
-        let Some(t) = self.qps.get(&(dev, qpn)) else {
+    fn try_submit_recvs(&mut self, conn: &mut Conn, qp: QpKey, wrs: &[RecvWr]) -> Result<bool> {
+        let (dev, qpn) = qp;
+        let Some(t) = self.ring_may_take(qp, wrs.len()) else {
             return Ok(false);
         };
         if t.srq || t.state == QpState::Reset {
@@ -243,14 +217,10 @@ impl Posting {
                 ),
             });
         }
-        let mut entries = std::mem::take(&mut self.encoded);
-        entries.clear();
-        let encoded = wrs.iter().all(|wr| {
-            wr.sg_list.len() <= t.cap.max_recv_sge as usize
-                && entries.push(&SubmitRef::Recv { dev, qpn, wr })
-        });
-        let submitted = encoded && self.submit_entries(conn, &entries)?;
-        self.encoded = entries;
+        let max_sge = t.cap.max_recv_sge as usize;
+        let submitted = self.submit_all(conn, wrs, |entries, wr| {
+            wr.sg_list.len() <= max_sge && entries.push(&SubmitRef::Recv { dev, qpn, wr })
+        })?;
         if !submitted {
             return Ok(false);
         }
@@ -258,6 +228,31 @@ impl Posting {
             t.rq += wrs.len() as u32;
         }
         Ok(true)
+    }
+
+    /// The QP's track, when a post of `n` WRs to it may go through the ring at all.
+    fn ring_may_take(&self, qp: QpKey, n: usize) -> Option<&QpTrack> {
+        if self.off || n == 0 {
+            return None;
+        }
+        self.qps.get(&qp)
+    }
+
+    /// Encodes every WR of a post with `encode` (which checks it too) into the session's
+    /// scratch and pushes them all into the submission ring; `false`, with nothing pushed, when
+    /// one is refused or the ring lacks room.
+    fn submit_all<W>(
+        &mut self,
+        conn: &mut Conn,
+        wrs: &[W],
+        mut encode: impl FnMut(&mut Encoded, &W) -> bool,
+    ) -> Result<bool> {
+        let mut entries = std::mem::take(&mut self.encoded);
+        entries.clear();
+        let encoded = wrs.iter().all(|wr| encode(&mut entries, wr));
+        let submitted = encoded && self.submit_entries(conn, &entries)?;
+        self.encoded = entries;
+        Ok(submitted)
     }
 
     /// Pushes encoded entries into the submission ring (made on first use) and rings the
@@ -323,7 +318,7 @@ impl Encoded {
     /// Appends `entry`; `false` when it does not fit a ring slot (it then goes as a request).
     fn push(&mut self, entry: &SubmitRef<'_>) -> bool {
         let mut slot = [0u8; proto::SUBMIT_ENTRY_MAX];
-        match proto::encode_submit(entry, &mut slot) {
+        match entry.encode(&mut slot) {
             Some(b) => {
                 self.bytes.extend_from_slice(b);
                 self.ends.push(self.bytes.len());
@@ -376,7 +371,7 @@ mod tests {
             assert_eq!(e.len(), 3, "round {round}");
             let back: Vec<SendWr> = e
                 .iter()
-                .map(|b| match proto::decode_submit(b).unwrap() {
+                .map(|b| match proto::Submit::decode(b).unwrap() {
                     proto::Submit::Send { dev: 1, wr, .. } => wr,
                     other => panic!("{other:?}"),
                 })
