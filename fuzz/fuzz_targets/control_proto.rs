@@ -1,4 +1,4 @@
-//! Arbitrary bytes as what a client writes on a daemon's control socket (`softib-hca::proto`).
+//! Arbitrary bytes as what a client writes on a daemon's control socket (`softib-proto`).
 //!
 //! * `proto::decode` of a `Request` (what the daemon reads) and of a `Response` (what the
 //!   `softib` library reads), and the decoding of a submission-ring entry (`proto::Submit`),
@@ -21,7 +21,7 @@ use softib_engine::qp::requester::MAX_TRANSPORT_LEN;
 use softib_engine::{
     AhHandle, CqHandle, Duration, Hca, HcaConfig, Instant, PdHandle, RegionId, VecMemory,
 };
-use softib_hca::proto::{self, FrameReader, Request, Response, Submit, MAX_FRAME};
+use softib_proto::{self as proto, FrameReader, Request, Response, Submit, MAX_FRAME};
 use softib_net::fault::Faults;
 
 /// The client buffer MRs must lie inside (the daemon's `AttachBuffer` check).
@@ -38,7 +38,7 @@ fuzz_target!(|input: &[u8]| {
         round_trip_response(&resp);
     }
     // A submission-ring entry (the daemon pops and decodes it without a request).
-    if let Ok(sub) = postcard::from_bytes::<Submit>(input) {
+    if let Ok(sub) = Submit::decode(input) {
         let _ = format!("{sub:?}");
         let bytes = postcard::to_stdvec(&sub).expect("a decoded entry encodes");
         let again: Submit = postcard::from_bytes(&bytes).expect("an encoded entry decodes");

@@ -130,7 +130,7 @@ pub struct LinkAddArgs {
 
 /// Runs softibd.
 pub fn daemon(a: &DaemonArgs) -> Result<u8> {
-    let dir = softib_hca::runtime_dir();
+    let dir = softib::runtime_dir();
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     if a.detach {
         let mut args = vec!["daemon".to_string()];

@@ -143,7 +143,7 @@ pub struct GenArgs {
 pub fn default_dir() -> PathBuf {
     std::env::var_os("SOFTIB_FABRIC_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| softib_hca::runtime_dir().join("fabric"))
+        .unwrap_or_else(|| softib::runtime_dir().join("fabric"))
 }
 
 fn dir_of(d: &DirArgs) -> PathBuf {

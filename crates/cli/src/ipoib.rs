@@ -140,7 +140,7 @@ pub fn run(cmd: IpoibCommand) -> Result<u8> {
 }
 
 fn state_dir() -> PathBuf {
-    softib_hca::runtime_dir().join("ipoib")
+    softib::runtime_dir().join("ipoib")
 }
 
 fn state_path(ifname: &str) -> PathBuf {

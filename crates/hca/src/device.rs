@@ -11,7 +11,6 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::rc::Rc;
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
-use serde::{Deserialize, Serialize};
 use softib_engine::{Hca, HcaConfig, Instant, PortAttr, RxMeta};
 use softib_fabric::SmaEvent;
 use softib_net::cable::{Cable, CableEvent, CableRecv};
@@ -19,26 +18,13 @@ use softib_net::fault::{FaultSpec, FaultStats, Faults};
 use softib_net::pcap::{PcapWriter, LINKTYPE_INFINIBAND, LINKTYPE_RAW};
 use softib_net::shm::SharedRegion;
 use softib_net::{RxBatch, TxQueue, UdpLink};
+use softib_proto::{DeviceInfo, LinkConfig, PortInfo};
 use softib_wire::{Gid, Guid, Lid, Mtu};
 
 use crate::ib::{IbCa, MadIn};
-use crate::proto::{DeviceInfo, PortInfo};
 use crate::roce;
 use crate::shm_memory::ShmMemory;
 use softib_wire::crc::ICRC_LEN;
-
-/// A RoCEv2 device as `softib link add` configures it (and as the daemon persists it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LinkConfig {
-    /// Device name (`rxe0`).
-    pub name: String,
-    /// The network interface it is bound to (`eth0`, `lo`).
-    pub netdev: String,
-    /// The address it sends from and listens on.
-    pub addr: IpAddr,
-    /// The UDP port (4791 unless a test needs another).
-    pub udp_port: u16,
-}
 
 /// An HCA on IB cables.
 pub(crate) struct IbDev {

@@ -27,15 +27,16 @@ use softib_fabric::{Node, Switch, SwitchAction};
 use softib_net::cable::{Cable, CableEvent, CableRecv};
 use softib_net::shm::SharedRegion;
 use softib_net::UdpLink;
+use softib_proto::{
+    self as proto, ErrorKind, FrameReader, Mad, MadQp, Request, Response, CQ_RING_SLOTS_MAX,
+    CQ_RING_SLOT_LEN,
+};
 use softib_wire::mad::attr::{capability_mask, SmInfo};
 use softib_wire::mad::{self, smp, MAD_LEN};
 use softib_wire::Qpn;
 
 use crate::device::{Device, IbDev};
-use crate::ib::{IbCa, Identity, MadIn, MadQp};
-use crate::proto::{
-    self, ErrorKind, FrameReader, Mad, Request, Response, CQ_RING_SLOTS_MAX, CQ_RING_SLOT_LEN,
-};
+use crate::ib::{IbCa, Identity, MadIn};
 use crate::shm_memory::ShmMemory;
 
 /// One end of a cable: which port, this end's address, the peer's.
@@ -74,7 +75,7 @@ pub struct SwitchSpec {
 }
 
 /// The name of the control socket in a runtime directory.
-pub const SOCKET_NAME: &str = "softibd.sock";
+pub use softib_proto::SOCKET_NAME;
 
 /// Per-client limits: a client that needs more gets a clear error, and one client cannot
 /// exhaust the HCA for everyone else.
@@ -529,7 +530,7 @@ impl Daemon {
         let mut warnings = Vec::new();
         let mut devs = Vec::new();
         if let Ok(text) = std::fs::read_to_string(&links_file) {
-            match serde_json::from_str::<Vec<crate::device::LinkConfig>>(&text) {
+            match serde_json::from_str::<Vec<softib_proto::LinkConfig>>(&text) {
                 Ok(links) => {
                     for (i, l) in links.into_iter().enumerate() {
                         let name = l.name.clone();
@@ -1076,7 +1077,7 @@ impl HostRt {
                     return;
                 }
             }
-            let Ok(op) = postcard::from_bytes::<proto::Submit>(&buf) else {
+            let Ok(op) = proto::Submit::decode(&buf) else {
                 c.broken = true;
                 return;
             };
@@ -1221,7 +1222,7 @@ impl HostRt {
         let Some(path) = &self.links_file else {
             return;
         };
-        let links: Vec<&crate::device::LinkConfig> = self
+        let links: Vec<&softib_proto::LinkConfig> = self
             .devs
             .iter()
             .filter_map(|d| match d {
@@ -2350,16 +2351,14 @@ fn feed_ring(
         return Ok(false);
     }
     let room = ring.capacity().saturating_sub(ring.len()?);
-    // Two bytes of each slot hold the length.
-    let mut buf = [0u8; CQ_RING_SLOT_LEN - 2];
+    let mut buf = [0u8; proto::COMPLETION_ENTRY_MAX];
     let mut fed = false;
     for _ in 0..room {
         let Some(wc) = hca.poll_cq(CqHandle(cq)) else {
             break;
         };
-        // A WorkCompletion encodes in well under a slot; postcard refuses rather than
-        // truncates, and a refused one is lost loudly rather than silently.
-        let Ok(bytes) = postcard::to_slice(&wc, &mut buf) else {
+        // A completion that does not fit a slot (none does) is lost loudly, not silently.
+        let Some(bytes) = proto::encode_completion(&wc, &mut buf) else {
             eprintln!("softibd: a completion did not fit a ring slot: {wc:?}");
             continue;
         };

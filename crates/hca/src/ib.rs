@@ -17,6 +17,7 @@ use std::collections::VecDeque;
 use softib_engine::{AddressVector, Hca, HcaConfig, Instant, Memory, PortAttr, RxMeta};
 use softib_fabric::smp_packet::{self, MadAddress};
 use softib_fabric::{LinkRate, LinkSpeed, LinkWidth, Node, Sma, SmaConfig, SmaEvent, SmiOutput};
+use softib_proto::MadQp;
 use softib_wire::crc::{self, ICRC_LEN, VCRC_LEN};
 use softib_wire::grh::{self, Repr as GrhRepr};
 use softib_wire::lrh::{self, Repr as LrhRepr};
@@ -83,15 +84,6 @@ impl Identity {
     pub fn port_guid(&self, port: u8) -> Guid {
         Guid(self.node_guid.0.wrapping_add(u64::from(port)))
     }
-}
-
-/// Which QP a management datagram came in on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum MadQp {
-    /// QP0: an SMP (for the local SM: a response to one of its requests).
-    Smi,
-    /// QP1: a GMP (SA, PMA, ...).
-    Gsi,
 }
 
 /// A MAD for the node's local agents (the SM, SA clients, diagnostics).

@@ -22,8 +22,8 @@ use softib_engine::verbs::{
 };
 use softib_engine::{AddressVector, AttrMask, CqHandle, PdHandle, QpAttr, QpInitAttr};
 use softib_hca::host::host_dir;
-use softib_hca::proto::{self, ErrorKind, Request, Response, MAX_FRAME, MAX_PENDING_FDS};
 use softib_net::fault::FaultSpec;
+use softib_proto::{self as proto, ErrorKind, Request, Response, MAX_FRAME, MAX_PENDING_FDS};
 use softib_wire::{Gid, Lid, Mtu, Psn, Qpn};
 
 const HOST: &str = "test213";

@@ -30,7 +30,9 @@ const PRODUCER: usize = 0;
 const CONSUMER: usize = 64;
 const POLLING: usize = 72;
 const SLOTS: usize = 128;
-const LEN_PREFIX: usize = 2;
+/// The bytes at the start of each slot that hold its message's length (little-endian): a
+/// message may have a slot's length less these.
+pub const LEN_PREFIX: usize = 2;
 
 /// Why a ring operation failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -23,7 +23,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use softib_engine::verbs::AsyncEvent;
-use softib_hca::proto::{Request, Response};
 
 use crate::typed::{InitAttr, RtrAttr, RtsAttr};
 use crate::{
@@ -123,14 +122,12 @@ impl Device {
     /// device and of its ports since last asked, oldest first (a CQ that overflowed raises
     /// `CqErr`, and each QP completing into it `QpFatal`).
     pub fn async_events(&self) -> Result<Vec<AsyncEvent>> {
-        match self.ctx().call(&Request::AsyncEvents)? {
-            Response::AsyncEvents(all) => Ok(all
-                .into_iter()
-                .filter(|&(d, _)| d == self.index)
-                .map(|(_, e)| e)
-                .collect()),
-            _ => Err(Error::Unexpected("not events")),
-        }
+        let all = self.ctx().async_events()?;
+        Ok(all
+            .into_iter()
+            .filter(|&(d, _)| d == self.index)
+            .map(|(_, e)| e)
+            .collect())
     }
 
     /// `ibv_create_cq`.
@@ -395,11 +392,23 @@ pub struct CompletionQueue {
 }
 
 impl CompletionQueue {
-    /// Up to `max` completions that are there now.
+    /// Up to `max` completions that are there now (`ibv_poll_cq`): never blocks, sleeps or
+    /// yields. A loop that waits for a completion should use [`CompletionQueue::poll_wait`] or
+    /// [`CompletionQueue::wait`] (or a completion channel): a spinner can starve the daemon
+    /// that makes the progress it waits for.
     pub fn poll(&self, max: u32) -> Result<Vec<WorkCompletion>> {
         self.dev
             .ctx()
             .poll_cq(self.dev.index, self.handle, max, Duration::ZERO)
+    }
+
+    /// Up to `max` completions, waiting up to `timeout` for the first when none is there: a
+    /// short spin that yields the CPU, then a sleep the daemon ends when a completion arrives.
+    /// Empty when none came in time.
+    pub fn poll_wait(&self, max: u32, timeout: Duration) -> Result<Vec<WorkCompletion>> {
+        self.dev
+            .ctx()
+            .poll_cq(self.dev.index, self.handle, max, timeout)
     }
 
     /// The next completion, waiting up to `timeout`; an error that says what it waited for

@@ -27,7 +27,7 @@ use softib_engine::{
     AddressVector, AhHandle, AttrMask, CqHandle, DeviceAttr, GlobalRoute, PdHandle, QpAttr, QpCap,
     QpInitAttr,
 };
-use softib_hca::proto::{DeviceInfo, PortInfo, VerbsAttr, VerbsPortAttr};
+use softib_proto::{DeviceInfo, PortInfo, VerbsAttr, VerbsPortAttr};
 use softib_wire::{Gid, Guid, Lid, Mtu, Psn, Qpn};
 
 use crate::{Error, MrKeys, Result};

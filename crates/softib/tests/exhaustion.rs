@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use softib::embedded::EmbeddedDaemon;
 use softib::{AccessFlags, AddressVector, Context, ErrorKind, QpCap, QpInitAttr, QpType};
-use softib_hca::proto::{self, Request, Response};
+use softib_proto::{self as proto, Request, Response};
 
 /// This process's memory in bytes: `VmRSS` (resident) or `VmSize` (reserved).
 fn memory(field: &str) -> u64 {
@@ -31,7 +31,7 @@ struct Raw(UnixStream);
 
 impl Raw {
     fn connect(dir: &Path) -> Raw {
-        let s = UnixStream::connect(dir.join(softib_hca::host::SOCKET_NAME)).unwrap();
+        let s = UnixStream::connect(dir.join(proto::SOCKET_NAME)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         let mut raw = Raw(s);
         let r = raw.ask(&Request::Hello {

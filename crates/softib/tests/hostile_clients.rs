@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use softib::embedded::EmbeddedDaemon;
 use softib::{AccessFlags, Context, Device, Endpoint, Mtu, QpType, WcStatus, WorkCompletion};
 use softib_engine::verbs::AsyncEvent;
-use softib_hca::proto::{self, Request, Response};
+use softib_proto::{self as proto, Request, Response};
 
 mod common;
-use common::all;
+use common::{all, connect, connect_regions, open_pair};
 
 /// An embedded HCA with `rxe0` (127.0.0.2) and `rxe1` (127.0.0.3) on a port of their own.
 fn two_devices() -> EmbeddedDaemon {
@@ -32,10 +32,7 @@ fn two_devices() -> EmbeddedDaemon {
 /// rxe1 in 64 KiB RDMA WRITEs, eight in flight, and checks every byte; returns how long it
 /// took.
 fn good_transfer(dir: &Path, len: usize) -> Duration {
-    let (a, b) = (
-        Device::open_at(dir, Some("rxe0")).unwrap(),
-        Device::open_at(dir, Some("rxe1")).unwrap(),
-    );
+    let (a, b) = open_pair(dir);
     let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
     let (buf_a, buf_b) = (a.alloc_buffer(len).unwrap(), b.alloc_buffer(len).unwrap());
@@ -45,12 +42,7 @@ fn good_transfer(dir: &Path, len: usize) -> Duration {
     );
     let qp_a = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 32).unwrap();
     let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 32).unwrap();
-    let (ea, eb) = (
-        qp_a.endpoint_with(Some(&mr_a)).unwrap(),
-        qp_b.endpoint_with(Some(&mr_b)).unwrap(),
-    );
-    qp_a.connect(&eb, Mtu::Mtu1024).unwrap();
-    qp_b.connect(&ea, Mtu::Mtu1024).unwrap();
+    let (_, eb) = connect_regions(&qp_a, &mr_a, &qp_b, &mr_b);
     let data: Vec<u8> = (0..len as u32).map(|i| (i * 131 % 251) as u8).collect();
     buf_a.write(0, &data);
     const CHUNK: usize = 64 << 10;
@@ -86,14 +78,13 @@ fn mib_per_s(len: usize, t: Duration) -> f64 {
     len as f64 / (1 << 20) as f64 / t.as_secs_f64()
 }
 
-/// Polls `cq` until `n` completions arrived (or panics after `limit`).
+/// Waits on `cq` until `n` completions arrived (or panics after `limit`).
 fn collect(cq: &softib::CompletionQueue, n: usize, limit: Duration) -> Vec<WorkCompletion> {
     let mut got = Vec::new();
     let t0 = Instant::now();
     while got.len() < n {
         assert!(t0.elapsed() < limit, "{} of {n} completions", got.len());
-        got.extend(cq.poll(64).unwrap());
-        std::thread::sleep(Duration::from_millis(1));
+        got.extend(cq.poll_wait(64, Duration::from_millis(100)).unwrap());
     }
     got
 }
@@ -131,10 +122,7 @@ fn a_client_that_never_polls_overflows_its_own_cq_and_nobody_elses() {
 
     // The hostile client on rxe1: a CQ of 8, 256 receives posted, never polled. Its peer, a
     // client of its own on rxe0, sends it 256 messages.
-    let (p, h) = (
-        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
-        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
-    );
+    let (p, h) = open_pair(hca.dir());
     let (pd_p, pd_h) = (p.alloc_pd().unwrap(), h.alloc_pd().unwrap());
     let (cq_p, cq_h) = (p.create_cq(512).unwrap(), h.create_cq(8).unwrap());
     let (buf_p, buf_h) = (
@@ -202,7 +190,7 @@ fn a_client_that_never_polls_overflows_its_own_cq_and_nobody_elses() {
 /// A client that rings its submission ring's doorbell (an eventfd the daemon polls) as fast
 /// as it can, with nothing in the ring; returns how many times it rang.
 fn ring_doorbells(dir: &Path, stop: Arc<AtomicBool>) -> u64 {
-    let s = UnixStream::connect(dir.join(softib_hca::host::SOCKET_NAME)).unwrap();
+    let s = UnixStream::connect(dir.join(proto::SOCKET_NAME)).unwrap();
     let mut s2 = s.try_clone().unwrap();
     proto::send(
         &s,
@@ -239,7 +227,7 @@ fn ring_doorbells(dir: &Path, stop: Arc<AtomicBool>) -> u64 {
 /// A client that sends no-op requests (ListDevices) back to back without waiting for the
 /// answers, reading them on another thread; returns how many were answered.
 fn flood_requests(dir: &Path, stop: Arc<AtomicBool>) -> u64 {
-    let mut s = UnixStream::connect(dir.join(softib_hca::host::SOCKET_NAME)).unwrap();
+    let mut s = UnixStream::connect(dir.join(proto::SOCKET_NAME)).unwrap();
     let hello = Request::Hello {
         version: proto::VERSION,
         pid: std::process::id(),
@@ -402,7 +390,7 @@ fn a_client_killed_mid_rdma_leaves_its_peer_error_completions_and_nothing_else()
             post(posted).unwrap();
             posted += 1;
         }
-        wcs.extend(cq.poll(64).unwrap());
+        wcs.extend(cq.poll_wait(64, Duration::from_millis(10)).unwrap());
     }
     assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
     let before = wcs.len();
@@ -418,7 +406,7 @@ fn a_client_killed_mid_rdma_leaves_its_peer_error_completions_and_nothing_else()
             post(posted).unwrap();
             posted += 1;
         }
-        wcs.extend(cq.poll(64).unwrap());
+        wcs.extend(cq.poll_wait(64, Duration::from_millis(10)).unwrap());
     }
     let failed_after = killed.elapsed();
     wcs.extend(collect(
@@ -484,7 +472,7 @@ fn the_control_socket_keeps_other_users_out() {
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
     let hca = EmbeddedDaemon::start().unwrap();
-    let sock = hca.dir().join(softib_hca::host::SOCKET_NAME);
+    let sock = hca.dir().join(proto::SOCKET_NAME);
     let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o700, "the socket is its user's alone");
     if !rustix::process::geteuid().is_root() {
@@ -529,10 +517,7 @@ fn a_client_cannot_reach_another_clients_memory_through_its_keys() {
     vbuf.write(0, &secret);
     // The attacker on rxe0 and its accomplice on rxe1 learn the victim's address and L_Key
     // (they are small numbers) and put them in their own work requests.
-    let (x, y) = (
-        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
-        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
-    );
+    let (x, y) = open_pair(hca.dir());
     let (pd_x, pd_y) = (x.alloc_pd().unwrap(), y.alloc_pd().unwrap());
     let (cq_x, cq_y) = (x.create_cq(16).unwrap(), y.create_cq(16).unwrap());
     let (buf_x, buf_y) = (x.alloc_buffer(4096).unwrap(), y.alloc_buffer(4096).unwrap());
@@ -572,12 +557,7 @@ fn a_client_cannot_reach_another_clients_memory_through_its_keys() {
     // Write into it: a receive scattering into the victim's region fails; its bytes stay.
     let qp_x2 = pd_x.create_qp(QpType::Rc, &cq_x, &cq_x, 16).unwrap();
     let qp_y2 = pd_y.create_qp(QpType::Rc, &cq_y, &cq_y, 16).unwrap();
-    qp_x2
-        .connect(&qp_y2.endpoint().unwrap(), Mtu::Mtu1024)
-        .unwrap();
-    qp_y2
-        .connect(&qp_x2.endpoint().unwrap(), Mtu::Mtu1024)
-        .unwrap();
+    connect(&qp_x2, &qp_y2);
     qp_x2
         .post_recv(vec![softib::RecvWr {
             wr_id: 3,
@@ -600,12 +580,7 @@ fn a_client_cannot_reach_another_clients_memory_through_its_keys() {
     // remote access.
     let qp_x3 = pd_x.create_qp(QpType::Rc, &cq_x, &cq_x, 16).unwrap();
     let qp_y3 = pd_y.create_qp(QpType::Rc, &cq_y, &cq_y, 16).unwrap();
-    qp_x3
-        .connect(&qp_y3.endpoint().unwrap(), Mtu::Mtu1024)
-        .unwrap();
-    qp_y3
-        .connect(&qp_x3.endpoint().unwrap(), Mtu::Mtu1024)
-        .unwrap();
+    connect(&qp_x3, &qp_y3);
     qp_y3
         .write(&mr_y, 0, 64, vmr.addr(), vmr.rkey(), 5)
         .unwrap();

@@ -7,6 +7,9 @@ use std::time::Duration;
 use softib::embedded::EmbeddedDaemon;
 use softib::{AccessFlags, Context, Device, Mtu, QpType, WcOpcode, WcStatus};
 
+mod common;
+use common::{connect_regions, open_pair};
+
 /// An embedded HCA with `rxe0` (127.0.0.2) and `rxe1` (127.0.0.3) on a port of their own.
 fn two_devices() -> EmbeddedDaemon {
     let hca = EmbeddedDaemon::start().unwrap();
@@ -18,10 +21,7 @@ fn two_devices() -> EmbeddedDaemon {
 fn rc_write_send_and_read_between_two_devices_then_everything_is_released() {
     let hca = two_devices();
     {
-        let (a, b) = (
-            Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
-            Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
-        );
+        let (a, b) = open_pair(hca.dir());
         assert!(!a.info().ports[0].link_layer_ib);
         let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
         let (cq_a, cq_b) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
@@ -100,10 +100,7 @@ fn rc_write_send_and_read_between_two_devices_then_everything_is_released() {
 #[test]
 fn ud_send_reaches_the_peer_with_the_grh_area_in_front() {
     let hca = two_devices();
-    let (a, b) = (
-        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
-        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
-    );
+    let (a, b) = open_pair(hca.dir());
     let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (cq_a, cq_b) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
     let (buf_a, buf_b) = (a.alloc_buffer(4096).unwrap(), b.alloc_buffer(4096).unwrap());
@@ -135,10 +132,7 @@ fn ud_send_reaches_the_peer_with_the_grh_area_in_front() {
 #[test]
 fn a_completion_channel_becomes_readable_when_an_armed_cq_gets_a_completion() {
     let hca = two_devices();
-    let (a, b) = (
-        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
-        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
-    );
+    let (a, b) = open_pair(hca.dir());
     let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (cq_a, cq_b) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
     let (buf_a, buf_b) = (a.alloc_buffer(4096).unwrap(), b.alloc_buffer(4096).unwrap());
@@ -173,10 +167,7 @@ fn a_completion_channel_becomes_readable_when_an_armed_cq_gets_a_completion() {
 #[test]
 fn completions_beyond_a_full_ring_are_not_stranded() {
     let hca = two_devices();
-    let (a, b) = (
-        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
-        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
-    );
+    let (a, b) = open_pair(hca.dir());
     let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     // Four slots in B's completion ring; eight completions arrive before B polls.
     let (cq_a, cq_b) = (a.create_cq(16).unwrap(), b.create_cq(4).unwrap());
@@ -203,7 +194,12 @@ fn completions_beyond_a_full_ring_are_not_stranded() {
     let mut got = Vec::new();
     let t0 = std::time::Instant::now();
     while got.len() < 8 && t0.elapsed() < Duration::from_secs(2) {
-        got.extend(cq_b.poll(16).unwrap().into_iter().map(|w| w.wr_id));
+        got.extend(
+            cq_b.poll_wait(16, Duration::from_millis(100))
+                .unwrap()
+                .into_iter()
+                .map(|w| w.wr_id),
+        );
     }
     assert_eq!(got, (0..8).collect::<Vec<u64>>(), "in order, none stranded");
 }
@@ -211,10 +207,7 @@ fn completions_beyond_a_full_ring_are_not_stranded() {
 #[test]
 fn memory_of_the_program_itself_is_registered_and_reached_by_cross_memory_attach() {
     let hca = two_devices();
-    let (a, b) = (
-        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
-        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
-    );
+    let (a, b) = open_pair(hca.dir());
     let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (cq_a, cq_b) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
     let buf_a = a.alloc_buffer(8192).unwrap();
@@ -232,12 +225,7 @@ fn memory_of_the_program_itself_is_registered_and_reached_by_cross_memory_attach
         assert!(mr_b.buffer().is_none());
         let qp_a = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 16).unwrap();
         let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 16).unwrap();
-        let (ea, eb) = (
-            qp_a.endpoint_with(Some(&mr_a)).unwrap(),
-            qp_b.endpoint_with(Some(&mr_b)).unwrap(),
-        );
-        qp_a.connect(&eb, Mtu::Mtu1024).unwrap();
-        qp_b.connect(&ea, Mtu::Mtu1024).unwrap();
+        let (_, eb) = connect_regions(&qp_a, &mr_a, &qp_b, &mr_b);
         // WRITE 3000 bytes into the Vec, READ its "hello" back, FETCH_ADD its counter.
         let data: Vec<u8> = (0..3000u32).map(|i| (i * 13 % 251) as u8).collect();
         buf_a.write(0, &data);
@@ -296,10 +284,7 @@ fn memory_of_the_program_itself_is_registered_and_reached_by_cross_memory_attach
 #[test]
 fn posting_through_the_submission_ring_still_fails_at_once_as_the_verb_does() {
     let hca = two_devices();
-    let (a, b) = (
-        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
-        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
-    );
+    let (a, b) = open_pair(hca.dir());
     let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
     let (buf_a, buf_b) = (a.alloc_buffer(4096).unwrap(), b.alloc_buffer(4096).unwrap());
@@ -337,14 +322,22 @@ fn posting_through_the_submission_ring_still_fails_at_once_as_the_verb_does() {
     let mut done = 0;
     let t0 = std::time::Instant::now();
     while done < 16 && t0.elapsed() < Duration::from_secs(5) {
-        done += cq_a.poll(16).unwrap().len();
+        done += cq_a
+            .poll_wait(16, Duration::from_millis(100))
+            .unwrap()
+            .len();
     }
     assert_eq!(done, 16);
     qp_a.send(&mr_a, 0, 8, Some(&eb), 201).unwrap();
     // Every datagram arrived, in order.
     let mut got = Vec::new();
     while got.len() < 16 && t0.elapsed() < Duration::from_secs(5) {
-        got.extend(cq_b.poll(16).unwrap().into_iter().map(|w| w.wr_id));
+        got.extend(
+            cq_b.poll_wait(16, Duration::from_millis(100))
+                .unwrap()
+                .into_iter()
+                .map(|w| w.wr_id),
+        );
     }
     assert_eq!(got, (0..16).collect::<Vec<u64>>());
 }
@@ -352,10 +345,7 @@ fn posting_through_the_submission_ring_still_fails_at_once_as_the_verb_does() {
 #[test]
 fn two_qps_take_their_receives_from_one_shared_receive_queue() {
     let hca = two_devices();
-    let (a, b) = (
-        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
-        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
-    );
+    let (a, b) = open_pair(hca.dir());
     let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (cq_a, cq_b) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
     let (buf_a, buf_b) = (a.alloc_buffer(4096).unwrap(), b.alloc_buffer(4096).unwrap());
@@ -391,7 +381,7 @@ fn two_qps_take_their_receives_from_one_shared_receive_queue() {
     let t0 = std::time::Instant::now();
     while got.len() < 2 && t0.elapsed() < Duration::from_secs(5) {
         got.extend(
-            cq_b.poll(4)
+            cq_b.poll_wait(4, Duration::from_millis(100))
                 .unwrap()
                 .into_iter()
                 .map(|w| (w.qp_num, w.wr_id)),
@@ -417,10 +407,7 @@ fn two_qps_take_their_receives_from_one_shared_receive_queue() {
 #[test]
 fn ud_sends_to_one_peer_share_one_address_handle_and_owned_handles_send_too() {
     let hca = two_devices();
-    let (a, b) = (
-        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
-        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
-    );
+    let (a, b) = open_pair(hca.dir());
     let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
     let (buf_a, buf_b) = (a.alloc_buffer(4096).unwrap(), b.alloc_buffer(4096).unwrap());
@@ -449,7 +436,10 @@ fn ud_sends_to_one_peer_share_one_address_handle_and_owned_handles_send_too() {
     let mut got = 0;
     let t0 = std::time::Instant::now();
     while got < 20 && t0.elapsed() < Duration::from_secs(5) {
-        got += cq_b.poll(32).unwrap().len();
+        got += cq_b
+            .poll_wait(32, Duration::from_millis(100))
+            .unwrap()
+            .len();
     }
     assert_eq!(got, 20);
     // Ten sends through `send` made one AH; the owned one is the second.
@@ -474,10 +464,7 @@ fn ud_sends_to_one_peer_share_one_address_handle_and_owned_handles_send_too() {
 #[test]
 fn another_clients_address_handle_is_refused_on_the_ring_too() {
     let hca = two_devices();
-    let (a, b) = (
-        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
-        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
-    );
+    let (a, b) = open_pair(hca.dir());
     // A second client on rxe0.
     let rogue = Device::open_at(hca.dir(), Some("rxe0")).unwrap();
     let (pd_a, pd_b, pd_r) = (

@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use softib::embedded::EmbeddedDaemon;
-use softib::{AccessFlags, Context, Device, Mtu, QpType, WcStatus};
+use softib::{AccessFlags, Context, QpType, WcStatus};
+
+mod common;
+use common::{connect_regions, open_pair};
 
 /// A small deterministic generator (xorshift), so a failure can be replayed.
 struct Rng(u64);
@@ -74,10 +77,7 @@ fn spray(to: SocketAddr, qpn: u32, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) 
 fn hostile_datagrams_during_an_rc_transfer_are_counted_and_change_nothing() {
     let hca = EmbeddedDaemon::start().unwrap();
     let port = hca.add_loopback_pair().unwrap();
-    let (a, b) = (
-        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
-        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
-    );
+    let (a, b) = open_pair(hca.dir());
     let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
     const LEN: usize = 1 << 20;
@@ -89,12 +89,7 @@ fn hostile_datagrams_during_an_rc_transfer_are_counted_and_change_nothing() {
     );
     let qp_a = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 32).unwrap();
     let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 32).unwrap();
-    let (ea, eb) = (
-        qp_a.endpoint_with(Some(&mr_a)).unwrap(),
-        qp_b.endpoint_with(Some(&mr_b)).unwrap(),
-    );
-    qp_a.connect(&eb, Mtu::Mtu1024).unwrap();
-    qp_b.connect(&ea, Mtu::Mtu1024).unwrap();
+    let (_, eb) = connect_regions(&qp_a, &mr_a, &qp_b, &mr_b);
 
     let data: Vec<u8> = (0..LEN as u32).map(|i| (i * 31 % 253) as u8).collect();
     buf_a.write(0, &data);
@@ -181,10 +176,7 @@ fn write_read_and_atomics_are_exact_through_ten_percent_loss_duplication_and_reo
         let i = ctl.device_index(name).unwrap();
         ctl.set_faults(i, 1, spec).unwrap();
     }
-    let (a, b) = (
-        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
-        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
-    );
+    let (a, b) = open_pair(hca.dir());
     let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
     const LEN: usize = 256 << 10;
@@ -202,12 +194,7 @@ fn write_read_and_atomics_are_exact_through_ten_percent_loss_duplication_and_reo
     );
     let qp_a = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 32).unwrap();
     let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 32).unwrap();
-    let (ea, eb) = (
-        qp_a.endpoint_with(Some(&mr_a)).unwrap(),
-        qp_b.endpoint_with(Some(&mr_b)).unwrap(),
-    );
-    qp_a.connect(&eb, Mtu::Mtu1024).unwrap();
-    qp_b.connect(&ea, Mtu::Mtu1024).unwrap();
+    let (_, eb) = connect_regions(&qp_a, &mr_a, &qp_b, &mr_b);
     let ok = |wc: softib::WorkCompletion| assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
 
     // WRITE 256 KiB (counter word at B's start left out), READ it back into A's second half.

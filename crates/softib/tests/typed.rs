@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use softib::embedded::EmbeddedDaemon;
 use softib::typed::{InitAttr, RtrAttr, RtsAttr};
-use softib::{AccessFlags, Device, Mtu, QpState, QpType, WcOpcode, WcStatus};
+use softib::{AccessFlags, Mtu, QpState, QpType, WcOpcode, WcStatus};
+
+mod common;
+use common::open_pair;
 
 /// An embedded HCA with `rxe0` (127.0.0.2) and `rxe1` (127.0.0.3) on a port of their own.
 fn two_devices() -> EmbeddedDaemon {
@@ -21,10 +24,7 @@ const WAIT: Duration = Duration::from_secs(5);
 #[test]
 fn rc_qps_step_through_their_states_and_a_refused_step_gives_the_qp_back() {
     let hca = two_devices();
-    let (a, b) = (
-        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
-        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
-    );
+    let (a, b) = open_pair(hca.dir());
     let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (cq_a, cq_b) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
     let (buf_a, buf_b) = (a.alloc_buffer(8192).unwrap(), b.alloc_buffer(8192).unwrap());
@@ -98,10 +98,7 @@ fn rc_qps_step_through_their_states_and_a_refused_step_gives_the_qp_back() {
 #[test]
 fn ud_qps_need_no_peer_to_become_ready() {
     let hca = two_devices();
-    let (a, b) = (
-        Device::open_at(hca.dir(), Some("rxe0")).unwrap(),
-        Device::open_at(hca.dir(), Some("rxe1")).unwrap(),
-    );
+    let (a, b) = open_pair(hca.dir());
     let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (cq_a, cq_b) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
     let (buf_a, buf_b) = (a.alloc_buffer(4096).unwrap(), b.alloc_buffer(4096).unwrap());

@@ -1,0 +1,63 @@
+//! `softib-proto` — the control protocol between a process and `softibd`, and everything both
+//! sides must agree on, so that an application never links the daemon.
+//!
+//! - **Where**: a host's daemon listens on [`SOCKET_NAME`] in its runtime directory
+//!   ([`runtime_dir`]), a unix stream socket.
+//! - **A session**: like the kernel's uverbs commands, each [`Request`] is answered by exactly
+//!   one [`Response`], in order. The first request must be [`Request::Hello`] with
+//!   [`VERSION`]; a daemon that speaks another version answers with an error naming both.
+//! - **Framing** (`frame`): a 4-byte little-endian length, then the message encoded with
+//!   postcard; no frame is longer than [`MAX_FRAME`]. Descriptors (a buffer's memfd, a ring, an
+//!   eventfd) travel as SCM_RIGHTS with the request that names them.
+//! - **Rings** (`ring`): the data path mostly bypasses the socket. Work requests go into a
+//!   submission ring ([`Submit`] entries), completions come back through a ring per CQ, both
+//!   SPSC rings in shared memory (`softib_net::ring`); the module says what each slot holds and
+//!   which side may sleep when.
+//! - **Values** (`types`): devices, ports, MADs, links and resources as the tools show them;
+//!   work requests, completions and QP attributes are the engine's own types
+//!   (`softib_engine::verbs`), which is why this crate depends on `softib-engine`.
+//!
+//! This crate holds no policy of either side: the daemon's checks are in `softib-hca`, the
+//! library's in `softib`.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod frame;
+mod message;
+mod ring;
+mod types;
+
+pub use frame::{
+    decode, encode, recv_blocking, send, FrameReader, MAX_BUFFERED, MAX_FRAME, MAX_PENDING_FDS,
+};
+pub use message::{Request, Response};
+pub use ring::{
+    decode_completion, encode_completion, Submit, SubmitRef, COMPLETION_ENTRY_MAX,
+    CQ_RING_SLOTS_MAX, CQ_RING_SLOT_LEN, SUBMIT_ENTRY_MAX, SUBMIT_SLOTS_MAX, SUBMIT_SLOT_LEN,
+};
+pub use types::{
+    ClientResources, DeviceInfo, ErrorKind, LinkConfig, Mad, MadQp, PortInfo, VerbsAttr,
+    VerbsPortAttr,
+};
+
+/// The protocol version; bumped on any incompatible change.
+pub const VERSION: u32 = 2;
+
+/// The daemon's control socket, in its runtime directory.
+pub const SOCKET_NAME: &str = "softibd.sock";
+
+/// The runtime directory of this host's daemon: `$SOFTIB_RUNTIME_DIR`, else `/run/softib` for
+/// root, else `$XDG_RUNTIME_DIR/softib`, else `/tmp/softib-<uid>`.
+pub fn runtime_dir() -> std::path::PathBuf {
+    if let Some(d) = std::env::var_os("SOFTIB_RUNTIME_DIR") {
+        return d.into();
+    }
+    let uid = rustix::process::getuid();
+    if uid.is_root() {
+        return "/run/softib".into();
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) => std::path::PathBuf::from(d).join("softib"),
+        None => format!("/tmp/softib-{}", uid.as_raw()).into(),
+    }
+}

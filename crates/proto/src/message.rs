@@ -1,0 +1,502 @@
+//! The messages: what a process asks ([`Request`]) and what the daemon answers ([`Response`]).
+
+use serde::{Deserialize, Serialize};
+use softib_engine::verbs::{AccessFlags, RecvWr, SendWr, WorkCompletion};
+use softib_engine::{AddressVector, AttrMask, QpAttr, QpInitAttr};
+use softib_wire::{Gid, Lid, Qpn};
+
+use crate::types::{ClientResources, DeviceInfo, ErrorKind, LinkConfig, Mad};
+
+/// What an application asks.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Request {
+    /// The first request: who is asking, and in which protocol version.
+    Hello {
+        /// [`crate::VERSION`].
+        version: u32,
+        /// The client's process id (for logs and `softib` resource listings).
+        pid: u32,
+        /// The client's program name.
+        program: String,
+    },
+    /// The devices of this host.
+    ListDevices,
+    /// Hands the daemon a shared buffer (its memfd rides along) of `len` bytes, mapped at
+    /// `addr` in the client.
+    AttachBuffer {
+        /// Its length.
+        len: u64,
+        /// Its address in the client.
+        addr: u64,
+    },
+    /// Forgets a buffer (no MR may still use it).
+    DetachBuffer {
+        /// What `AttachBuffer` returned.
+        buffer: u64,
+    },
+    /// `ibv_alloc_pd`.
+    AllocPd {
+        /// Device index.
+        dev: u32,
+    },
+    /// `ibv_dealloc_pd`.
+    DeallocPd {
+        /// Device index.
+        dev: u32,
+        /// The PD.
+        pd: u32,
+    },
+    /// `ibv_reg_mr` over part of an attached buffer.
+    RegMr {
+        /// Device index.
+        dev: u32,
+        /// The PD.
+        pd: u32,
+        /// The attached buffer.
+        buffer: u64,
+        /// Where the region starts in the client (inside the buffer).
+        addr: u64,
+        /// Its length.
+        len: u64,
+        /// Access flags.
+        access: AccessFlags,
+    },
+    /// `ibv_dereg_mr`.
+    DeregMr {
+        /// Device index.
+        dev: u32,
+        /// The L_Key.
+        lkey: u32,
+    },
+    /// `ibv_create_cq`.
+    CreateCq {
+        /// Device index.
+        dev: u32,
+        /// Minimum number of entries.
+        cqe: u32,
+    },
+    /// `ibv_destroy_cq`.
+    DestroyCq {
+        /// Device index.
+        dev: u32,
+        /// The CQ.
+        cq: u32,
+    },
+    /// `ibv_create_qp`.
+    CreateQp {
+        /// Device index.
+        dev: u32,
+        /// The attributes.
+        init: QpInitAttr,
+    },
+    /// `ibv_modify_qp`.
+    ModifyQp {
+        /// Device index.
+        dev: u32,
+        /// The QP.
+        qpn: Qpn,
+        /// The attributes.
+        attr: Box<QpAttr>,
+        /// Which attributes are valid.
+        mask: AttrMask,
+    },
+    /// `ibv_query_qp`.
+    QueryQp {
+        /// Device index.
+        dev: u32,
+        /// The QP.
+        qpn: Qpn,
+    },
+    /// `ibv_destroy_qp`.
+    DestroyQp {
+        /// Device index.
+        dev: u32,
+        /// The QP.
+        qpn: Qpn,
+    },
+    /// `ibv_create_ah`.
+    CreateAh {
+        /// Device index.
+        dev: u32,
+        /// The PD.
+        pd: u32,
+        /// The address.
+        av: AddressVector,
+    },
+    /// `ibv_destroy_ah`.
+    DestroyAh {
+        /// Device index.
+        dev: u32,
+        /// The AH.
+        ah: u32,
+    },
+    /// `ibv_post_send` of a list of WRs (stops at the first failure, like the verb).
+    PostSend {
+        /// Device index.
+        dev: u32,
+        /// The QP.
+        qpn: Qpn,
+        /// The WRs.
+        wrs: Vec<SendWr>,
+    },
+    /// `ibv_post_recv` of a list of WRs.
+    PostRecv {
+        /// Device index.
+        dev: u32,
+        /// The QP.
+        qpn: Qpn,
+        /// The WRs.
+        wrs: Vec<RecvWr>,
+    },
+    /// `ibv_poll_cq` for up to `max` completions; with `wait_us` > 0, waits that long for the
+    /// first one (a completion channel's blocking wait, in one round trip).
+    PollCq {
+        /// Device index.
+        dev: u32,
+        /// The CQ.
+        cq: u32,
+        /// Most completions returned.
+        max: u32,
+        /// How long to wait for the first, in microseconds.
+        wait_us: u32,
+    },
+    /// Become a management agent on a port: receive MADs of these kinds.
+    OpenMad {
+        /// Device index.
+        dev: u32,
+        /// Port.
+        port: u8,
+        /// Receive SMP responses (QP0) and SA/SM class requests: the subnet manager's role.
+        sm: bool,
+    },
+    /// Sends an SMP (256 bytes): directed-route from the port when `dlid` is `None`.
+    SendSmp {
+        /// Device index.
+        dev: u32,
+        /// Port.
+        port: u8,
+        /// LID-routed destination.
+        dlid: Option<Lid>,
+        /// The MAD.
+        mad: Vec<u8>,
+    },
+    /// Sends a GMP (256 bytes) to QP `dest_qpn` (usually 1) at `dlid`.
+    SendGmp {
+        /// Device index.
+        dev: u32,
+        /// Port.
+        port: u8,
+        /// Destination LID.
+        dlid: Lid,
+        /// Destination QP.
+        dest_qpn: Qpn,
+        /// The MAD.
+        mad: Vec<u8>,
+    },
+    /// Receives up to `max` MADs for this agent, waiting up to `wait_us` for the first.
+    RecvMads {
+        /// Most MADs returned.
+        max: u32,
+        /// How long to wait, in microseconds.
+        wait_us: u32,
+    },
+    /// Plugs (`enabled`) or pulls the cable of a port, as an operator would: the link goes
+    /// down at both ends and the SM's next sweep sees it.
+    SetPortEnabled {
+        /// Device index.
+        dev: u32,
+        /// Port.
+        port: u8,
+        /// Plugged in or pulled.
+        enabled: bool,
+    },
+    /// Injects faults on a port's egress (port 0: every port of the device).
+    SetFaults {
+        /// Device index.
+        dev: u32,
+        /// Port.
+        port: u8,
+        /// What to do.
+        spec: softib_net::fault::FaultSpec,
+    },
+    /// The faults of a device's ports and what they did.
+    Faults {
+        /// Device index.
+        dev: u32,
+    },
+    /// Starts capturing a device's traffic into the pcap file `path` (absolute; written by
+    /// the daemon), or stops with `None`; answers the packets of the capture that stopped.
+    Capture {
+        /// Device index.
+        dev: u32,
+        /// The file.
+        path: Option<String>,
+    },
+    /// Packets captured so far (0 when no capture runs).
+    CaptureCount {
+        /// Device index.
+        dev: u32,
+    },
+    /// What every client owns (`rdma res show`).
+    Resources,
+    /// `softib link add`: a RoCEv2 device on an interface and address.
+    LinkAdd(LinkConfig),
+    /// `softib link del`.
+    LinkDel {
+        /// The device name.
+        name: String,
+    },
+    /// `softib link show`: the RoCE devices with their configuration.
+    LinkShow,
+    /// The local SM announces itself on a port: PortInfo.CapabilityMask.IsSM and the SMInfo
+    /// the port's SMA answers with (64 bytes), or withdraws (`sm_info` = `None`).
+    SetSm {
+        /// Device index.
+        dev: u32,
+        /// Port.
+        port: u8,
+        /// SMInfo attribute bytes.
+        sm_info: Option<Vec<u8>>,
+    },
+    /// `ibv_attach_mcast`: a UD QP joins multicast group `gid`/`lid` on its device.
+    AttachMcast {
+        /// Device index.
+        dev: u32,
+        /// The QP.
+        qpn: Qpn,
+        /// The MGID.
+        gid: Gid,
+        /// The MLID.
+        lid: Lid,
+    },
+    /// `ibv_detach_mcast`.
+    DetachMcast {
+        /// Device index.
+        dev: u32,
+        /// The QP.
+        qpn: Qpn,
+        /// The MGID.
+        gid: Gid,
+    },
+    /// Completions of `cq` go into a ring in shared memory from now on (its memfd travels with
+    /// the request): `slots` slots of [`crate::CQ_RING_SLOT_LEN`] bytes, each a postcard-encoded
+    /// `WorkCompletion`. `PollCq` on such a CQ only waits for the ring to fill.
+    AttachCqRing {
+        /// Device index.
+        dev: u32,
+        /// The CQ.
+        cq: u32,
+        /// Slots in the ring.
+        slots: u32,
+    },
+    /// `ibv_reg_mr` of the client's own memory at `addr` (not a shared buffer): the daemon
+    /// reaches it with cross-memory attach. The client must have allowed that (same user and
+    /// `prctl(PR_SET_PTRACER, daemon)`, which the library does).
+    RegMrProcess {
+        /// Device index.
+        dev: u32,
+        /// The PD.
+        pd: u32,
+        /// First address, in the client.
+        addr: u64,
+        /// Length in bytes.
+        len: u64,
+        /// Access rights.
+        access: AccessFlags,
+    },
+    /// From now on the client also posts through a submission ring: its memfd and a doorbell
+    /// eventfd travel with this request; `slots` slots of [`crate::SUBMIT_SLOT_LEN`] bytes, each a
+    /// postcard-encoded [`crate::Submit`]. The daemon executes the ring's entries, in order, before
+    /// any later request of the client, and whenever the doorbell rings.
+    AttachSubmitRing {
+        /// Slots in the ring.
+        slots: u32,
+    },
+    /// `ibv_create_srq`.
+    CreateSrq {
+        /// Device index.
+        dev: u32,
+        /// The PD.
+        pd: u32,
+        /// Receive WQEs it holds.
+        max_wr: u32,
+        /// SGEs per WQE.
+        max_sge: u32,
+    },
+    /// `ibv_modify_srq` with IBV_SRQ_LIMIT: arm the limit event.
+    ModifySrq {
+        /// Device index.
+        dev: u32,
+        /// The SRQ.
+        srq: u32,
+        /// The limit.
+        limit: u32,
+    },
+    /// `ibv_destroy_srq`.
+    DestroySrq {
+        /// Device index.
+        dev: u32,
+        /// The SRQ.
+        srq: u32,
+    },
+    /// `ibv_post_srq_recv` of a list.
+    PostSrqRecv {
+        /// Device index.
+        dev: u32,
+        /// The SRQ.
+        srq: u32,
+        /// The WRs.
+        wrs: Vec<RecvWr>,
+    },
+    /// `ibv_create_comp_channel`: the eventfd the client made travels with this request (as
+    /// SCM_RIGHTS); the daemon writes to it when an armed CQ has completions.
+    CreateCompChannel,
+    /// `ibv_destroy_comp_channel`.
+    DestroyCompChannel {
+        /// The channel's handle.
+        channel: u64,
+    },
+    /// `ibv_req_notify_cq`: signal `channel` once `cq` holds a completion. One-shot, as in
+    /// verbs; a CQ that already holds completions when armed signals at once (a program that
+    /// polls after arming, as verbs programs must, sees no difference).
+    ReqNotifyCq {
+        /// Device index.
+        dev: u32,
+        /// The CQ.
+        cq: u32,
+        /// The channel's handle.
+        channel: u64,
+    },
+    /// `ibv_get_async_event`, without waiting: the asynchronous events of this client's
+    /// objects (and of the ports) since it last asked, oldest first.
+    AsyncEvents,
+    /// The eventfd that travels with this request wakes the client when it sleeps for a
+    /// completion: from now on, when the daemon puts completions into one of the client's
+    /// completion rings while the client's flag in that ring says it may be asleep
+    /// (`Ring::set_polling`), it adds to the eventfd (once a turn). The library then waits on
+    /// that instead of parking a `PollCq` here, and wakes for a completion on any of its CQs.
+    AttachWakeup,
+}
+
+/// The daemon's answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Response {
+    /// Done.
+    Ok,
+    /// Refused: why, in words that name what to do.
+    Error {
+        /// The class of error.
+        kind: ErrorKind,
+        /// What is wrong.
+        message: String,
+    },
+    /// Answer to `Hello`.
+    Hello {
+        /// The daemon's protocol version.
+        version: u32,
+        /// The daemon's process id.
+        pid: u32,
+        /// The host name this daemon (or this simulated host) has.
+        host: String,
+    },
+    /// The devices.
+    Devices(Vec<DeviceInfo>),
+    /// A new handle (PD, CQ, AH, buffer).
+    Handle(u64),
+    /// A new MR.
+    Mr {
+        /// L_Key.
+        lkey: u32,
+        /// R_Key.
+        rkey: u32,
+    },
+    /// A new QP.
+    Qp(Qpn),
+    /// `ibv_query_qp`.
+    QpAttr(Box<QpAttr>, QpInitAttr),
+    /// Work requests accepted before the first that failed (`posted` < requested), and why.
+    Posted {
+        /// How many were posted.
+        posted: u32,
+        /// Why the next one was not.
+        error: Option<String>,
+    },
+    /// Completions.
+    Completions(Vec<WorkCompletion>),
+    /// MADs.
+    Mads(Vec<Mad>),
+    /// The RoCE devices: configuration and whether the port is up.
+    Links(Vec<(LinkConfig, bool)>),
+    /// Per client: who, and how many objects of each kind it owns on each device.
+    Resources(Vec<ClientResources>),
+    /// Per port: the faults in force and what they did.
+    Faults(
+        Vec<(
+            u8,
+            softib_net::fault::FaultSpec,
+            softib_net::fault::FaultStats,
+        )>,
+    ),
+    /// Asynchronous events: (device index, event), oldest first.
+    AsyncEvents(Vec<(u32, softib_engine::verbs::AsyncEvent)>),
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::{decode, encode};
+
+    #[test]
+    fn a_qpn_or_psn_beyond_24_bits_does_not_decode() {
+        // A ModifyQp could carry a dest_qp_num or PSN with the upper 8 bits set, which no
+        // constructor makes and the engine compares unmasked.
+        use softib_wire::{Psn, Qpn};
+        let raw = |v: u32| postcard::to_stdvec(&v).unwrap();
+        assert_eq!(decode::<Qpn>(&raw(0xFF_FFFF)), Ok(Qpn::MULTICAST));
+        assert!(decode::<Qpn>(&raw(0x100_0000)).is_err());
+        assert_eq!(decode::<Psn>(&raw(0x12_3456)), Ok(Psn::new(0x12_3456)));
+        assert!(decode::<Psn>(&raw(u32::MAX)).is_err());
+        // What the library sends still round-trips.
+        let q = Request::QueryQp {
+            dev: 0,
+            qpn: Qpn::new(0xAB_CDEF),
+        };
+        let frame = encode(&q).unwrap();
+        assert!(matches!(
+            decode::<Request>(&frame[4..]),
+            Ok(Request::QueryQp { qpn, .. }) if qpn.value() == 0xAB_CDEF
+        ));
+    }
+
+    #[test]
+    fn a_fault_spec_no_parser_would_make_does_not_decode() {
+        // fuzz (control_proto): SetFaults with a delay of u64::MAX seconds decoded, and the
+        // port's next frame overflowed the clock and stopped the daemon.
+        use softib_net::fault::FaultSpec;
+        let set = |spec| Request::SetFaults {
+            dev: 0,
+            port: 1,
+            spec,
+        };
+        let huge = set(FaultSpec {
+            delay: std::time::Duration::MAX,
+            ..FaultSpec::default()
+        });
+        let frame = encode(&huge).unwrap();
+        let err = decode::<Request>(&frame[4..]).unwrap_err();
+        assert!(err.contains("malformed"), "{err}");
+        let nan = set(FaultSpec {
+            loss: f64::NAN,
+            ..FaultSpec::default()
+        });
+        assert!(decode::<Request>(&encode(&nan).unwrap()[4..]).is_err());
+        let fine = set(FaultSpec::parse(&["loss", "10%", "delay", "5ms"]).unwrap());
+        let Request::SetFaults { spec, .. } =
+            decode::<Request>(&encode(&fine).unwrap()[4..]).unwrap()
+        else {
+            panic!("not SetFaults");
+        };
+        assert_eq!(spec.loss, 0.1);
+    }
+}

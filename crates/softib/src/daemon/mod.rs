@@ -1,0 +1,549 @@
+//! The daemon backend: a session with `softibd` (a host's daemon, or an embedded one — the same
+//! daemon, reached the same way through its runtime directory).
+//!
+//! Control verbs are requests on the control socket ([`Conn`], `softib_proto`), answered one
+//! by one like the kernel's uverbs commands. The data path avoids the socket where the library
+//! can vouch for what it does: posts go through the submission ring ([`posting`]), completions
+//! come back through a ring per CQ ([`completions`]).
+
+mod completions;
+mod posting;
+
+use std::os::fd::BorrowedFd;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use softib_engine::verbs::AsyncEvent;
+use softib_net::shm::SharedRegion;
+use softib_proto::{self as proto, Request, Response};
+
+use crate::{
+    AccessFlags, AddressVector, AhHandle, AttrMask, ClientResources, CompChannel, CqHandle,
+    DeviceInfo, Error, ErrorKind, FaultSpec, FaultStats, Gid, Lid, LinkConfig, Mad, MrKeys,
+    PdHandle, QpAttr, QpInitAttr, Qpn, RecvWr, Result, SendWr, SrqHandle, WorkCompletion,
+};
+use completions::CqRings;
+use posting::Posting;
+
+/// The control socket: each request is answered by exactly one response.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    stream: UnixStream,
+    /// The daemon's process id (0 until it said hello), for the error when it goes away.
+    daemon_pid: u32,
+}
+
+impl Conn {
+    pub(crate) fn call(&mut self, req: &Request) -> Result<Response> {
+        self.call_with_fds(req, &[])
+    }
+
+    /// Sends `req` with descriptors (SCM_RIGHTS) and reads the answer; a refusal is an error.
+    pub(crate) fn call_with_fds(
+        &mut self,
+        req: &Request,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<Response> {
+        let pid = self.daemon_pid;
+        let gone = |e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof
+            | std::io::ErrorKind::BrokenPipe
+            | std::io::ErrorKind::ConnectionReset => Error::DaemonGone { pid },
+            _ => Error::Io(e),
+        };
+        proto::send(&self.stream, req, fds).map_err(gone)?;
+        let body = proto::recv_blocking(&mut self.stream).map_err(gone)?;
+        match proto::decode::<Response>(&body) {
+            Ok(Response::Error { kind, message }) => Err(Error::Refused { kind, message }),
+            Ok(r) => Ok(r),
+            Err(m) => Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                m,
+            ))),
+        }
+    }
+
+    pub(crate) fn ok(&mut self, req: &Request) -> Result<()> {
+        match self.call(req)? {
+            Response::Ok => Ok(()),
+            _ => Err(Error::Unexpected("not Ok")),
+        }
+    }
+
+    pub(crate) fn handle(&mut self, req: &Request) -> Result<u64> {
+        match self.call(req)? {
+            Response::Handle(h) => Ok(h),
+            _ => Err(Error::Unexpected("not a handle")),
+        }
+    }
+
+    /// The answer to a post by request: `posted` of the list went in, then `error` (if any).
+    fn posted(&mut self, req: &Request) -> Result<(u32, Option<String>)> {
+        match self.call(req)? {
+            Response::Posted { posted, error } => Ok((posted, error)),
+            _ => Err(Error::Unexpected("not Posted")),
+        }
+    }
+}
+
+/// A ring the daemon shares with this session no longer holds together (the other side broke
+/// it): this session cannot go on.
+fn ring_broken(which: &str, e: &softib_net::ring::RingError) -> Error {
+    Error::Io(std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("the {which} ring is broken: {e:?}"),
+    ))
+}
+
+/// The refusal of a list whose entry `posted` the daemon (or the library) did not take.
+fn refused_at(what: &str, posted: u32, message: String) -> Error {
+    Error::Refused {
+        kind: ErrorKind::Invalid,
+        message: format!("{what} {posted} of the list: {message}"),
+    }
+}
+
+/// Whether the environment turns a data-path mechanism off (`NAME=0`), to compare with the
+/// fallback that works without it.
+fn env_off(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| v == "0")
+}
+
+/// A session with the daemon.
+#[derive(Debug)]
+pub(crate) struct Session {
+    conn: Conn,
+    host: String,
+    /// Completion rings by CQ, and the wakeup a waiting poll sleeps on.
+    cqs: CqRings,
+    /// What the library knows of its QPs, and the submission ring.
+    posts: Posting,
+}
+
+impl Session {
+    /// Connects to the daemon whose runtime directory is `dir` and says hello.
+    pub(crate) fn connect(dir: &Path) -> Result<Session> {
+        let path = dir.join(proto::SOCKET_NAME);
+        let stream = UnixStream::connect(&path).map_err(|source| Error::NoDaemon {
+            path: path.clone(),
+            source,
+            rdma_core: String::new(),
+        })?;
+        let mut conn = Conn {
+            stream,
+            daemon_pid: 0,
+        };
+        let program = std::env::args()
+            .next()
+            .and_then(|a| {
+                Path::new(&a)
+                    .file_name()
+                    .map(|f| f.to_string_lossy().into_owned())
+            })
+            .unwrap_or_default();
+        let host = match conn.call(&Request::Hello {
+            version: proto::VERSION,
+            pid: std::process::id(),
+            program,
+        })? {
+            Response::Hello { host, pid, .. } => {
+                conn.daemon_pid = pid;
+                host
+            }
+            _ => return Err(Error::Unexpected("not Hello")),
+        };
+        Ok(Session {
+            conn,
+            host,
+            // SOFTIB_WAKEUP=0 sleeps as with an older daemon (a parked PollCq), to compare.
+            cqs: CqRings::new(env_off("SOFTIB_WAKEUP")),
+            posts: Posting::new(env_off("SOFTIB_SUBMIT_RING")),
+        })
+    }
+
+    /// The host name the daemon serves.
+    pub(crate) fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The daemon's process id.
+    pub(crate) fn daemon_pid(&self) -> u32 {
+        self.conn.daemon_pid
+    }
+
+    pub(crate) fn devices(&mut self) -> Result<Vec<DeviceInfo>> {
+        match self.conn.call(&Request::ListDevices)? {
+            Response::Devices(d) => Ok(d),
+            _ => Err(Error::Unexpected("not a device list")),
+        }
+    }
+
+    /// Hands `map` to the daemon, which maps it too; its handle.
+    pub(crate) fn attach_buffer(&mut self, map: &SharedRegion) -> Result<u64> {
+        let req = Request::AttachBuffer {
+            len: map.len() as u64,
+            addr: map.addr(),
+        };
+        match self.conn.call_with_fds(&req, &[map.fd()])? {
+            Response::Handle(h) => Ok(h),
+            _ => Err(Error::Unexpected("not a handle")),
+        }
+    }
+
+    pub(crate) fn alloc_pd(&mut self, dev: u32) -> Result<PdHandle> {
+        let h = self.conn.handle(&Request::AllocPd { dev })?;
+        Ok(PdHandle(h as u32))
+    }
+
+    pub(crate) fn dealloc_pd(&mut self, dev: u32, pd: PdHandle) -> Result<()> {
+        self.conn.ok(&Request::DeallocPd { dev, pd: pd.0 })
+    }
+
+    fn mr(&mut self, req: &Request, addr: u64, len: usize) -> Result<MrKeys> {
+        match self.conn.call(req)? {
+            Response::Mr { lkey, rkey } => Ok(MrKeys {
+                lkey,
+                rkey,
+                addr,
+                len: len as u64,
+            }),
+            _ => Err(Error::Unexpected("not an MR")),
+        }
+    }
+
+    /// `ibv_reg_mr` over `len` bytes at `addr` of the attached buffer `buffer`.
+    pub(crate) fn reg_mr(
+        &mut self,
+        dev: u32,
+        pd: PdHandle,
+        buffer: u64,
+        addr: u64,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<MrKeys> {
+        let req = Request::RegMr {
+            dev,
+            pd: pd.0,
+            buffer,
+            addr,
+            len: len as u64,
+            access,
+        };
+        self.mr(&req, addr, len)
+    }
+
+    /// `ibv_reg_mr` of this process's own memory, which the daemon reaches by cross-memory
+    /// attach.
+    pub(crate) fn reg_mr_process(
+        &mut self,
+        dev: u32,
+        pd: PdHandle,
+        addr: u64,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<MrKeys> {
+        if let Some(pid) = rustix::process::Pid::from_raw(self.conn.daemon_pid as i32) {
+            // Under Yama ptrace_scope 1 the daemon (not our parent) needs this; where Yama is
+            // absent the call fails harmlessly and the user check applies.
+            let _ = rustix::process::set_ptracer(rustix::process::PTracer::ProcessID(pid));
+        }
+        let req = Request::RegMrProcess {
+            dev,
+            pd: pd.0,
+            addr,
+            len: len as u64,
+            access,
+        };
+        self.mr(&req, addr, len)
+    }
+
+    pub(crate) fn dereg_mr(&mut self, dev: u32, lkey: u32) -> Result<()> {
+        self.conn.ok(&Request::DeregMr { dev, lkey })
+    }
+
+    /// `ibv_create_cq`, with its completion ring.
+    pub(crate) fn create_cq(&mut self, dev: u32, cqe: u32) -> Result<CqHandle> {
+        let cq = self.conn.handle(&Request::CreateCq { dev, cqe })? as u32;
+        // SOFTIB_CQ_RING=0 turns the rings off (completions then come by request), to compare.
+        if !env_off("SOFTIB_CQ_RING") {
+            self.cqs.attach(&mut self.conn, dev, cq, cqe)?;
+        }
+        Ok(CqHandle(cq))
+    }
+
+    pub(crate) fn destroy_cq(&mut self, dev: u32, cq: CqHandle) -> Result<()> {
+        self.conn.ok(&Request::DestroyCq { dev, cq: cq.0 })?;
+        self.cqs.forget(dev, cq.0);
+        Ok(())
+    }
+
+    pub(crate) fn create_qp(&mut self, dev: u32, init: QpInitAttr) -> Result<Qpn> {
+        match self.conn.call(&Request::CreateQp { dev, init })? {
+            Response::Qp(q) => {
+                self.posts.track(dev, q, &init);
+                Ok(q)
+            }
+            _ => Err(Error::Unexpected("not a QP")),
+        }
+    }
+
+    pub(crate) fn modify_qp(
+        &mut self,
+        dev: u32,
+        qpn: Qpn,
+        attr: &QpAttr,
+        mask: AttrMask,
+    ) -> Result<()> {
+        self.conn.ok(&Request::ModifyQp {
+            dev,
+            qpn,
+            attr: Box::new(*attr),
+            mask,
+        })?;
+        if mask.contains(AttrMask::STATE) {
+            self.posts.set_state(dev, qpn, attr.qp_state);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn query_qp(&mut self, dev: u32, qpn: Qpn) -> Result<(QpAttr, QpInitAttr)> {
+        match self.conn.call(&Request::QueryQp { dev, qpn })? {
+            Response::QpAttr(a, i) => Ok((*a, i)),
+            _ => Err(Error::Unexpected("not QP attributes")),
+        }
+    }
+
+    pub(crate) fn destroy_qp(&mut self, dev: u32, qpn: Qpn) -> Result<()> {
+        self.conn.ok(&Request::DestroyQp { dev, qpn })?;
+        self.posts.forget(dev, qpn);
+        Ok(())
+    }
+
+    pub(crate) fn create_srq(
+        &mut self,
+        dev: u32,
+        pd: PdHandle,
+        max_wr: u32,
+        max_sge: u32,
+    ) -> Result<SrqHandle> {
+        let h = self.conn.handle(&Request::CreateSrq {
+            dev,
+            pd: pd.0,
+            max_wr,
+            max_sge,
+        })?;
+        Ok(SrqHandle(h as u32))
+    }
+
+    pub(crate) fn modify_srq(&mut self, dev: u32, srq: SrqHandle, limit: u32) -> Result<()> {
+        self.conn.ok(&Request::ModifySrq {
+            dev,
+            srq: srq.0,
+            limit,
+        })
+    }
+
+    pub(crate) fn destroy_srq(&mut self, dev: u32, srq: SrqHandle) -> Result<()> {
+        self.conn.ok(&Request::DestroySrq { dev, srq: srq.0 })
+    }
+
+    pub(crate) fn post_srq_recv(
+        &mut self,
+        dev: u32,
+        srq: SrqHandle,
+        wrs: Vec<RecvWr>,
+    ) -> Result<()> {
+        let req = Request::PostSrqRecv {
+            dev,
+            srq: srq.0,
+            wrs,
+        };
+        match self.conn.posted(&req)? {
+            (_, None) => Ok(()),
+            (posted, Some(message)) => Err(refused_at("receive request", posted, message)),
+        }
+    }
+
+    pub(crate) fn create_ah(
+        &mut self,
+        dev: u32,
+        pd: PdHandle,
+        av: AddressVector,
+    ) -> Result<AhHandle> {
+        let h = self.conn.handle(&Request::CreateAh { dev, pd: pd.0, av })?;
+        Ok(AhHandle(h as u32))
+    }
+
+    pub(crate) fn destroy_ah(&mut self, dev: u32, ah: AhHandle) -> Result<()> {
+        self.conn.ok(&Request::DestroyAh { dev, ah: ah.0 })
+    }
+
+    pub(crate) fn post_send(&mut self, dev: u32, qpn: Qpn, wrs: Vec<SendWr>) -> Result<()> {
+        self.posts.post_send(&mut self.conn, (dev, qpn), wrs)
+    }
+
+    pub(crate) fn post_recv(&mut self, dev: u32, qpn: Qpn, wrs: Vec<RecvWr>) -> Result<()> {
+        self.posts.post_recv(&mut self.conn, (dev, qpn), wrs)
+    }
+
+    /// `ibv_poll_cq`, and with a nonzero `wait` the waiting form (see [`CqRings::poll`]).
+    pub(crate) fn poll_cq(
+        &mut self,
+        dev: u32,
+        cq: CqHandle,
+        max: u32,
+        wait: Duration,
+    ) -> Result<Vec<WorkCompletion>> {
+        let wcs = self.cqs.poll(&mut self.conn, dev, cq.0, max, wait)?;
+        self.posts.note_completions(dev, &wcs);
+        Ok(wcs)
+    }
+
+    pub(crate) fn attach_mcast(&mut self, dev: u32, qpn: Qpn, gid: Gid, lid: Lid) -> Result<()> {
+        self.conn.ok(&Request::AttachMcast { dev, qpn, gid, lid })
+    }
+
+    pub(crate) fn detach_mcast(&mut self, dev: u32, qpn: Qpn, gid: Gid) -> Result<()> {
+        self.conn.ok(&Request::DetachMcast { dev, qpn, gid })
+    }
+
+    pub(crate) fn create_comp_channel(&mut self) -> Result<CompChannel> {
+        let fd = CompChannel::new_fd()?;
+        let req = Request::CreateCompChannel;
+        match self
+            .conn
+            .call_with_fds(&req, &[std::os::fd::AsFd::as_fd(&fd)])?
+        {
+            Response::Handle(handle) => Ok(CompChannel { fd, handle }),
+            _ => Err(Error::Unexpected("not a handle")),
+        }
+    }
+
+    pub(crate) fn destroy_comp_channel(&mut self, channel: CompChannel) -> Result<()> {
+        self.conn.ok(&Request::DestroyCompChannel {
+            channel: channel.handle,
+        })
+    }
+
+    pub(crate) fn req_notify_cq(
+        &mut self,
+        dev: u32,
+        cq: CqHandle,
+        channel: &CompChannel,
+    ) -> Result<()> {
+        self.conn.ok(&Request::ReqNotifyCq {
+            dev,
+            cq: cq.0,
+            channel: channel.handle,
+        })
+    }
+
+    pub(crate) fn async_events(&mut self) -> Result<Vec<(u32, AsyncEvent)>> {
+        match self.conn.call(&Request::AsyncEvents)? {
+            Response::AsyncEvents(all) => Ok(all),
+            _ => Err(Error::Unexpected("not events")),
+        }
+    }
+
+    pub(crate) fn open_mad(&mut self, dev: u32, port: u8, sm: bool) -> Result<()> {
+        self.conn.ok(&Request::OpenMad { dev, port, sm })
+    }
+
+    pub(crate) fn send_smp(
+        &mut self,
+        dev: u32,
+        port: u8,
+        dlid: Option<Lid>,
+        mad: &[u8; 256],
+    ) -> Result<()> {
+        self.conn.ok(&Request::SendSmp {
+            dev,
+            port,
+            dlid,
+            mad: mad.to_vec(),
+        })
+    }
+
+    pub(crate) fn send_gmp(
+        &mut self,
+        dev: u32,
+        port: u8,
+        dlid: Lid,
+        dest_qpn: Qpn,
+        mad: &[u8; 256],
+    ) -> Result<()> {
+        self.conn.ok(&Request::SendGmp {
+            dev,
+            port,
+            dlid,
+            dest_qpn,
+            mad: mad.to_vec(),
+        })
+    }
+
+    pub(crate) fn recv_mads(&mut self, max: u32, wait: Duration) -> Result<Vec<Mad>> {
+        let wait_us = u32::try_from(wait.as_micros()).unwrap_or(u32::MAX);
+        match self.conn.call(&Request::RecvMads { max, wait_us })? {
+            Response::Mads(v) => Ok(v),
+            _ => Err(Error::Unexpected("not MADs")),
+        }
+    }
+
+    pub(crate) fn set_faults(&mut self, dev: u32, port: u8, spec: FaultSpec) -> Result<()> {
+        self.conn.ok(&Request::SetFaults { dev, port, spec })
+    }
+
+    pub(crate) fn faults(&mut self, dev: u32) -> Result<Vec<(u8, FaultSpec, FaultStats)>> {
+        match self.conn.call(&Request::Faults { dev })? {
+            Response::Faults(v) => Ok(v),
+            _ => Err(Error::Unexpected("not faults")),
+        }
+    }
+
+    pub(crate) fn capture(&mut self, dev: u32, path: Option<&Path>) -> Result<u64> {
+        let path = path.map(|p| p.display().to_string());
+        self.conn.handle(&Request::Capture { dev, path })
+    }
+
+    pub(crate) fn captured(&mut self, dev: u32) -> Result<u64> {
+        self.conn.handle(&Request::CaptureCount { dev })
+    }
+
+    pub(crate) fn resources(&mut self) -> Result<Vec<ClientResources>> {
+        match self.conn.call(&Request::Resources)? {
+            Response::Resources(v) => Ok(v),
+            _ => Err(Error::Unexpected("not resources")),
+        }
+    }
+
+    pub(crate) fn link_add(&mut self, config: LinkConfig) -> Result<()> {
+        self.conn.ok(&Request::LinkAdd(config))
+    }
+
+    pub(crate) fn link_del(&mut self, name: &str) -> Result<()> {
+        self.conn.ok(&Request::LinkDel {
+            name: name.to_string(),
+        })
+    }
+
+    pub(crate) fn links(&mut self) -> Result<Vec<(LinkConfig, bool)>> {
+        match self.conn.call(&Request::LinkShow)? {
+            Response::Links(v) => Ok(v),
+            _ => Err(Error::Unexpected("not a link list")),
+        }
+    }
+
+    pub(crate) fn set_port_enabled(&mut self, dev: u32, port: u8, enabled: bool) -> Result<()> {
+        self.conn
+            .ok(&Request::SetPortEnabled { dev, port, enabled })
+    }
+
+    pub(crate) fn set_sm(&mut self, dev: u32, port: u8, sm_info: Option<[u8; 64]>) -> Result<()> {
+        self.conn.ok(&Request::SetSm {
+            dev,
+            port,
+            sm_info: sm_info.map(|b| b.to_vec()),
+        })
+    }
+}
