@@ -834,7 +834,7 @@ impl Agent {
             let t0 = Instant::now();
             // SA responses may come as RMPP segments, duplicated or out of order on a faulty
             // link: complete once segments 1..=LAST are all there.
-            let mut rmpp = softib_fabric::rmpp::Reassembly::new();
+            let mut rmpp = softib::mad::rmpp::Reassembly::new();
             while t0.elapsed() < MAD_TIMEOUT {
                 for m in self
                     .ctx
@@ -1035,7 +1035,7 @@ pub fn saquery(args: &[String]) -> Result<u8> {
         req.emit(&mut sa::Packet::new_unchecked(&mut b[..]));
         b
     })?;
-    let mut rmpp = softib_fabric::rmpp::Reassembly::new();
+    let mut rmpp = softib::mad::rmpp::Reassembly::new();
     for s in &segs {
         rmpp.add(s);
     }

@@ -32,7 +32,6 @@
 #![deny(missing_docs)]
 
 pub mod discover;
-pub mod rmpp;
 pub mod sa;
 pub mod sm;
 pub mod sma;

@@ -47,6 +47,7 @@ use softib_hca::proto::{self, Request, Response};
 
 mod channel;
 pub mod embedded;
+pub mod mad;
 mod objects;
 mod rdma_core;
 pub mod typed;

@@ -1,12 +1,12 @@
 //! RMPP reassembly (IBA §13.6) of an SA response, as the requester (`saquery`) receives it.
 //!
-//! The SA sends a GetTableResp too large for one MAD as RMPP DATA segments (`sa.rs`): each
-//! repeats the headers and carries SegmentNumber 1, 2, ... in Data1; the first has FIRST and
-//! the whole PayloadLength (every segment's 20-byte SA header plus the records) in Data2, the
-//! last has LAST. Segments may arrive duplicated or out of order (a lossy port, faults on a
-//! link, a retried request); [`Reassembly`] keeps one copy of each number, is complete when
-//! 1..=LAST are all there, and gives the records in segment order. A response that is not
-//! RMPP-active is one segment.
+//! The SA sends a GetTableResp too large for one MAD as RMPP DATA segments
+//! (`softib_fabric::sa`): each repeats the headers and carries SegmentNumber 1, 2, ... in
+//! Data1; the first has FIRST and the whole PayloadLength (every segment's 20-byte SA header
+//! plus the records) in Data2, the last has LAST. Segments may arrive duplicated or out of
+//! order (a lossy port, faults on a link, a retried request); [`Reassembly`] keeps one copy of
+//! each number, is complete when 1..=LAST are all there, and gives the records in segment
+//! order. A response that is not RMPP-active is one segment.
 
 use std::collections::BTreeMap;
 
