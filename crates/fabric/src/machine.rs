@@ -94,7 +94,10 @@ mod tests {
         f.drive(other, 1, &mut d, Duration::from_secs(60));
         assert!(d.is_done());
         assert_eq!(d.result().nodes.len(), f.topology().nodes().len());
-        assert!(d.result().nodes.iter().all(|n| n.lid(1).0 != 0), "every node has its LID");
+        assert!(
+            d.result().nodes.iter().all(|n| n.lid(1).0 != 0),
+            "every node has its LID"
+        );
     }
 
     #[test]
