@@ -50,6 +50,11 @@ pub const ARP_RETRY: Duration = Duration::from_millis(500);
 pub const REJOIN: Duration = Duration::from_secs(15);
 /// Sends posted together in one request.
 const POST_BATCH: usize = 32;
+/// What RESET → INIT sets on a UD QP: its P_Key index, port and Q_Key.
+const UD_INIT: AttrMask = AttrMask::STATE
+    .with(AttrMask::PKEY_INDEX)
+    .with(AttrMask::PORT)
+    .with(AttrMask::QKEY);
 
 /// Which interface on which port.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -406,15 +411,7 @@ impl Interface {
             qkey,
             ..QpAttr::default()
         };
-        self.ctx.modify_qp(
-            self.dev,
-            qpn,
-            &attr,
-            AttrMask::STATE
-                .with(AttrMask::PKEY_INDEX)
-                .with(AttrMask::PORT)
-                .with(AttrMask::QKEY),
-        )?;
+        self.ctx.modify_qp(self.dev, qpn, &attr, UD_INIT)?;
         attr.qp_state = QpState::Rtr;
         self.ctx.modify_qp(self.dev, qpn, &attr, AttrMask::STATE)?;
         attr.qp_state = QpState::Rts;

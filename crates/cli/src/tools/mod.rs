@@ -192,6 +192,15 @@ impl Agent {
         Ok(self.mad.smp_get(&mut self.ctx, dest, attr, modifier)?)
     }
 
+    /// SubnGet of attribute `A` at `dest`, parsed.
+    fn get<A: softib_wire::mad::attr::SmpAttribute>(
+        &mut self,
+        dest: &SmpDest,
+        modifier: u32,
+    ) -> Result<A> {
+        Ok(self.mad.get(&mut self.ctx, dest, modifier)?)
+    }
+
     /// A GMP request to QP1 at `dlid`, and its answer.
     fn gmp(&mut self, dlid: softib::Lid, mad: [u8; MAD_LEN]) -> Result<Response> {
         Ok(self.mad.request(&mut self.ctx, MadDest::gsi(dlid), mad)?)

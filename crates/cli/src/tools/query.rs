@@ -12,7 +12,6 @@ pub fn smpquery(args: &[String]) -> Result<u8> {
     use softib_wire::mad::attr::{
         NodeDescription, NodeInfo, PKeyTable, PortInfo as Pi, SwitchInfo,
     };
-    use softib_wire::mad::AttrId;
     let mut f = Flags::new(args);
     let port = port_flag(&mut f)?;
     let dr = f.take_switch(&["-D", "--Direct"]);
@@ -33,28 +32,23 @@ pub fn smpquery(args: &[String]) -> Result<u8> {
     let mut a = Agent::open(port)?;
     let text = match op.as_str() {
         "nodeinfo" | "NI" => {
-            let r = a.smp_get(&dest, AttrId::NODE_INFO, 0)?;
-            softib_diag::smp::smpquery_nodeinfo(&portid, &NodeInfo::parse(&r.data).map_err(|e| anyhow!("{e}"))?)
+            softib_diag::smp::smpquery_nodeinfo(&portid, &a.get::<NodeInfo>(&dest, 0)?)
         }
         "nodedesc" | "ND" => {
-            let r = a.smp_get(&dest, AttrId::NODE_DESCRIPTION, 0)?;
-            softib_diag::smp::smpquery_nodedesc(&NodeDescription::parse(&r.data).map_err(|e| anyhow!("{e}"))?)
+            softib_diag::smp::smpquery_nodedesc(&a.get::<NodeDescription>(&dest, 0)?)
         }
         "portinfo" | "PI" => {
             let p = qport.unwrap_or(0);
-            let r = a.smp_get(&dest, AttrId::PORT_INFO, u32::from(p))?;
-            let pi = Pi::parse(&r.data).map_err(|e| anyhow!("{e}"))?;
+            let pi: Pi = a.get(&dest, u32::from(p))?;
             let shown = if p == 0 { pi.local_port_num } else { p };
             softib_diag::smp::smpquery_portinfo(&portid, shown, &pi)
         }
         "switchinfo" | "SI" => {
-            let r = a.smp_get(&dest, AttrId::SWITCH_INFO, 0)?;
-            softib_diag::smp::smpquery_switchinfo(&portid, &SwitchInfo::parse(&r.data).map_err(|e| anyhow!("{e}"))?)
+            softib_diag::smp::smpquery_switchinfo(&portid, &a.get::<SwitchInfo>(&dest, 0)?)
         }
         "pkeys" | "PK" => {
-            let ni = NodeInfo::parse(&a.smp_get(&dest, AttrId::NODE_INFO, 0)?.data).map_err(|e| anyhow!("{e}"))?;
-            let r = a.smp_get(&dest, AttrId::P_KEY_TABLE, 0)?;
-            let t = PKeyTable::parse(&r.data).map_err(|e| anyhow!("{e}"))?;
+            let ni: NodeInfo = a.get(&dest, 0)?;
+            let t: PKeyTable = a.get(&dest, 0)?;
             softib_diag::smp::smpquery_pkeys(&t.pkeys, ni.partition_cap)
         }
         other => bail!("smpquery: operation {other} is not supported (nodeinfo, portinfo, nodedesc, switchinfo, pkeys)"),
@@ -220,7 +214,6 @@ fn ibroute_multicast(
     description: &str,
 ) -> Result<u8> {
     use softib_wire::mad::attr::MulticastForwardingTable as Mft;
-    use softib_wire::mad::AttrId;
     let first = Mft::MLID_BASE;
     let mut last = u32::from(first) + u32::from(si.multicast_fdb_cap);
     last = last.saturating_sub(1).min(0xFFFE);
@@ -235,12 +228,9 @@ fn ibroute_multicast(
         for block in 0..=(last - first) / 32 {
             let mut masks = vec![[0u16; 32]; usize::from(chunks)];
             for (j, m) in masks.iter_mut().enumerate() {
-                let r = a.smp_get(
-                    dest,
-                    AttrId::MULTICAST_FORWARDING_TABLE,
-                    Mft::attr_mod(block, j as u8),
-                )?;
-                *m = Mft::parse(&r.data).map_err(|e| anyhow!("{e}"))?.port_masks;
+                *m = a
+                    .get::<Mft>(dest, Mft::attr_mod(block, j as u8))?
+                    .port_masks;
             }
             // `i` is the entry within the block: it picks the MLID and the same entry in each
             // position's masks.
@@ -284,12 +274,7 @@ pub fn sminfo(args: &[String]) -> Result<u8> {
         );
         return Ok(255);
     }
-    let r = a.smp_get(
-        &SmpDest::Lid(me.sm_lid),
-        softib_wire::mad::AttrId::SM_INFO,
-        0,
-    )?;
-    let i = SmInfo::parse(&r.data).map_err(|e| anyhow!("{e}"))?;
+    let i: SmInfo = a.get(&SmpDest::Lid(me.sm_lid), 0)?;
     let (n, name) = match i.sm_state {
         SmState::NotActive => (0, "SMINFO_NOTACTIVE"),
         SmState::Discovering => (1, "SMINFO_DISCOVERING"),
@@ -306,7 +291,6 @@ pub fn sminfo(args: &[String]) -> Result<u8> {
 /// `ibaddr [-P port] [lid]`: GID and LID range of a port.
 pub fn ibaddr(args: &[String]) -> Result<u8> {
     use softib_wire::mad::attr::{NodeInfo, PortInfo as Pi};
-    use softib_wire::mad::AttrId;
     let mut f = Flags::new(args);
     let port = port_flag(&mut f)?;
     let pos = f.positional("ibaddr")?;
@@ -315,10 +299,8 @@ pub fn ibaddr(args: &[String]) -> Result<u8> {
         Some(l) => parse_dest(l, false)?,
         None => SmpDest::Route(Vec::new()),
     };
-    let ni = NodeInfo::parse(&a.smp_get(&dest, AttrId::NODE_INFO, 0)?.data)
-        .map_err(|e| anyhow!("{e}"))?;
-    let pi =
-        Pi::parse(&a.smp_get(&dest, AttrId::PORT_INFO, 0)?.data).map_err(|e| anyhow!("{e}"))?;
+    let ni: NodeInfo = a.get(&dest, 0)?;
+    let pi: Pi = a.get(&dest, 0)?;
     print(&softib_diag::fabric::ibaddr(
         pi.gid_prefix,
         ni.port_guid,
@@ -343,16 +325,13 @@ pub fn ibroute(args: &[String]) -> Result<u8> {
     };
     let dest = parse_dest(target, dr)?;
     let mut a = Agent::open(port)?;
-    let ni = NodeInfo::parse(&a.smp_get(&dest, AttrId::NODE_INFO, 0)?.data)
-        .map_err(|e| anyhow!("{e}"))?;
+    let ni: NodeInfo = a.get(&dest, 0)?;
     if ni.node_type != NodeType::Switch {
         eprintln!("ibroute: iberror: failed: dump tables: not a switch");
         return Ok(255);
     }
-    let si = SwitchInfo::parse(&a.smp_get(&dest, AttrId::SWITCH_INFO, 0)?.data)
-        .map_err(|e| anyhow!("{e}"))?;
-    let nd = NodeDescription::parse(&a.smp_get(&dest, AttrId::NODE_DESCRIPTION, 0)?.data)
-        .map_err(|e| anyhow!("{e}"))?;
+    let si: SwitchInfo = a.get(&dest, 0)?;
+    let nd: NodeDescription = a.get(&dest, 0)?;
     let name = |d: &NodeDescription| {
         let end = d.raw.iter().position(|&b| b == 0).unwrap_or(d.raw.len());
         String::from_utf8_lossy(&d.raw[..end]).into_owned()
@@ -390,9 +369,7 @@ pub fn ibroute(args: &[String]) -> Result<u8> {
             Ok(r) => {
                 let n = NodeInfo::parse(&r.data).map_err(|e| anyhow!("{e}"))?;
                 let d = a
-                    .smp_get(&SmpDest::Lid(softib::Lid(lid)), AttrId::NODE_DESCRIPTION, 0)
-                    .ok()
-                    .and_then(|r| NodeDescription::parse(&r.data).ok())
+                    .get::<NodeDescription>(&SmpDest::Lid(softib::Lid(lid)), 0)
                     .map(|d| name(&d))
                     .unwrap_or_default();
                 let kind = match n.node_type {

@@ -5,32 +5,14 @@
 use std::time::Duration;
 
 use softib::{
-    AccessFlags, AddressVector, AhHandle, AttrMask, Buffer, Context, CqHandle, DeviceInfo, Gid,
-    GlobalRoute, Lid, MrKeys, PdHandle, PortInfo, Psn, QpAttr, QpCap, QpInitAttr, QpState, QpType,
-    Qpn, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOpcode,
+    AccessFlags, AddressVector, AttrMask, Context, DeviceInfo, Gid, GlobalRoute, Lid, PortInfo,
+    Psn, QpAttr, QpCap, QpInitAttr, QpState, QpType, Qpn, RecvWr, SendFlags, SendWr, Sge, UdDest,
+    WrOpcode,
 };
 
 use super::args::Args;
 use super::exchange::Dest;
-use super::{because, Fail, Result, Transport, FILL, GRH_BYTES, RECV_WRID, SEND_WRID, UD_QKEY};
-
-/// The local resources (`struct pingpong_context`).
-pub(super) struct Pp {
-    pub(super) ctx: Context,
-    /// The device's index on this host: what every verb names it by.
-    pub(super) dev: u32,
-    pub(super) info: DeviceInfo,
-    pub(super) port: PortInfo,
-    pub(super) t: Transport,
-    pub(super) pd: PdHandle,
-    pub(super) cq: CqHandle,
-    pub(super) qpn: Qpn,
-    pub(super) buf: Buffer,
-    pub(super) mr: MrKeys,
-    pub(super) ah: Option<AhHandle>,
-    pub(super) size: usize,
-    pub(super) rx_depth: u32,
-}
+use super::{because, Fail, Pp, Result, Transport, FILL, GRH_BYTES, RECV_WRID, SEND_WRID, UD_QKEY};
 
 impl Pp {
     /// `pp_init_ctx`: buffer, PD, MR, CQ, QP, and the QP to INIT.

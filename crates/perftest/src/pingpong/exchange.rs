@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use crate::oob;
 
 use super::args::Args;
-use super::context::Pp;
-use super::{because, fail, Fail, Result, Transport};
+
+use super::{because, fail, Fail, Pp, Result, Transport};
 
 /// `sizeof "0000:000000:000000:00000000000000000000000000000000"`: the message with its NUL.
 pub(super) const MSG_LEN: usize = 52;

@@ -19,10 +19,11 @@ mod exchange;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use softib::{Context, WcStatus};
+use softib::{
+    AhHandle, Buffer, Context, CqHandle, DeviceInfo, MrKeys, PdHandle, PortInfo, Qpn, WcStatus,
+};
 
 use args::{parse, Args, Parsed};
-use context::Pp;
 use exchange::{address_line, client_exchange, server_exchange, Dest};
 
 /// The transport a pingpong program runs over.
@@ -66,6 +67,24 @@ const FILL: u8 = 0x7b;
 /// Upstream marks one byte per page for `-c` (`sysconf(_SC_PAGESIZE)`); 4096 on the
 /// platforms softib runs on, and the pattern only interoperates if both sides agree on it.
 const PAGE: usize = 4096;
+
+/// The local resources (`struct pingpong_context`); made and driven in [`context`].
+struct Pp {
+    ctx: Context,
+    /// The device's index on this host: what every verb names it by.
+    dev: u32,
+    info: DeviceInfo,
+    port: PortInfo,
+    t: Transport,
+    pd: PdHandle,
+    cq: CqHandle,
+    qpn: Qpn,
+    buf: Buffer,
+    mr: MrKeys,
+    ah: Option<AhHandle>,
+    size: usize,
+    rx_depth: u32,
+}
 
 /// The two result lines, computed the way upstream does (a `float` of microseconds).
 fn result_lines(size: u32, iters: u32, elapsed: Duration) -> String {

@@ -23,6 +23,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use softib_wire::mad::attr::SmpAttribute;
 use softib_wire::mad::{self, smp, AttrId, Method, MgmtClass, MAD_LEN};
 
 use crate::{Context, Lid, Mad, MadQp, Qpn};
@@ -245,34 +246,22 @@ fn describe(mad: &[u8; MAD_LEN]) -> String {
 /// How a [`MadAgent`] reaches the fabric: [`Context`]'s MAD requests, or a fake in tests.
 pub trait MadTransport {
     /// Sends one MAD out of `port` of device `dev`.
-    fn transmit_mad(
-        &mut self,
-        dev: u32,
-        port: u8,
-        dest: &MadDest,
-        mad: &[u8; MAD_LEN],
-    ) -> crate::Result<()>;
+    fn send(&mut self, dev: u32, port: u8, to: &MadDest, mad: &[u8; MAD_LEN]) -> crate::Result<()>;
 
     /// Receives up to `max` MADs for this agent, waiting up to `wait` for the first.
-    fn receive_mads(&mut self, max: u32, wait: Duration) -> crate::Result<Vec<Mad>>;
+    fn receive(&mut self, max: u32, wait: Duration) -> crate::Result<Vec<Mad>>;
 }
 
 impl MadTransport for Context {
-    fn transmit_mad(
-        &mut self,
-        dev: u32,
-        port: u8,
-        dest: &MadDest,
-        mad: &[u8; MAD_LEN],
-    ) -> crate::Result<()> {
-        match dest {
+    fn send(&mut self, dev: u32, port: u8, to: &MadDest, mad: &[u8; MAD_LEN]) -> crate::Result<()> {
+        match to {
             MadDest::Smp(SmpDest::Lid(l)) => self.send_smp(dev, port, Some(*l), mad),
             MadDest::Smp(SmpDest::Route(_)) => self.send_smp(dev, port, None, mad),
             MadDest::Gmp { lid, qpn } => self.send_gmp(dev, port, *lid, *qpn, mad),
         }
     }
 
-    fn receive_mads(&mut self, max: u32, wait: Duration) -> crate::Result<Vec<Mad>> {
+    fn receive(&mut self, max: u32, wait: Duration) -> crate::Result<Vec<Mad>> {
         self.recv_mads(max, wait)
     }
 }
@@ -377,13 +366,13 @@ impl MadAgent {
                 }
             }
             while let Some((dest, m)) = self.tx.poll_transmit(self.now()) {
-                t.transmit_mad(self.dev, self.port, &dest, &m)?;
+                t.send(self.dev, self.port, &dest, &m)?;
             }
             let wait = self
                 .tx
                 .poll_timeout()
                 .map_or(Duration::ZERO, |d| d.saturating_sub(self.now()));
-            for m in t.receive_mads(RECV_BATCH, wait)? {
+            for m in t.receive(RECV_BATCH, wait)? {
                 if let Received::Request | Received::Stray = self.tx.handle_mad(&m) {
                     self.keep(m);
                 }
@@ -422,6 +411,23 @@ impl MadAgent {
             .map_err(|e| MadError::Invalid(format!("the SMA at {dest} answered a bad SMP: {e}")))
     }
 
+    /// SubnGet of the attribute `A` (NodeInfo, PortInfo, ...) at `dest`, parsed.
+    pub fn get<A: SmpAttribute, T: MadTransport + ?Sized>(
+        &mut self,
+        t: &mut T,
+        dest: &SmpDest,
+        attr_mod: u32,
+    ) -> Result<A, MadError> {
+        let r = self.smp_get(t, dest, A::ATTR_ID, attr_mod)?;
+        A::from_data(&r.data).map_err(|e| {
+            MadError::Invalid(format!(
+                "the SMA at {} answered a bad {}: {e}",
+                MadDest::Smp(dest.clone()),
+                mad::attr_name(MgmtClass::SubnLid, A::ATTR_ID).unwrap_or("attribute")
+            ))
+        })
+    }
+
     /// An SA query (`method` Get, Set, GetTable, ... of `attr`, the template `record` selected
     /// by `comp_mask`) to the SA at `sa_lid`: the answer, every RMPP segment of it, or an
     /// error naming what did not answer or with which status.
@@ -451,7 +457,7 @@ impl MadAgent {
         dest: &MadDest,
         mad: &[u8; MAD_LEN],
     ) -> Result<(), MadError> {
-        Ok(t.transmit_mad(self.dev, self.port, dest, mad)?)
+        Ok(t.send(self.dev, self.port, dest, mad)?)
     }
 
     /// Sends the answer in `segments` (one MAD, or the RMPP segments an SA built, back to
@@ -474,7 +480,7 @@ impl MadAgent {
         };
         for seg in segments.chunks_exact(MAD_LEN) {
             if let Ok(b) = <[u8; MAD_LEN]>::try_from(seg) {
-                t.transmit_mad(self.dev, self.port, &dest, &b)?;
+                t.send(self.dev, self.port, &dest, &b)?;
             }
         }
         Ok(())
@@ -493,7 +499,7 @@ impl MadAgent {
         } else {
             Duration::ZERO
         };
-        for m in t.receive_mads(RECV_BATCH, wait)? {
+        for m in t.receive(RECV_BATCH, wait)? {
             match self.tx.handle_mad(&m) {
                 Received::Request | Received::Stray => self.keep(m),
                 Received::Answered(_)

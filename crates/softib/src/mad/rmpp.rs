@@ -125,7 +125,7 @@ impl Reassembly {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use softib_wire::mad::sa::{RmppHeader, RmppType};
+    use softib_wire::mad::sa::RmppHeader;
     use softib_wire::mad::AttrId;
 
     /// Segment `n` of `of` of a GetTableResp of 64-byte records, `total` record bytes.
@@ -136,27 +136,12 @@ mod tests {
             *b = (n as usize * 1000 + i) as u8;
         }
         let mut r = req.response(0, 64, 1, &data);
-        let mut flags = rmpp_flags::ACTIVE;
-        if n == 1 {
-            flags |= rmpp_flags::FIRST;
-        }
-        if n == of {
-            flags |= rmpp_flags::LAST;
-        }
         let len = if n == 1 {
             total + SA_HEADER_LEN * of as usize
         } else {
             0
         };
-        r.rmpp = RmppHeader {
-            version: 1,
-            rmpp_type: RmppType::Data,
-            resp_time: 0x1F,
-            flags,
-            status: 0,
-            data1: n,
-            data2: u32::try_from(len).unwrap(),
-        };
+        r.rmpp = RmppHeader::data_segment(n, of, u32::try_from(len).unwrap());
         let mut b = [0u8; MAD_LEN];
         r.emit(&mut sa::Packet::new_unchecked(&mut b[..]));
         b

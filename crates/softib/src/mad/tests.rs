@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use softib_wire::mad::sa::{self, rmpp_flags, RmppHeader, RmppType};
+use softib_wire::mad::sa::{self, RmppHeader};
 
 use super::*;
 
@@ -38,24 +38,24 @@ impl Fake {
 }
 
 impl MadTransport for Fake {
-    fn transmit_mad(
+    fn send(
         &mut self,
         _dev: u32,
         _port: u8,
-        dest: &MadDest,
+        to: &MadDest,
         mad: &[u8; MAD_LEN],
     ) -> crate::Result<()> {
         if self.fail_sends {
             return Err(crate::Error::Unexpected("the daemon went away"));
         }
         let n = self.sends.len();
-        self.sends.push((dest.clone(), *mad));
+        self.sends.push((to.clone(), *mad));
         let answers = (self.script)(n, mad);
         self.inbox.extend(answers);
         Ok(())
     }
 
-    fn receive_mads(&mut self, max: u32, wait: Duration) -> crate::Result<Vec<Mad>> {
+    fn receive(&mut self, max: u32, wait: Duration) -> crate::Result<Vec<Mad>> {
         if self.inbox.is_empty() {
             // As the daemon does: nothing to give, so the wait is spent.
             std::thread::sleep(wait);
@@ -97,6 +97,11 @@ fn sma_answer(request: &[u8; MAD_LEN], status: u16) -> Mad {
     }
 }
 
+/// SubnGet(NodeInfo) of LID 5.
+fn node_info(a: &mut MadAgent, f: &mut Fake) -> Result<smp::Repr, MadError> {
+    a.smp_get(f, &SmpDest::Lid(Lid(5)), AttrId::NODE_INFO, 0)
+}
+
 fn with_tid(m: &[u8; MAD_LEN], tid: u64) -> [u8; MAD_LEN] {
     let mut b = *m;
     mad::Packet::new_unchecked(&mut b[..]).set_tid(tid);
@@ -107,9 +112,7 @@ fn with_tid(m: &[u8; MAD_LEN], tid: u64) -> [u8; MAD_LEN] {
 fn an_smp_answered_at_once_is_parsed() {
     let mut f = Fake::new(|_, req| vec![sma_answer(req, 0)]);
     let mut a = agent();
-    let r = a
-        .smp_get(&mut f, &SmpDest::Lid(Lid(5)), AttrId::NODE_INFO, 0)
-        .unwrap();
+    let r = node_info(&mut a, &mut f).unwrap();
     assert_eq!(r.data, [0x42; 64]);
     assert_eq!(f.sends.len(), 1);
     assert_eq!(f.sends[0].0, MadDest::Smp(SmpDest::Lid(Lid(5))));
@@ -134,8 +137,7 @@ fn a_lost_request_is_sent_again_with_the_same_tid() {
     assert!(tids.iter().all(|&t| t == tids[0]), "{tids:x?}");
     assert_eq!(a.counters().resends, 2);
     // The next request is a new transaction.
-    a.smp_get(&mut f, &SmpDest::Lid(Lid(5)), AttrId::NODE_INFO, 0)
-        .unwrap();
+    node_info(&mut a, &mut f).unwrap();
     assert_ne!(f.tids()[3], tids[0]);
 }
 
@@ -179,8 +181,7 @@ fn strays_wait_for_recv_and_duplicates_are_dropped() {
         vec![stray, answer.clone(), answer]
     });
     let mut a = agent();
-    a.smp_get(&mut f, &SmpDest::Lid(Lid(5)), AttrId::NODE_INFO, 0)
-        .unwrap();
+    node_info(&mut a, &mut f).unwrap();
     let rest = a.recv(&mut f, Duration::ZERO).unwrap();
     assert_eq!(rest.len(), 1, "the stray, not the duplicate");
     assert_ne!(
@@ -195,9 +196,7 @@ fn strays_wait_for_recv_and_duplicates_are_dropped() {
 fn an_error_status_names_the_responder_and_the_request() {
     let mut f = Fake::new(|_, req| vec![sma_answer(req, 0x001c)]);
     let mut a = agent();
-    let e = a
-        .smp_get(&mut f, &SmpDest::Lid(Lid(5)), AttrId::NODE_INFO, 0)
-        .unwrap_err();
+    let e = node_info(&mut a, &mut f).unwrap_err();
     assert_eq!(
         e.to_string(),
         "the SMA at LID 5 answered SubnGet(NodeInfo) with MAD status 0x001c"
@@ -216,22 +215,7 @@ fn an_sa_table_in_segments_out_of_order_is_whole() {
         let seg = |n: u32| {
             let data = [n as u8; sa::DATA_LEN];
             let mut r = q.response(0, 40, 12, &data);
-            let mut flags = rmpp_flags::ACTIVE;
-            if n == 1 {
-                flags |= rmpp_flags::FIRST;
-            }
-            if n == 3 {
-                flags |= rmpp_flags::LAST;
-            }
-            r.rmpp = RmppHeader {
-                version: 1,
-                rmpp_type: RmppType::Data,
-                resp_time: 0x1F,
-                flags,
-                status: 0,
-                data1: n,
-                data2: if n == 1 { 3 * 20 + 12 * 40 } else { 0 },
-            };
+            r.rmpp = RmppHeader::data_segment(n, 3, if n == 1 { 3 * 20 + 12 * 40 } else { 0 });
             let mut b = [0u8; MAD_LEN];
             r.emit(&mut sa::Packet::new_unchecked(&mut b[..]));
             gsi(b)
@@ -261,13 +245,10 @@ fn a_failed_send_is_reported_and_forgotten() {
     let mut f = Fake::new(|_, req| vec![sma_answer(req, 0)]);
     f.fail_sends = true;
     let mut a = agent();
-    let e = a
-        .smp_get(&mut f, &SmpDest::Lid(Lid(5)), AttrId::NODE_INFO, 0)
-        .unwrap_err();
+    let e = node_info(&mut a, &mut f).unwrap_err();
     assert!(matches!(e, MadError::Transport(_)), "{e}");
     f.fail_sends = false;
-    a.smp_get(&mut f, &SmpDest::Lid(Lid(5)), AttrId::NODE_INFO, 0)
-        .unwrap();
+    node_info(&mut a, &mut f).unwrap();
     assert_eq!(a.tx.outstanding(), 0);
 }
 

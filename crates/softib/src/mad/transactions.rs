@@ -341,7 +341,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::{Lid, MadQp, Qpn};
-    use softib_wire::mad::sa::{self, rmpp_flags, RmppHeader, RmppType};
+    use softib_wire::mad::sa::{self, RmppHeader};
     use softib_wire::mad::{smp, AttrId, Method};
 
     use crate::mad::SmpDest;
@@ -395,22 +395,7 @@ mod tests {
         let req = sa::Repr::parse(&sa::Packet::new_unchecked(&request[..])).unwrap();
         let data = [n as u8; sa::DATA_LEN];
         let mut r = req.response(0, 40, 5, &data);
-        let mut flags = rmpp_flags::ACTIVE;
-        if n == 1 {
-            flags |= rmpp_flags::FIRST;
-        }
-        if n == of {
-            flags |= rmpp_flags::LAST;
-        }
-        r.rmpp = RmppHeader {
-            version: 1,
-            rmpp_type: RmppType::Data,
-            resp_time: 0x1F,
-            flags,
-            status: 0,
-            data1: n,
-            data2: if n == 1 { of * 220 } else { 0 },
-        };
+        r.rmpp = RmppHeader::data_segment(n, of, if n == 1 { of * 220 } else { 0 });
         let mut b = [0u8; MAD_LEN];
         r.emit(&mut sa::Packet::new_unchecked(&mut b[..]));
         received(MadQp::Gsi, b)
@@ -553,10 +538,7 @@ mod tests {
     #[test]
     fn rmpp_segments_out_of_order_and_duplicated_make_one_answer() {
         let mut t = Transactions::new(1);
-        let sa_dest = MadDest::Gmp {
-            lid: Lid(1),
-            qpn: Qpn::new(1),
-        };
+        let sa_dest = MadDest::gsi(Lid(1));
         let tid = t.start(sa_dest, path_query(), policy(), None).unwrap();
         let (_, sent) = t.poll_transmit(Duration::ZERO).unwrap();
         for n in [3, 1, 3] {
@@ -585,10 +567,7 @@ mod tests {
     #[test]
     fn a_single_mad_sa_answer_needs_no_segments() {
         let mut t = Transactions::new(1);
-        let sa_dest = MadDest::Gmp {
-            lid: Lid(1),
-            qpn: Qpn::new(1),
-        };
+        let sa_dest = MadDest::gsi(Lid(1));
         let mut get = [0u8; MAD_LEN];
         sa::Repr::request(Method::Get, 0, AttrId::PATH_RECORD, 0, &[])
             .emit(&mut sa::Packet::new_unchecked(&mut get[..]));
