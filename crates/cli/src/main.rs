@@ -9,7 +9,6 @@ mod exit;
 mod fabric;
 mod ipoib;
 mod pcap;
-mod pingpong;
 mod sim;
 mod tools;
 
@@ -118,7 +117,10 @@ fn run_tool(name: &str, args: &[String]) -> Option<anyhow::Result<u8>> {
         "sminfo" => tools::sminfo(args),
         "ibaddr" => tools::ibaddr(args),
         "ibroute" => tools::ibroute(args),
-        "ibv_rc_pingpong" | "ibv_uc_pingpong" | "ibv_ud_pingpong" => pingpong::main(name, args),
+        "ibv_rc_pingpong" | "ibv_uc_pingpong" | "ibv_ud_pingpong" => {
+            let t = softib_perftest::pingpong::Transport::from_program(name)?;
+            Ok(softib_perftest::pingpong::main(t, args))
+        }
         _ => {
             use softib_perftest::{Mode, Test};
             let (test, mode) = match name {

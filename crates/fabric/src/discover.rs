@@ -557,19 +557,8 @@ mod tests {
             },
             1,
         );
-        let now = Duration::ZERO;
-        while !d.is_done() {
-            let mut out = Vec::new();
-            while let Some(s) = d.poll_transmit() {
-                out.push(s);
-            }
-            assert!(!out.is_empty(), "stuck");
-            for s in out {
-                if let Some(r) = f.send_dr(node, port, &s) {
-                    d.handle_response(now, &r);
-                }
-            }
-        }
+        f.drive(node, port, &mut d, Duration::from_secs(60));
+        assert!(d.is_done(), "stuck");
         d
     }
 

@@ -13,6 +13,8 @@
 //!   PortCounters;
 //! * [`smp_packet`]: SMPs inside native IB packets (LRH on VL15, BTH, DETH, MAD, ICRC, VCRC);
 //! * [`discover`]: the directed-route crawl of a subnet (the SM's heavy sweep, ibnetdiscover);
+//! * [`machine`]: [`SmpMachine`], the one interface through which a runtime drives the crawl
+//!   and the SM;
 //! * [`sm`]: the subnet manager — election, LIDs, routing, port states, sweeps — and
 //!   [`sa`], the subnet administration queries it answers;
 //! * [`testing`]: an in-memory fabric of SMAs and switches built from a topology, for tests.
@@ -32,7 +34,7 @@
 #![deny(missing_docs)]
 
 pub mod discover;
-pub mod rmpp;
+pub mod machine;
 pub mod sa;
 pub mod sm;
 pub mod sma;
@@ -43,6 +45,7 @@ pub mod testing;
 pub mod topology;
 
 pub use discover::{Discovery, DiscoveryConfig};
+pub use machine::SmpMachine;
 pub use sm::{LogLevel, LogLine, Routing, SmConfig, SubnetManager};
 pub use sma::{DrAction, DrDrop, Sma, SmaConfig, SmaCounters, SmaEvent, SmiOutput};
 pub use switch::{PortCounters, Switch, SwitchAction, SwitchDrop};

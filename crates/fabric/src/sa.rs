@@ -38,8 +38,8 @@ use std::collections::BTreeMap;
 use softib_wire::mad::attr::{NodeInfo, PortInfo, SmInfo};
 use softib_wire::mad::class_port_info;
 use softib_wire::mad::sa::{
-    self, node_comp, path_comp, port_info_comp, rmpp_flags, McMemberRecord, NodeRecord, PathRecord,
-    PortInfoRecord, RmppHeader, RmppType, Selector,
+    self, node_comp, path_comp, port_info_comp, McMemberRecord, NodeRecord, PathRecord,
+    PortInfoRecord, RmppHeader, Selector,
 };
 use softib_wire::mad::{status, AttrId, Method, MgmtClass, BASE_VERSION, MAD_LEN};
 use softib_wire::{Gid, Guid, Lid, Mtu, PKey, QKey, Qpn};
@@ -209,26 +209,17 @@ fn emit(req: &sa::Repr<'_>, answer: Answer) -> Vec<u8> {
     let chunks: Vec<&[u8]> = payload.chunks(sa::DATA_LEN).collect();
     let n = chunks.len();
     let mut out = Vec::with_capacity(n * MAD_LEN);
+    let count = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
     for (i, chunk) in chunks.iter().enumerate() {
-        let mut flags = rmpp_flags::ACTIVE;
-        let mut len = 0usize;
-        if i == 0 {
-            flags |= rmpp_flags::FIRST;
-            len = n * 20 + payload.len();
-        }
-        if i + 1 == n {
-            flags |= rmpp_flags::LAST;
-            len = 20 + chunk.len();
-        }
-        resp.rmpp = RmppHeader {
-            version: 1,
-            rmpp_type: RmppType::Data,
-            resp_time: 0,
-            flags,
-            status: 0,
-            data1: u32::try_from(i + 1).unwrap_or(u32::MAX),
-            data2: u32::try_from(len).unwrap_or(u32::MAX),
+        // PayloadLength: the whole transfer in the first segment, its own share in the last.
+        let len = if i == 0 {
+            n * 20 + payload.len()
+        } else if i + 1 == n {
+            20 + chunk.len()
+        } else {
+            0
         };
+        resp.rmpp = RmppHeader::data_segment(count(i + 1), count(n), count(len));
         resp.data = chunk;
         out.extend_from_slice(&one_mad(&resp));
     }

@@ -2,7 +2,8 @@
 //! its SMA (CAs) or a [`Switch`], every cable is trained at its rate, and packets — real bytes,
 //! LRH through VCRC — move from port to peer port in FIFO order until nothing is in flight.
 //!
-//! It is deliberately simple: no time, no loss, one packet at a time (a multicast packet a
+//! It is deliberately simple: no loss, no time but the deadlines a machine driven by
+//! [`TestFabric::drive`] asks for, one packet at a time (a multicast packet a
 //! switch replicates becomes several, followed to their ends by [`TestFabric::send_multicast`]). The deterministic
 //! simulator (`softib-sim`) is where faults and timing live; this is for checking that the
 //! agents and the switch data plane fit together (directed-route walks, discovery by BFS,
@@ -12,6 +13,7 @@
 //! ([`SmaEvent::LinkDown`]), both ends go down and, unless the port was Disabled, train again.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use softib_wire::bth::Repr as BthRepr;
 use softib_wire::deth::Repr as DethRepr;
@@ -20,6 +22,7 @@ use softib_wire::mad::smp;
 use softib_wire::packet::{IbPacketRepr, TransportRepr};
 use softib_wire::{Lid, Lnh, LrhPacket, LrhRepr, Opcode, PKey, Psn, QKey, Qpn};
 
+use crate::machine::SmpMachine;
 use crate::sma::{DrAction, Sma, SmaEvent, SmiOutput};
 use crate::smp_packet;
 use crate::switch::{Switch, SwitchAction};
@@ -278,6 +281,33 @@ impl TestFabric {
         match outcome {
             Outcome::ToSm(r) if at == node && r.header.tid == request.header.tid => Some(*r),
             _ => None,
+        }
+    }
+
+    /// Drives `machine` (a [`Discovery`](crate::Discovery), a
+    /// [`SubnetManager`](crate::SubnetManager)) as the runtime would from the SM on `node`'s
+    /// `port`: every SMP it hands out is sent ([`TestFabric::send_dr`]) and answered at once,
+    /// and time jumps to its next deadline, from zero until it has nothing left to wait for or
+    /// its next deadline lies past `until`. Returns the time reached.
+    pub fn drive(
+        &mut self,
+        node: usize,
+        port: u8,
+        machine: &mut dyn SmpMachine,
+        until: Duration,
+    ) -> Duration {
+        let mut now = Duration::ZERO;
+        loop {
+            machine.handle_timeout(now);
+            while let Some(out) = machine.poll_transmit() {
+                if let Some(r) = self.send_dr(node, port, &out) {
+                    machine.handle_response(now, &r);
+                }
+            }
+            match machine.poll_timeout() {
+                Some(t) if t <= until => now = now.max(t),
+                _ => return now,
+            }
         }
     }
 

@@ -21,7 +21,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::args::{AtomicType, Mode, PerftestArgs, Test, TestMethod, TestType};
 
@@ -1099,26 +1099,12 @@ impl ExchangeListener {
         };
         let (stream, peer) = match accept_timeout {
             None => self.listener.accept().map_err(io)?,
-            Some(limit) => {
-                // Poll a non-blocking listener: std has no accept timeout.
-                self.listener.set_nonblocking(true).map_err(io)?;
-                let start = Instant::now();
-                loop {
-                    match self.listener.accept() {
-                        Ok(pair) => break pair,
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            if start.elapsed() >= limit {
-                                return Err(ExchangeError::AcceptTimeout {
-                                    addr: self.addr,
-                                    secs: limit.as_secs(),
-                                });
-                            }
-                            std::thread::sleep(Duration::from_millis(10));
-                        }
-                        Err(e) => return Err(io(e)),
-                    }
-                }
-            }
+            Some(limit) => crate::oob::accept_within(&self.listener, limit)
+                .map_err(io)?
+                .ok_or(ExchangeError::AcceptTimeout {
+                    addr: self.addr,
+                    secs: limit.as_secs(),
+                })?,
         };
         Exchange::from_stream(stream, peer, Role::Server, io_timeout)
     }
@@ -1190,31 +1176,19 @@ impl Exchange {
     /// listening yet). Every later read also times out after `timeout`.
     pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<Self> {
         let target = format!("{host}:{port}");
-        let start = Instant::now();
-        let mut last = String::from("no address");
-        loop {
-            match target.to_socket_addrs() {
-                Ok(addrs) => {
-                    for addr in addrs {
-                        let left = timeout
-                            .saturating_sub(start.elapsed())
-                            .max(Duration::from_millis(1));
-                        match TcpStream::connect_timeout(&addr, left) {
-                            Ok(s) => return Self::from_stream(s, addr, Role::Client, timeout),
-                            Err(e) => last = e.to_string(),
-                        }
-                    }
-                }
-                Err(e) => last = format!("cannot resolve {host:?}: {e}"),
-            }
-            if start.elapsed() >= timeout {
-                return Err(ExchangeError::Connect {
-                    addr: target,
-                    secs: timeout.as_secs(),
-                    last,
-                });
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        let resolve = || {
+            target
+                .to_socket_addrs()
+                .map(Iterator::collect)
+                .map_err(|e| format!("cannot resolve {host:?}: {e}"))
+        };
+        match crate::oob::connect_retrying(resolve, timeout) {
+            Ok((s, addr)) => Self::from_stream(s, addr, Role::Client, timeout),
+            Err(last) => Err(ExchangeError::Connect {
+                addr: target,
+                secs: timeout.as_secs(),
+                last,
+            }),
         }
     }
 

@@ -11,9 +11,18 @@
 //!
 //! - [`run`]: the run loop over the `softib` verbs API, which fills [`report::BwResult`] /
 //!   [`report::LatResult`] with timestamps.
+//!
+//! Beside them, rdma-core's `ibv_{rc,uc,ud}_pingpong` examples ([`pingpong`]), which share
+//! what is the same: the TCP under the out-of-band exchange ([`oob`]: connect with retries,
+//! accept within a timeout) and the facts a stall is explained by ([`port`]: the port not
+//! Active, what the HCA dropped; the GID a RoCE port sends from). Their exchange messages
+//! differ (rdma-core's pingpong has its own text format) and stay apart.
 
 pub mod args;
 pub mod exchange;
+pub mod oob;
+pub mod pingpong;
+pub mod port;
 pub mod report;
 pub mod run;
 

@@ -153,18 +153,12 @@ fn run(mut args: PerftestArgs) -> Result<()> {
         ));
     }
     if !port.link_layer_ib && args.gid_index.is_none() {
-        // RoCE needs a GID. Upstream takes index 0, rxe's IPv6 link-local GID, which the
-        // kernel routes by interface; softib sends from the device's own address, so it takes
-        // the GID of that address (the IPv4-mapped one on an IPv4 device).
-        let pick = port
-            .gids
-            .iter()
-            .position(|g| g.0[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff])
-            .unwrap_or(0);
+        // RoCE needs a GID: the device's own address.
+        let pick = crate::port::roce_gid_index(&port);
         println!(
             " (softib) RoCE: using GID index {pick}, the device's address (-x chooses another)"
         );
-        args.gid_index = Some(pick as u8);
+        args.gid_index = Some(pick);
     }
     let local_mtu = args
         .mtu
@@ -620,40 +614,31 @@ impl Local {
             " No progress for {} s while {what}: {done} of {need} done.",
             self.timeout.as_secs()
         );
-        match self.ctx.devices() {
-            Ok(devs) => {
-                if let Some(d) = devs.iter().find(|d| d.name == self.info.name) {
-                    if let Some(p) = d.ports.iter().find(|p| p.number == self.port.number) {
-                        if p.state != 4 {
-                            msg.push('\n');
-                            msg.push_str(&format!(
-                                " {}",
-                                p.why_not_active(&d.name).unwrap_or_default()
-                            ));
-                        }
+        match crate::port::diagnose(&mut self.ctx, &self.info.name, self.port.number) {
+            Ok(Some(stall)) => {
+                if let Some(why) = &stall.port_down {
+                    msg.push('\n');
+                    msg.push_str(&format!(" {why}"));
+                }
+                if stall.drops.is_empty() {
+                    msg.push_str("\n This HCA dropped nothing: the peer did not send (is it running, is its port Active?).");
+                } else {
+                    msg.push_str("\n This HCA dropped packets:");
+                    for (r, n) in &stall.drops {
+                        msg.push_str(&format!(" {r}={n}"));
                     }
-                    if d.drops.is_empty() {
-                        msg.push_str("\n This HCA dropped nothing: the peer did not send (is it running, is its port Active?).");
-                    } else {
-                        msg.push_str("\n This HCA dropped packets:");
-                        for (r, n) in &d.drops {
-                            msg.push_str(&format!(" {r}={n}"));
-                        }
-                        if d.drops
-                            .iter()
-                            .any(|(r, _)| r == "ud_no_receive" || r == "uc_no_receive")
-                        {
-                            msg.push_str(
-                                "\n Messages arrived when no receive was posted (UD/UC drop them, \
-                                 nothing retransmits): raise -r, or use RC.",
-                            );
-                        }
-                        if d.drops.iter().any(|(r, _)| r == "qkey_mismatch") {
-                            msg.push_str("\n Q_Key mismatch: both sides must use the same Q_Key.");
-                        }
+                    if stall.dropped("ud_no_receive") || stall.dropped("uc_no_receive") {
+                        msg.push_str(
+                            "\n Messages arrived when no receive was posted (UD/UC drop them, \
+                             nothing retransmits): raise -r, or use RC.",
+                        );
+                    }
+                    if stall.dropped("qkey_mismatch") {
+                        msg.push_str("\n Q_Key mismatch: both sides must use the same Q_Key.");
                     }
                 }
             }
+            Ok(None) => {}
             Err(e) => msg.push_str(&format!("\n (could not ask the HCA why: {e})")),
         }
         RunError(msg)

@@ -47,6 +47,7 @@ mod context;
 mod daemon;
 #[cfg(feature = "embedded")]
 pub mod embedded;
+pub mod mad;
 mod objects;
 mod rdma_core;
 pub mod typed;

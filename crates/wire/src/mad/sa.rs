@@ -127,6 +127,29 @@ impl RmppHeader {
         }
     }
 
+    /// The RMPP header of DATA segment `number` (counting from 1) of `of`: version 1, flags
+    /// Active, plus First on segment 1 and Last on segment `of`, RRespTime 0; `payload_len` is
+    /// Data2, the PayloadLength the first segment (the whole transfer) and the last (its own
+    /// share) carry — 0 in a middle segment (IBA §13.6.2.3).
+    pub fn data_segment(number: u32, of: u32, payload_len: u32) -> RmppHeader {
+        let mut flags = rmpp_flags::ACTIVE;
+        if number == 1 {
+            flags |= rmpp_flags::FIRST;
+        }
+        if number == of {
+            flags |= rmpp_flags::LAST;
+        }
+        RmppHeader {
+            version: 1,
+            rmpp_type: RmppType::Data,
+            resp_time: 0,
+            flags,
+            status: 0,
+            data1: number,
+            data2: payload_len,
+        }
+    }
+
     /// Whether RMPPFlags.Active is set.
     pub fn is_active(&self) -> bool {
         self.flags & rmpp_flags::ACTIVE != 0
@@ -1592,5 +1615,23 @@ mod tests {
                 let _ = records(&b, off).count();
             }
         }
+    }
+
+    #[test]
+    fn data_segments_are_flagged_first_and_last() {
+        let first = RmppHeader::data_segment(1, 3, 620);
+        assert_eq!(first.flags, rmpp_flags::ACTIVE | rmpp_flags::FIRST);
+        assert_eq!((first.data1, first.data2), (1, 620));
+        assert_eq!(RmppHeader::data_segment(2, 3, 0).flags, rmpp_flags::ACTIVE);
+        let last = RmppHeader::data_segment(3, 3, 40);
+        assert_eq!(last.flags, rmpp_flags::ACTIVE | rmpp_flags::LAST);
+        assert_eq!(
+            RmppHeader::data_segment(1, 1, 84),
+            RmppHeader {
+                resp_time: 0,
+                ..RmppHeader::single_segment(84)
+            }
+        );
+        assert!(last.is_active() && last.rmpp_type == RmppType::Data && last.version == 1);
     }
 }

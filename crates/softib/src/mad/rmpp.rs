@@ -1,12 +1,12 @@
 //! RMPP reassembly (IBA §13.6) of an SA response, as the requester (`saquery`) receives it.
 //!
-//! The SA sends a GetTableResp too large for one MAD as RMPP DATA segments (`sa.rs`): each
-//! repeats the headers and carries SegmentNumber 1, 2, ... in Data1; the first has FIRST and
-//! the whole PayloadLength (every segment's 20-byte SA header plus the records) in Data2, the
-//! last has LAST. Segments may arrive duplicated or out of order (a lossy port, faults on a
-//! link, a retried request); [`Reassembly`] keeps one copy of each number, is complete when
-//! 1..=LAST are all there, and gives the records in segment order. A response that is not
-//! RMPP-active is one segment.
+//! The SA sends a GetTableResp too large for one MAD as RMPP DATA segments
+//! (`softib_fabric::sa`): each repeats the headers and carries SegmentNumber 1, 2, ... in
+//! Data1; the first has FIRST and the whole PayloadLength (every segment's 20-byte SA header
+//! plus the records) in Data2, the last has LAST. Segments may arrive duplicated or out of
+//! order (a lossy port, faults on a link, a retried request); [`Reassembly`] keeps one copy of
+//! each number, is complete when 1..=LAST are all there, and gives the records in segment
+//! order. A response that is not RMPP-active is one segment.
 
 use std::collections::BTreeMap;
 
@@ -125,7 +125,7 @@ impl Reassembly {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use softib_wire::mad::sa::{RmppHeader, RmppType};
+    use softib_wire::mad::sa::RmppHeader;
     use softib_wire::mad::AttrId;
 
     /// Segment `n` of `of` of a GetTableResp of 64-byte records, `total` record bytes.
@@ -136,27 +136,12 @@ mod tests {
             *b = (n as usize * 1000 + i) as u8;
         }
         let mut r = req.response(0, 64, 1, &data);
-        let mut flags = rmpp_flags::ACTIVE;
-        if n == 1 {
-            flags |= rmpp_flags::FIRST;
-        }
-        if n == of {
-            flags |= rmpp_flags::LAST;
-        }
         let len = if n == 1 {
             total + SA_HEADER_LEN * of as usize
         } else {
             0
         };
-        r.rmpp = RmppHeader {
-            version: 1,
-            rmpp_type: RmppType::Data,
-            resp_time: 0x1F,
-            flags,
-            status: 0,
-            data1: n,
-            data2: u32::try_from(len).unwrap(),
-        };
+        r.rmpp = RmppHeader::data_segment(n, of, u32::try_from(len).unwrap());
         let mut b = [0u8; MAD_LEN];
         r.emit(&mut sa::Packet::new_unchecked(&mut b[..]));
         b

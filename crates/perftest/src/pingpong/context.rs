@@ -1,0 +1,292 @@
+//! The local resources of a pingpong program (`struct pingpong_context`): buffer, PD, MR, CQ
+//! and QP, the QP's transitions with upstream's attributes, the posts, and what to say when
+//! nothing completes.
+
+use std::time::Duration;
+
+use softib::{
+    AccessFlags, AddressVector, AttrMask, Context, DeviceInfo, Gid, GlobalRoute, Lid, PortInfo,
+    Psn, QpAttr, QpCap, QpInitAttr, QpState, QpType, Qpn, RecvWr, SendFlags, SendWr, Sge, UdDest,
+    WrOpcode,
+};
+
+use super::args::Args;
+use super::exchange::Dest;
+use super::{because, Fail, Pp, Result, Transport, FILL, GRH_BYTES, RECV_WRID, SEND_WRID, UD_QKEY};
+
+impl Pp {
+    /// `pp_init_ctx`: buffer, PD, MR, CQ, QP, and the QP to INIT.
+    pub(super) fn new(
+        mut ctx: Context,
+        dev: u32,
+        info: DeviceInfo,
+        port: PortInfo,
+        a: &Args,
+        t: Transport,
+    ) -> Result<Pp> {
+        let size = a.size as usize;
+        let len = if t == Transport::Ud {
+            size + GRH_BYTES
+        } else {
+            size
+        };
+        let buf = ctx
+            .alloc_buffer(len.max(1))
+            .map_err(|e| because("Couldn't allocate work buf.", e))?;
+        buf.write(0, &vec![FILL; len]);
+        let pd = ctx
+            .alloc_pd(dev)
+            .map_err(|e| because("Couldn't allocate PD", e))?;
+        let mr = ctx
+            .reg_mr(dev, pd, &buf, 0, len.max(1), AccessFlags::LOCAL_WRITE)
+            .map_err(|e| because("Couldn't register MR", e))?;
+        let cq = ctx
+            .create_cq(dev, a.rx_depth.saturating_add(1))
+            .map_err(|e| because("Couldn't create CQ", e))?;
+        let qp_type = match t {
+            Transport::Rc => QpType::Rc,
+            Transport::Uc => QpType::Uc,
+            Transport::Ud => QpType::Ud,
+        };
+        let qpn = ctx
+            .create_qp(
+                dev,
+                QpInitAttr {
+                    qp_type,
+                    pd,
+                    send_cq: cq,
+                    recv_cq: cq,
+                    srq: None,
+                    cap: QpCap {
+                        max_send_wr: 1,
+                        max_recv_wr: a.rx_depth,
+                        max_send_sge: 1,
+                        max_recv_sge: 1,
+                        max_inline_data: 0,
+                    },
+                    sq_sig_all: false,
+                },
+            )
+            .map_err(|e| because("Couldn't create QP", e))?;
+        let mut attr = QpAttr {
+            qp_state: QpState::Init,
+            pkey_index: 0,
+            port_num: a.ib_port,
+            ..QpAttr::default()
+        };
+        let mut mask = AttrMask::STATE
+            .with(AttrMask::PKEY_INDEX)
+            .with(AttrMask::PORT);
+        if t == Transport::Ud {
+            attr.qkey = UD_QKEY;
+            mask = mask.with(AttrMask::QKEY);
+        } else {
+            // Sends only: no remote access at all.
+            attr.qp_access_flags = AccessFlags::NONE;
+            mask = mask.with(AttrMask::ACCESS_FLAGS);
+        }
+        ctx.modify_qp(dev, qpn, &attr, mask)
+            .map_err(|e| because("Failed to modify QP to INIT", e))?;
+        Ok(Pp {
+            ctx,
+            dev,
+            info,
+            port,
+            t,
+            pd,
+            cq,
+            qpn,
+            buf,
+            mr,
+            ah: None,
+            size,
+            rx_depth: a.rx_depth,
+        })
+    }
+
+    /// Posts `n` receives of the whole buffer (UD: the GRH area and the message).
+    pub(super) fn post_recv(&mut self, n: u32) -> Result<()> {
+        let length = if self.t == Transport::Ud {
+            self.size + GRH_BYTES
+        } else {
+            self.size
+        } as u32;
+        let wrs = (0..n)
+            .map(|_| RecvWr {
+                wr_id: RECV_WRID,
+                sg_list: vec![Sge {
+                    addr: self.buf.addr(),
+                    length,
+                    lkey: self.mr.lkey,
+                }],
+            })
+            .collect();
+        self.ctx
+            .post_recv(self.dev, self.qpn, wrs)
+            .map_err(|e| because(&format!("Couldn't post receive ({n})"), e))
+    }
+
+    /// Posts the one send (UD: from after the GRH area, to the peer's QP).
+    pub(super) fn post_send(&mut self, remote: &Dest) -> Result<()> {
+        let off = if self.t == Transport::Ud {
+            GRH_BYTES
+        } else {
+            0
+        };
+        let wr = SendWr {
+            wr_id: SEND_WRID,
+            opcode: WrOpcode::Send,
+            sg_list: vec![Sge {
+                addr: self.buf.addr() + off as u64,
+                length: self.size as u32,
+                lkey: self.mr.lkey,
+            }],
+            flags: SendFlags::SIGNALED,
+            inline_data: None,
+            ud: self.ah.map(|ah| UdDest {
+                ah,
+                remote_qpn: Qpn::new(remote.qpn),
+                remote_qkey: UD_QKEY,
+            }),
+        };
+        self.ctx
+            .post_send(self.dev, self.qpn, vec![wr])
+            .map_err(|e| because("Couldn't post send", e))
+    }
+
+    fn av(&self, a: &Args, d: &Dest) -> AddressVector {
+        AddressVector {
+            dlid: Lid(d.lid),
+            sl: a.sl,
+            src_path_bits: 0,
+            static_rate: 0,
+            grh: d.global().then(|| GlobalRoute {
+                dgid: Gid(d.gid),
+                flow_label: 0,
+                // Upstream passes its -g as is (-1 without it, which the kernel refuses);
+                // index 0 is what such a peer can only have meant.
+                sgid_index: a.gid_idx.unwrap_or(0),
+                hop_limit: 1,
+                traffic_class: 0,
+            }),
+            port_num: a.ib_port,
+        }
+    }
+
+    /// `pp_connect_ctx`: RTR and RTS with upstream's attributes (UD: and the AH).
+    pub(super) fn connect(&mut self, a: &Args, my_psn: u32, d: &Dest) -> Result<()> {
+        let av = self.av(a, d);
+        let (rtr, rtr_mask, rts, rts_mask) = match self.t {
+            Transport::Ud => (
+                QpAttr {
+                    qp_state: QpState::Rtr,
+                    ..QpAttr::default()
+                },
+                AttrMask::STATE,
+                QpAttr {
+                    qp_state: QpState::Rts,
+                    sq_psn: Psn::new(my_psn),
+                    ..QpAttr::default()
+                },
+                AttrMask::STATE.with(AttrMask::SQ_PSN),
+            ),
+            Transport::Uc | Transport::Rc => {
+                let rtr = QpAttr {
+                    qp_state: QpState::Rtr,
+                    path_mtu: a.mtu,
+                    dest_qp_num: Qpn::new(d.qpn),
+                    rq_psn: Psn::new(d.psn),
+                    max_dest_rd_atomic: 1,
+                    min_rnr_timer: 12,
+                    ah_attr: av,
+                    ..QpAttr::default()
+                };
+                let mut rtr_mask = AttrMask::STATE
+                    .with(AttrMask::AV)
+                    .with(AttrMask::PATH_MTU)
+                    .with(AttrMask::DEST_QPN)
+                    .with(AttrMask::RQ_PSN);
+                let rts = QpAttr {
+                    qp_state: QpState::Rts,
+                    timeout: 14,
+                    retry_cnt: 7,
+                    rnr_retry: 7,
+                    sq_psn: Psn::new(my_psn),
+                    max_rd_atomic: 1,
+                    ..rtr
+                };
+                let mut rts_mask = AttrMask::STATE.with(AttrMask::SQ_PSN);
+                if self.t == Transport::Rc {
+                    rtr_mask = rtr_mask
+                        .with(AttrMask::MAX_DEST_RD_ATOMIC)
+                        .with(AttrMask::MIN_RNR_TIMER);
+                    rts_mask = rts_mask
+                        .with(AttrMask::TIMEOUT)
+                        .with(AttrMask::RETRY_CNT)
+                        .with(AttrMask::RNR_RETRY)
+                        .with(AttrMask::MAX_QP_RD_ATOMIC);
+                }
+                (rtr, rtr_mask, rts, rts_mask)
+            }
+        };
+        self.ctx
+            .modify_qp(self.dev, self.qpn, &rtr, rtr_mask)
+            .map_err(|e| because("Failed to modify QP to RTR", e))?;
+        self.ctx
+            .modify_qp(self.dev, self.qpn, &rts, rts_mask)
+            .map_err(|e| because("Failed to modify QP to RTS", e))?;
+        if self.t == Transport::Ud {
+            let ah = self
+                .ctx
+                .create_ah(self.dev, self.pd, av)
+                .map_err(|e| because("Failed to create AH", e))?;
+            self.ah = Some(ah);
+        }
+        Ok(())
+    }
+
+    /// What to say when nothing completed for `--timeout`: where it stopped, the port, and
+    /// what the HCA dropped.
+    pub(super) fn stalled(
+        &mut self,
+        timeout: Duration,
+        rcnt: u32,
+        scnt: u32,
+        iters: u32,
+        waiting: &str,
+    ) -> Fail {
+        let mut msg = format!(
+            "No completion for {} s while {waiting}: {rcnt} of {iters} messages received, \
+             {scnt} of {iters} sent.",
+            timeout.as_secs_f64()
+        );
+        match crate::port::diagnose(&mut self.ctx, &self.info.name, self.port.number) {
+            Ok(Some(stall)) => {
+                if let Some(why) = &stall.port_down {
+                    msg.push('\n');
+                    msg.push_str(why);
+                }
+                if stall.drops.is_empty() {
+                    msg.push_str(
+                        "\nThis HCA dropped nothing: the peer sent nothing more (did it \
+                         exit, or is its port no longer Active?).",
+                    );
+                } else {
+                    msg.push_str("\nThis HCA has dropped (counts since it started):");
+                    for (r, n) in &stall.drops {
+                        msg.push_str(&format!(" {r}={n}"));
+                    }
+                }
+            }
+            Ok(None) => {}
+            Err(e) => msg.push_str(&format!("\n(could not ask the HCA why: {e})")),
+        }
+        if self.t != Transport::Rc {
+            msg.push_str(
+                "\nUC and UD do not retransmit: one lost message stops a ping-pong for good \
+                 (RC recovers).",
+            );
+        }
+        Fail(msg)
+    }
+}

@@ -1,0 +1,47 @@
+//! The port a benchmark runs on, as the HCA reports it: why a run stopped making progress
+//! ([`diagnose`]: the port not Active — no SM —, what the HCA dropped), and which GID a RoCE
+//! port sends from ([`roce_gid_index`]). perftest's tools and the pingpong examples explain a
+//! stall from the same facts, each in its own words.
+
+use softib::{Context, PortInfo};
+
+/// What the HCA says about a stalled run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stall {
+    /// Why the port carries no data (`PortInfo::why_not_active`), when it is not Active.
+    pub port_down: Option<String>,
+    /// What the device dropped since it started, by reason (nonzero counts only).
+    pub drops: Vec<(String, u64)>,
+}
+
+impl Stall {
+    /// Whether the device dropped anything for `reason`.
+    pub fn dropped(&self, reason: &str) -> bool {
+        self.drops.iter().any(|(r, _)| r == reason)
+    }
+}
+
+/// Asks the HCA about port `port` of device `dev` now; `None` when the device is no longer
+/// listed.
+pub fn diagnose(ctx: &mut Context, dev: &str, port: u8) -> softib::Result<Option<Stall>> {
+    let devs = ctx.devices()?;
+    Ok(devs.into_iter().find(|d| d.name == dev).map(|d| Stall {
+        port_down: d
+            .ports
+            .iter()
+            .find(|p| p.number == port)
+            .and_then(|p| p.why_not_active(&d.name)),
+        drops: d.drops,
+    }))
+}
+
+/// The GID index a RoCE port sends from when none is asked for: the device's own address
+/// (its IPv4-mapped GID on an IPv4 device), else index 0. Upstream takes index 0, rxe's IPv6
+/// link-local GID, which the kernel routes by interface; softib sends from the device's own
+/// address.
+pub fn roce_gid_index(port: &PortInfo) -> u8 {
+    port.gids
+        .iter()
+        .position(|g| g.0[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff])
+        .map_or(0, |i| u8::try_from(i).unwrap_or(0))
+}
