@@ -712,13 +712,18 @@ impl Daemon {
         let mut busy = false;
         let std_now = StdInstant::now();
         let now = self.now();
-        // Datagrams between this daemon's RoCE devices are handed over in-process.
+        // Datagrams between this daemon's RoCE devices are handed over in-process, and the RC
+        // QPs between them go in-process.
         self.sb.roce.set_ends(
             self.hosts
                 .iter()
                 .flat_map(|h| h.devs.iter())
                 .filter_map(Device::roce_addr),
         );
+        let ends = self.sb.roce.ends();
+        for d in self.hosts.iter_mut().flat_map(|h| h.devs.iter_mut()) {
+            d.set_local_peers(ends);
+        }
         for hi in 0..self.hosts.len() {
             busy |= self.step_host(hi, std_now, now)?;
         }
@@ -1515,9 +1520,9 @@ impl HostRt {
                 attr,
                 mask,
             } => {
-                let hca = dev!(dev).hca_mut();
+                let d = dev!(dev);
                 owned!(qps, dev, qpn, "QP");
-                match hca.modify_qp(qpn, &attr, mask) {
+                match d.modify_qp(qpn, &attr, mask) {
                     Ok(()) => Response::Ok,
                     Err(e) => verbs_error(e),
                 }
