@@ -51,6 +51,13 @@ pub struct SimArgs {
     /// its own devices: SENDs, WRITEs and READ responses in 60 KiB segments, payloads by reference (on or off).
     #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
     in_process: Option<bool>,
+    /// Whether the HCAs' RoCEv2 addresses are IPv6 (on) or IPv4 (off).
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    ipv6: Option<bool>,
+    /// Whether datagrams leave in GSO runs, each segment sealed for the IPv4 Identification
+    /// its place gives it (on), or each alone (off).
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    gso: Option<bool>,
     /// Make every QP pair of this transport.
     #[arg(long, value_name = "rc|uc|ud", value_parser = parse_qp_type)]
     qp_type: Option<QpType>,
@@ -160,6 +167,8 @@ pub fn run(args: &SimArgs) -> anyhow::Result<u8> {
         ops: args.ops,
         trace: args.trace,
         in_process: args.in_process,
+        ipv6: args.ipv6,
+        gso: args.gso,
     };
     let reproducing = args.seeds == 1;
     let verbose = args.verbose || reproducing;
