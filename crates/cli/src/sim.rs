@@ -35,7 +35,8 @@ pub struct SimArgs {
     /// Packet reordering on every link direction.
     #[arg(long, value_name = "P", value_parser = parse_probability)]
     reorder: Option<f64>,
-    /// Packet corruption on every link direction (caught by the CRC and dropped).
+    /// Packet corruption on every link direction (caught by the receiver's ICRC check and
+    /// dropped).
     #[arg(long, value_name = "P", value_parser = parse_probability)]
     corrupt: Option<f64>,
     /// Whether links are partitioned for a while (on or off; default: the seed decides).
@@ -47,8 +48,8 @@ pub struct SimArgs {
     /// Whether receives are sometimes posted late (on or off).
     #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
     late_recvs: Option<bool>,
-    /// Whether RC QPs are marked in-process, as the daemon marks QPs whose peer is one of
-    /// its own devices: SENDs, WRITEs and READ responses in 60 KiB segments, payloads by reference (on or off).
+    /// Whether every HCA is a device of one daemon, so that RC QPs go in-process from RTR as
+    /// the daemon's do: SENDs, WRITEs and READ responses in 60 KiB segments (on or off).
     #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
     in_process: Option<bool>,
     /// Whether the HCAs' RoCEv2 addresses are IPv6 (on) or IPv4 (off).

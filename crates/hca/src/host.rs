@@ -229,7 +229,7 @@ pub struct Daemon {
     hosts: Vec<HostRt>,
     switches: Vec<SwitchRt>,
     /// In-process delivery between this daemon's own cable ends.
-    sb: crate::device::Switchboard,
+    sb: crate::switchboard::Switchboard,
     origin: StdInstant,
     buf: Vec<u8>,
     /// An eventfd in the poll set: [`Waker::wake`] ends a sleep at once.
@@ -613,7 +613,7 @@ impl Daemon {
             let ready = vec![true; cables.len()];
             srt.push(SwitchRt { sw, cables, ready });
         }
-        let mut sb = crate::device::Switchboard::default();
+        let mut sb = crate::switchboard::Switchboard::default();
         for h in &hrt {
             for d in &h.devs {
                 if let Device::Ib(ib) = d {

@@ -5,7 +5,8 @@
 //! `RoceCa`) are pure state machines; this crate drives them. [`device`] holds a host's devices
 //! and their sockets: RoCEv2 devices (a `RoceCa` with its UDP sockets, send queue, faults and
 //! capture) and HCAs on emulated IB cables ([`ib`]: the engine, the SMA and native framing);
-//! [`host`] is the event loop, the control requests and the switches.
+//! [`switchboard`] hands frames and datagrams between the daemon's own devices without the
+//! kernel; [`host`] is the event loop, the control requests and the switches.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -15,6 +16,7 @@ pub mod ib;
 pub mod pma;
 pub mod proto;
 pub mod shm_memory;
+pub mod switchboard;
 
 /// The runtime directory of this host's daemon: `$SOFTIB_RUNTIME_DIR`, else `/run/softib` for
 /// root, else `$XDG_RUNTIME_DIR/softib`, else `/tmp/softib-<uid>`.

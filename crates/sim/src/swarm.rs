@@ -91,8 +91,8 @@ pub struct Overrides {
     pub ops: Option<u8>,
     /// Log every packet sent and delivered (changes nothing else in the run).
     pub trace: bool,
-    /// Whether RC QPs are marked in-process (large segments, payloads by reference), as the
-    /// daemon marks QPs whose peer is one of its own devices.
+    /// Whether every HCA is a device of one daemon, so that RC QPs go in-process (large
+    /// segments) from RTR, as the daemon's RoCE devices decide for QPs between them.
     pub in_process: Option<bool>,
     /// Whether the HCAs' RoCEv2 addresses are IPv6 (else IPv4, where the ICRC covers the IPv4
     /// Identification of each GSO segment).
@@ -245,8 +245,9 @@ pub struct Config {
     pub late_recv_max: Duration,
     /// Whether the workload disrupts QP pairs.
     pub disruptions: bool,
-    /// Whether RC QPs are marked in-process: their SENDs and WRITEs go in segments of
-    /// `IN_PROCESS_SEGMENT` bytes, with messages up to three of them long.
+    /// Whether RC QPs go in-process (every HCA a local peer of the others): their SENDs and
+    /// WRITEs go in segments of `IN_PROCESS_SEGMENT` bytes, with messages up to three of them
+    /// long.
     pub in_process: bool,
     /// Whether the HCAs' RoCEv2 addresses are IPv6 (`fd00::N`) rather than IPv4 (`10.0.0.N`).
     pub ipv6: bool,
