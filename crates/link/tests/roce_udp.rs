@@ -6,18 +6,17 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use softib_engine::memory::{RegionId, VecMemory};
-use softib_engine::qp::{AddressVector, AttrMask, GlobalRoute, QpAttr, QpCap, QpInitAttr};
 use softib_engine::verbs::{
-    AccessFlags, QpState, QpType, RecvWr, RemoteAddr, SendFlags, SendWr, Sge, UdDest, WcStatus,
-    WorkCompletion, WrOpcode,
+    QpType, RecvWr, RemoteAddr, Sge, UdDest, WcStatus, WorkCompletion, WrOpcode,
 };
-use softib_engine::{CqHandle, Hca, HcaConfig, PdHandle};
+use softib_engine::{CqHandle, PdHandle};
 use softib_link::driver::Driver;
-use softib_link::framing as roce;
 use softib_link::RoceDrop;
-use softib_wire::{Mtu, Psn, Qpn, RKey};
+use softib_wire::{Qpn, RKey};
 
-const BUF: u64 = 0x1000_0000;
+mod common;
+use common::{av_to, wr, BUF};
+
 const LEN: usize = 4 << 20;
 
 struct Host {
@@ -34,21 +33,15 @@ fn host(ip: &str, port: u16, seed: u64) -> Host {
 
 fn try_host(ip: &str, port: u16, seed: u64) -> std::io::Result<Host> {
     let ip: IpAddr = ip.parse().unwrap();
-    let mut cfg = HcaConfig::with_seed(seed);
-    cfg.ports[0].gids = vec![roce::gid_of(ip)];
-    cfg.ports[0].active_mtu = Mtu::Mtu1024;
-    let mut mem = VecMemory::new();
-    mem.add(RegionId(1), BUF, LEN);
-    let mut hca = Hca::new(cfg, mem);
-    let pd = hca.alloc_pd().unwrap();
-    let cq = hca.create_cq(8192).unwrap();
-    let all = AccessFlags::LOCAL_WRITE
-        .with(AccessFlags::REMOTE_WRITE)
-        .with(AccessFlags::REMOTE_READ)
-        .with(AccessFlags::REMOTE_ATOMIC);
-    let key = hca.reg_mr(pd, BUF, LEN as u64, all, RegionId(1)).unwrap();
-    let d = Driver::bind(hca, SocketAddr::new(ip, port), port)?;
-    Ok(Host { d, pd, cq, key, ip })
+    let e = common::engine(ip, seed, LEN);
+    let d = Driver::bind(e.hca, SocketAddr::new(ip, port), port)?;
+    Ok(Host {
+        d,
+        pd: e.pd,
+        cq: e.cq,
+        key: e.key,
+        ip,
+    })
 }
 
 fn pair() -> (Host, Host) {
@@ -71,96 +64,11 @@ fn pair() -> (Host, Host) {
 }
 
 fn create_qp(h: &mut Host, t: QpType) -> Qpn {
-    h.d.ca
-        .hca_mut()
-        .create_qp(QpInitAttr {
-            qp_type: t,
-            pd: h.pd,
-            send_cq: h.cq,
-            recv_cq: h.cq,
-            srq: None,
-            cap: QpCap {
-                max_send_wr: 512,
-                max_recv_wr: 512,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: true,
-        })
-        .unwrap()
-}
-
-fn av_to(ip: IpAddr) -> AddressVector {
-    AddressVector {
-        port_num: 1,
-        grh: Some(GlobalRoute {
-            dgid: roce::gid_of(ip),
-            flow_label: 0,
-            sgid_index: 0,
-            hop_limit: 64,
-            traffic_class: 0,
-        }),
-        ..AddressVector::default()
-    }
+    common::create_qp(h.d.ca.hca_mut(), h.pd, h.cq, t)
 }
 
 fn rc_up(h: &mut Host, qpn: Qpn, remote: Qpn, remote_ip: IpAddr) {
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        qp_access_flags: AccessFlags::LOCAL_WRITE
-            .with(AccessFlags::REMOTE_WRITE)
-            .with(AccessFlags::REMOTE_READ)
-            .with(AccessFlags::REMOTE_ATOMIC),
-        port_num: 1,
-        path_mtu: Mtu::Mtu1024,
-        dest_qp_num: remote,
-        rq_psn: Psn::new(0x1000),
-        sq_psn: Psn::new(0x1000),
-        max_rd_atomic: 16,
-        max_dest_rd_atomic: 16,
-        min_rnr_timer: 12,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        ah_attr: av_to(remote_ip),
-        ..QpAttr::default()
-    };
-    let ca = &mut h.d.ca;
-    ca.modify_qp(
-        qpn,
-        &a,
-        AttrMask::STATE
-            .with(AttrMask::PKEY_INDEX)
-            .with(AttrMask::PORT)
-            .with(AttrMask::ACCESS_FLAGS),
-    )
-    .unwrap();
-    a.qp_state = QpState::Rtr;
-    ca.modify_qp(
-        qpn,
-        &a,
-        AttrMask::STATE
-            .with(AttrMask::AV)
-            .with(AttrMask::PATH_MTU)
-            .with(AttrMask::DEST_QPN)
-            .with(AttrMask::RQ_PSN)
-            .with(AttrMask::MAX_DEST_RD_ATOMIC)
-            .with(AttrMask::MIN_RNR_TIMER),
-    )
-    .unwrap();
-    a.qp_state = QpState::Rts;
-    ca.modify_qp(
-        qpn,
-        &a,
-        AttrMask::STATE
-            .with(AttrMask::SQ_PSN)
-            .with(AttrMask::TIMEOUT)
-            .with(AttrMask::RETRY_CNT)
-            .with(AttrMask::RNR_RETRY)
-            .with(AttrMask::MAX_QP_RD_ATOMIC),
-    )
-    .unwrap();
+    common::rc_up(&mut h.d.ca, qpn, remote, av_to(remote_ip));
 }
 
 /// Polls both drivers until `want` completions arrived on each side (or 20 s pass).
@@ -210,17 +118,6 @@ fn fill(h: &mut Host, at: u64, data: &[u8]) {
 fn bytes(h: &Host, at: u64, len: usize) -> Vec<u8> {
     let off = (at - BUF) as usize;
     h.d.ca.hca().memory().bytes(RegionId(1)).unwrap()[off..off + len].to_vec()
-}
-
-fn wr(wr_id: u64, opcode: WrOpcode, sge: Sge) -> SendWr {
-    SendWr {
-        wr_id,
-        opcode,
-        sg_list: vec![sge],
-        flags: SendFlags::SIGNALED,
-        inline_data: None,
-        ud: None,
-    }
 }
 
 #[test]
@@ -353,27 +250,7 @@ fn ud_send_over_udp_fills_the_grh_area() {
     let qa = create_qp(&mut a, QpType::Ud);
     let qb = create_qp(&mut b, QpType::Ud);
     for (h, q) in [(&mut a, qa), (&mut b, qb)] {
-        let mut attr = QpAttr {
-            qp_state: QpState::Init,
-            qkey: 0x1111_1111,
-            ..QpAttr::default()
-        };
-        h.d.ca
-            .modify_qp(
-                q,
-                &attr,
-                AttrMask::STATE
-                    .with(AttrMask::PKEY_INDEX)
-                    .with(AttrMask::PORT)
-                    .with(AttrMask::QKEY),
-            )
-            .unwrap();
-        attr.qp_state = QpState::Rtr;
-        h.d.ca.modify_qp(q, &attr, AttrMask::STATE).unwrap();
-        attr.qp_state = QpState::Rts;
-        h.d.ca
-            .modify_qp(q, &attr, AttrMask::STATE.with(AttrMask::SQ_PSN))
-            .unwrap();
+        common::ud_up(&mut h.d.ca, q);
     }
     let ah = a.d.ca.hca_mut().create_ah(a.pd, av_to(b.ip)).unwrap();
     b.d.ca

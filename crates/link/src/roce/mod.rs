@@ -164,46 +164,60 @@ impl<'a> Incoming<'a> {
     }
 }
 
-macro_rules! roce_drops {
-    ($( $(#[$doc:meta])* $name:ident => $text:literal, )+) => {
-        /// Why a `RoceCa` dropped a datagram before the engine saw it, or a packet the engine
-        /// built before it left.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum RoceDrop {
-            $( $(#[$doc])* $name, )+
-        }
-
-        impl RoceDrop {
-            /// Every reason, in declaration order.
-            pub const ALL: &'static [RoceDrop] = &[$(RoceDrop::$name),+];
-
-            /// A short snake_case name for logs and tools.
-            pub fn name(self) -> &'static str {
-                match self { $( RoceDrop::$name => $text, )+ }
-            }
-        }
-    };
-}
-
-roce_drops! {
+/// Why a `RoceCa` dropped a datagram before the engine saw it, or a packet the engine built
+/// before it left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RoceDrop {
     /// Received: shorter than a BTH and an ICRC.
-    TooShort => "datagram_too_short",
+    TooShort,
     /// Received: the sender's address family is not the device's.
-    AddressFamily => "address_family_mismatch",
+    AddressFamily,
     /// Received: a BTH opcode softib does not implement (RD, XRC, reserved): dropped before
     /// its ICRC is computed, as the engine would drop it after.
-    UnsupportedOpcode => "unsupported_opcode",
+    UnsupportedOpcode,
     /// Received: the ICRC does not match (corruption; on IPv4 from softib-only senders, any
     /// Identification but the expected one).
-    BadIcrc => "bad_icrc",
+    BadIcrc,
     /// To send: the path has no GRH, and RoCEv2 is routed by GID.
-    NoGrh => "tx_no_grh",
+    NoGrh,
     /// To send: the path leads to another address family than the device's.
-    TxAddressFamily => "tx_address_family",
+    TxAddressFamily,
     /// To send: the packet does not fit the room it was given.
-    NoRoom => "tx_no_room",
+    NoRoom,
     /// To send: a payload left in memory could not be read (its region went away).
-    PayloadGone => "tx_payload_gone",
+    PayloadGone,
+}
+
+impl RoceDrop {
+    /// Every reason, in declaration order.
+    pub const ALL: [RoceDrop; 8] = [
+        RoceDrop::TooShort,
+        RoceDrop::AddressFamily,
+        RoceDrop::UnsupportedOpcode,
+        RoceDrop::BadIcrc,
+        RoceDrop::NoGrh,
+        RoceDrop::TxAddressFamily,
+        RoceDrop::NoRoom,
+        RoceDrop::PayloadGone,
+    ];
+
+    /// A short snake_case name for logs and tools (`softib res`, `DeviceInfo::drops`), in the
+    /// order of [`RoceDrop::ALL`].
+    const NAMES: [&'static str; 8] = [
+        "datagram_too_short",
+        "address_family_mismatch",
+        "unsupported_opcode",
+        "bad_icrc",
+        "tx_no_grh",
+        "tx_address_family",
+        "tx_no_room",
+        "tx_payload_gone",
+    ];
+
+    /// A short snake_case name for logs and tools.
+    pub fn name(self) -> &'static str {
+        RoceDrop::NAMES[self as usize]
+    }
 }
 
 impl fmt::Display for RoceDrop {

@@ -4,22 +4,24 @@
 use std::net::SocketAddr;
 
 use softib_engine::memory::{RegionId, VecMemory};
-use softib_engine::qp::{AddressVector, AttrMask, GlobalRoute, QpAttr, QpCap, QpInitAttr};
+use softib_engine::qp::AddressVector;
 use softib_engine::verbs::{
-    AccessFlags, QpState, QpType, RecvWr, RemoteAddr, SendFlags, SendWr, Sge, UdDest, WcStatus,
-    WorkCompletion, WrOpcode,
+    QpType, RecvWr, RemoteAddr, SendFlags, SendWr, Sge, UdDest, WcStatus, WorkCompletion, WrOpcode,
 };
-use softib_engine::{CqHandle, Hca, HcaConfig, Instant, PdHandle, IN_PROCESS_MAX_LEN};
+use softib_engine::{CqHandle, Instant, PdHandle, IN_PROCESS_MAX_LEN};
 use softib_net::batch::Loopback;
 use softib_net::TxQueue;
 use softib_wire::crc::ICRC_LEN;
 use softib_wire::packet::RoceV2Repr;
-use softib_wire::{Mtu, Psn, Qpn, RKey};
+use softib_wire::{Qpn, RKey};
 
 use super::framing::{self, rxe_source_port};
 use super::*;
 
-const BUF: u64 = 0x1000_0000;
+#[path = "../../tests/common/mod.rs"]
+mod common;
+use common::{av_to, rc_up as rc_up_on, BUF};
+
 const LEN: usize = 1 << 20;
 const ROOM: usize = IN_PROCESS_MAX_LEN + ICRC_LEN;
 
@@ -34,23 +36,12 @@ struct Dev {
 
 fn dev(addr: &str, seed: u64) -> Dev {
     let addr: SocketAddr = addr.parse().unwrap();
-    let mut cfg = HcaConfig::with_seed(seed);
-    cfg.ports[0].gids = vec![framing::gid_of(addr.ip())];
-    cfg.ports[0].active_mtu = Mtu::Mtu1024;
-    let mut mem = VecMemory::new();
-    mem.add(RegionId(1), BUF, LEN);
-    let mut hca = Hca::new(cfg, mem);
-    let pd = hca.alloc_pd().unwrap();
-    let cq = hca.create_cq(4096).unwrap();
-    let all = AccessFlags::LOCAL_WRITE
-        .with(AccessFlags::REMOTE_WRITE)
-        .with(AccessFlags::REMOTE_READ);
-    let key = hca.reg_mr(pd, BUF, LEN as u64, all, RegionId(1)).unwrap();
+    let e = common::engine(addr.ip(), seed, LEN);
     Dev {
-        ca: RoceCa::new(hca, RoceConfig::new(addr)),
-        pd,
-        cq,
-        key,
+        ca: RoceCa::new(e.hca, RoceConfig::new(addr)),
+        pd: e.pd,
+        cq: e.cq,
+        key: e.key,
         tx: TxQueue::with_hash_seed(7),
         local_room: vec![0; ROOM],
     }
@@ -60,130 +51,32 @@ fn addr(d: &Dev) -> SocketAddr {
     d.ca.config().addr
 }
 
-fn av_to(to: SocketAddr) -> AddressVector {
-    AddressVector {
-        port_num: 1,
-        grh: Some(GlobalRoute {
-            dgid: framing::gid_of(to.ip()),
-            flow_label: 0,
-            sgid_index: 0,
-            hop_limit: 64,
-            traffic_class: 0,
-        }),
-        ..AddressVector::default()
-    }
-}
-
 fn create_qp(d: &mut Dev, t: QpType) -> Qpn {
     let (pd, cq) = (d.pd, d.cq);
-    d.ca.hca_mut()
-        .create_qp(QpInitAttr {
-            qp_type: t,
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            srq: None,
-            cap: QpCap {
-                max_send_wr: 64,
-                max_recv_wr: 64,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: true,
-        })
-        .unwrap()
+    common::create_qp(d.ca.hca_mut(), pd, cq, t)
 }
 
-/// RESET → INIT → RTR → RTS, through the `RoceCa`.
+/// RESET → INIT → RTR → RTS towards `to`, through the `RoceCa`.
 fn rc_up(d: &mut Dev, qpn: Qpn, remote: Qpn, to: SocketAddr) {
-    rc_up_on(d, qpn, remote, av_to(to));
-}
-
-fn rc_up_on(d: &mut Dev, qpn: Qpn, remote: Qpn, av: AddressVector) {
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        qp_access_flags: AccessFlags::LOCAL_WRITE
-            .with(AccessFlags::REMOTE_WRITE)
-            .with(AccessFlags::REMOTE_READ),
-        port_num: 1,
-        path_mtu: Mtu::Mtu1024,
-        dest_qp_num: remote,
-        rq_psn: Psn::new(7),
-        sq_psn: Psn::new(7),
-        max_rd_atomic: 4,
-        max_dest_rd_atomic: 4,
-        min_rnr_timer: 12,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        ah_attr: av,
-        ..QpAttr::default()
-    };
-    let init = AttrMask::STATE
-        .with(AttrMask::PKEY_INDEX)
-        .with(AttrMask::PORT)
-        .with(AttrMask::ACCESS_FLAGS);
-    d.ca.modify_qp(qpn, &a, init).unwrap();
-    a.qp_state = QpState::Rtr;
-    let rtr = AttrMask::STATE
-        .with(AttrMask::AV)
-        .with(AttrMask::PATH_MTU)
-        .with(AttrMask::DEST_QPN)
-        .with(AttrMask::RQ_PSN)
-        .with(AttrMask::MAX_DEST_RD_ATOMIC)
-        .with(AttrMask::MIN_RNR_TIMER);
-    d.ca.modify_qp(qpn, &a, rtr).unwrap();
-    a.qp_state = QpState::Rts;
-    let rts = AttrMask::STATE
-        .with(AttrMask::SQ_PSN)
-        .with(AttrMask::TIMEOUT)
-        .with(AttrMask::RETRY_CNT)
-        .with(AttrMask::RNR_RETRY)
-        .with(AttrMask::MAX_QP_RD_ATOMIC);
-    d.ca.modify_qp(qpn, &a, rts).unwrap();
+    rc_up_on(&mut d.ca, qpn, remote, av_to(to.ip()));
 }
 
 fn ud_up(d: &mut Dev, qpn: Qpn) {
-    let mut attr = QpAttr {
-        qp_state: QpState::Init,
-        qkey: 0x1111_1111,
-        port_num: 1,
-        ..QpAttr::default()
-    };
-    let init = AttrMask::STATE
-        .with(AttrMask::PKEY_INDEX)
-        .with(AttrMask::PORT)
-        .with(AttrMask::QKEY);
-    d.ca.modify_qp(qpn, &attr, init).unwrap();
-    attr.qp_state = QpState::Rtr;
-    d.ca.modify_qp(qpn, &attr, AttrMask::STATE).unwrap();
-    attr.qp_state = QpState::Rts;
-    d.ca.modify_qp(qpn, &attr, AttrMask::STATE.with(AttrMask::SQ_PSN))
-        .unwrap();
+    common::ud_up(&mut d.ca, qpn);
 }
 
 fn write(d: &mut Dev, qpn: Qpn, wr_id: u64, len: u32, rkey: u32, remote: u64) {
-    let lkey = d.key;
+    let opcode = WrOpcode::RdmaWrite(RemoteAddr {
+        addr: remote,
+        rkey: RKey(rkey),
+    });
+    let sge = Sge {
+        addr: BUF,
+        length: len,
+        lkey: d.key,
+    };
     d.ca.hca_mut()
-        .post_send(
-            qpn,
-            SendWr {
-                wr_id,
-                opcode: WrOpcode::RdmaWrite(RemoteAddr {
-                    addr: remote,
-                    rkey: RKey(rkey),
-                }),
-                sg_list: vec![Sge {
-                    addr: BUF,
-                    length: len,
-                    lkey,
-                }],
-                flags: SendFlags::SIGNALED,
-                inline_data: None,
-                ud: None,
-            },
-        )
+        .post_send(qpn, common::wr(wr_id, opcode, sge))
         .unwrap();
 }
 
@@ -375,6 +268,11 @@ fn bad_datagrams_are_dropped_before_the_engine_and_counted_by_reason() {
             "bad_icrc"
         ]
     );
+    // Every reason has its own name, found by its place.
+    for (i, r) in RoceDrop::ALL.iter().enumerate() {
+        assert_eq!(*r as usize, i);
+        assert!(RoceDrop::ALL[..i].iter().all(|o| o.name() != r.name()));
+    }
     // The intact one still goes through.
     assert_eq!(deliver(&mut b, &[good]), [Ok(())]);
     assert_eq!(b.ca.hca().counters(1).unwrap().rcv_pkts, before + 1);
@@ -507,7 +405,7 @@ fn packets_leave_from_the_source_port_rxe_uses_for_their_qp() {
     ud_up(&mut a, ua);
     ud_up(&mut b, ub);
     let (pd, lkey) = (a.pd, a.key);
-    let ah = a.ca.hca_mut().create_ah(pd, av_to(addr(&b))).unwrap();
+    let ah = a.ca.hca_mut().create_ah(pd, av_to(addr(&b).ip())).unwrap();
     let bkey = b.key;
     b.ca.hca_mut()
         .post_recv(
@@ -584,7 +482,7 @@ fn a_packet_built_in_the_wrong_room_is_moved_and_one_without_a_grh_is_counted() 
         port_num: 1,
         ..AddressVector::default()
     };
-    rc_up_on(&mut a, q, Qpn::new(5), no_grh);
+    rc_up_on(&mut a.ca, q, Qpn::new(5), no_grh);
     write(&mut a, q, 2, 10, key, BUF);
     let (sent, _) = drain(&mut a, false);
     assert!(sent.is_empty());
