@@ -711,11 +711,12 @@ impl RoceDev {
                 let pkt: &mut [u8] = if t.local {
                     local_out.space(room)
                 } else {
-                    buf[..t.len()].copy_from_slice(&self.tx.space(room)[..t.len()]);
+                    buf[..t.datagram_len()]
+                        .copy_from_slice(&self.tx.space(room)[..t.datagram_len()]);
                     &mut buf[..]
                 };
                 if self.ca.seal(&t, pkt) {
-                    self.apply_faults(&t, &pkt[..t.len()]);
+                    self.apply_faults(&t, &pkt[..t.datagram_len()]);
                 }
             }
             if self.tx.bytes() >= TX_FLUSH_BYTES {
@@ -753,7 +754,7 @@ impl RoceDev {
         }
         let from = SocketAddr::new(self.local().ip(), t.src_port);
         let in_process = t.packet.in_process;
-        local_out.commit_parts(from, t.to, 0, t.len(), false, in_process, handed);
+        local_out.commit_parts(from, t.to, 0, t.datagram_len(), false, in_process, handed);
     }
 
     /// Passes a sealed datagram through the device's faults into the send queue.

@@ -268,7 +268,7 @@ impl World {
                     // queued, as the daemon does when a fault or a capture is on.
                     let sealed = node.ca.seal(&t, room);
                     if sealed {
-                        let frame = &self.local_room[..t.len()];
+                        let frame = &self.local_room[..t.datagram_len()];
                         node.ca.queue(&mut node.tx, t.key(), t.to, frame, self.gso);
                     }
                     sealed

@@ -91,7 +91,7 @@ pub struct SrcKey {
 
 /// A datagram [`RoceCa::poll_transmit`] built, for its embedder to seal, queue or hand over.
 ///
-/// Its `len()` bytes lie at the start of the room `local` names: the engine's packet (BTH
+/// Its [`RoceTransmit::datagram_len`] bytes lie at the start of the room `local` names: the engine's packet (BTH
 /// through pad, or only its headers while [`Transmit::payload`] is set) followed by four zero
 /// bytes, the room of the ICRC, which [`RoceCa::commit`] and [`RoceCa::seal`] fill.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,14 +111,9 @@ pub struct RoceTransmit {
 }
 
 impl RoceTransmit {
-    /// The UDP payload's length: the packet and its ICRC.
-    pub fn len(&self) -> usize {
+    /// The datagram's length (its UDP payload): the packet and its ICRC.
+    pub fn datagram_len(&self) -> usize {
         self.packet.len + ICRC_LEN
-    }
-
-    /// Whether it is empty (never: a packet has at least a BTH).
-    pub fn is_empty(&self) -> bool {
-        false
     }
 
     /// Its queue key.
@@ -567,8 +562,9 @@ impl<M: Memory> RoceCa<M> {
             self.drops.count(RoceDrop::TxAddressFamily, 1);
             return None;
         }
-        let (index, stored) = queue.commit(t.key(), t.to, t.len(), gso);
-        framing::seal_for(from, t.to, stored, t.packet.len, index);
+        let (index, stored) = queue.commit(t.key(), t.to, t.datagram_len(), gso);
+        // Cannot fail: the families agree and the stored bytes end in the ICRC's room.
+        let _ = framing::seal_for(from, t.to, stored, t.packet.len, index);
         Some((index, stored))
     }
 

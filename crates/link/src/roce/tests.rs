@@ -125,7 +125,7 @@ fn drain(d: &mut Dev, gso: bool) -> (Vec<Sent>, Vec<RoceTransmit>) {
                 from: SocketAddr::new(addr(d).ip(), t.src_port),
                 to: t.to,
                 index: 0,
-                bytes: d.local_room[..t.len()].to_vec(),
+                bytes: d.local_room[..t.datagram_len()].to_vec(),
                 in_process: t.packet.in_process,
             });
         } else {
