@@ -221,7 +221,7 @@ pub fn link(cmd: LinkCommand) -> Result<u8> {
                 );
             }
             let netdev = a.words[3].clone();
-            softib_hca::device::netdev(&netdev)?;
+            softib_net::netdev::netdev(&netdev)?;
             let addr = match a.addr {
                 Some(ip) => ip,
                 None => address_of(&netdev)?,

@@ -35,7 +35,8 @@ pub struct SimArgs {
     /// Packet reordering on every link direction.
     #[arg(long, value_name = "P", value_parser = parse_probability)]
     reorder: Option<f64>,
-    /// Packet corruption on every link direction (caught by the CRC and dropped).
+    /// Packet corruption on every link direction (caught by the receiver's ICRC check and
+    /// dropped).
     #[arg(long, value_name = "P", value_parser = parse_probability)]
     corrupt: Option<f64>,
     /// Whether links are partitioned for a while (on or off; default: the seed decides).
@@ -47,10 +48,17 @@ pub struct SimArgs {
     /// Whether receives are sometimes posted late (on or off).
     #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
     late_recvs: Option<bool>,
-    /// Whether RC QPs are marked in-process, as the daemon marks QPs whose peer is one of
-    /// its own devices: SENDs, WRITEs and READ responses in 60 KiB segments, payloads by reference (on or off).
+    /// Whether every HCA is a device of one daemon, so that RC QPs go in-process from RTR as
+    /// the daemon's do: SENDs, WRITEs and READ responses in 60 KiB segments (on or off).
     #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
     in_process: Option<bool>,
+    /// Whether the HCAs' RoCEv2 addresses are IPv6 (on) or IPv4 (off).
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    ipv6: Option<bool>,
+    /// Whether datagrams leave in GSO runs, each segment sealed for the IPv4 Identification
+    /// its place gives it (on), or each alone (off).
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    gso: Option<bool>,
     /// Make every QP pair of this transport.
     #[arg(long, value_name = "rc|uc|ud", value_parser = parse_qp_type)]
     qp_type: Option<QpType>,
@@ -160,6 +168,8 @@ pub fn run(args: &SimArgs) -> anyhow::Result<u8> {
         ops: args.ops,
         trace: args.trace,
         in_process: args.in_process,
+        ipv6: args.ipv6,
+        gso: args.gso,
     };
     let reproducing = args.seeds == 1;
     let verbose = args.verbose || reproducing;

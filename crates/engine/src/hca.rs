@@ -260,7 +260,8 @@ impl<M: Memory> Hca<M> {
     }
 
     /// Marks whether a QP's peer is an engine of this process (the link knows: it hands that
-    /// peer's packets over in-process). An RC QP so marked sends each SEND and WRITE that
+    /// peer's packets over in-process; it decides once, when the QP gets its path at RTR,
+    /// from the address vector). An RC QP so marked sends each SEND and WRITE that
     /// starts from now on in segments of [`crate::IN_PROCESS_SEGMENT`] bytes, asks for each
     /// READ that starts from now on to be answered in them, and leaves
     /// payloads (its requests', its READ responses') in memory ([`Transmit::payload`]); its
@@ -773,7 +774,7 @@ impl<M: Memory> Hca<M> {
         if m(AttrMask::AV) {
             a.ah_attr = attr.ah_attr;
             a.ah_attr.port_num = a.port_num;
-            // A new path may lead elsewhere: the link marks it again when it sees where.
+            // A new path may lead elsewhere: the link marks it again from the new path.
             qp.in_process = false;
         }
         if m(AttrMask::PATH_MTU) {

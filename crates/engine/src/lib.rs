@@ -90,6 +90,12 @@ pub struct Transmit {
     pub av: AddressVector,
     /// The sending QP (RoCEv2 derives the UDP source port from it).
     pub src_qpn: softib_wire::Qpn,
+    /// The QP the packet is for (the BTH's DestQP; RoCEv2 derives the UDP source port of a
+    /// connected QP from it), so that no link parses the bytes for it.
+    pub dest_qpn: softib_wire::Qpn,
+    /// The packet's BTH opcode (its transport and operation, see
+    /// [`softib_wire::opcode::Opcode::info`]).
+    pub opcode: softib_wire::Opcode,
     /// Bytes written at the start of the buffer: BTH through pad, without the ICRC — or,
     /// when `payload` is set, only the headers (BTH through the last extension header).
     pub len: usize,
@@ -103,8 +109,9 @@ pub struct Transmit {
     /// goes in-process exactly when its READ was sized for large response segments (when it
     /// started), and READ responses in such segments go in-process whether or not their QP
     /// is marked yet. A link that hands the packet to an engine of this process passes this
-    /// on as [`RxMeta::in_process`]; one that finds it differs from where the packet really
-    /// goes tells the engine with [`Hca::set_in_process`].
+    /// on as [`RxMeta::in_process`]. The link decides where a QP's packets go once, when it
+    /// sets the QP's path ([`Hca::set_in_process`]); the engine never learns it packet by
+    /// packet.
     pub in_process: bool,
 }
 

@@ -230,7 +230,7 @@ pub struct Daemon {
     hosts: Vec<HostRt>,
     switches: Vec<SwitchRt>,
     /// In-process delivery between this daemon's own cable ends.
-    sb: crate::device::Switchboard,
+    sb: crate::switchboard::Switchboard,
     origin: StdInstant,
     buf: Vec<u8>,
     /// An eventfd in the poll set: [`Waker::wake`] ends a sleep at once.
@@ -614,7 +614,7 @@ impl Daemon {
             let ready = vec![true; cables.len()];
             srt.push(SwitchRt { sw, cables, ready });
         }
-        let mut sb = crate::device::Switchboard::default();
+        let mut sb = crate::switchboard::Switchboard::default();
         for h in &hrt {
             for d in &h.devs {
                 if let Device::Ib(ib) = d {
@@ -713,13 +713,18 @@ impl Daemon {
         let mut busy = false;
         let std_now = StdInstant::now();
         let now = self.now();
-        // Datagrams between this daemon's RoCE devices are handed over in-process.
+        // Datagrams between this daemon's RoCE devices are handed over in-process, and the RC
+        // QPs between them go in-process.
         self.sb.roce.set_ends(
             self.hosts
                 .iter()
                 .flat_map(|h| h.devs.iter())
                 .filter_map(Device::roce_addr),
         );
+        let ends = self.sb.roce.ends();
+        for d in self.hosts.iter_mut().flat_map(|h| h.devs.iter_mut()) {
+            d.set_local_peers(ends);
+        }
         for hi in 0..self.hosts.len() {
             busy |= self.step_host(hi, std_now, now)?;
         }
@@ -1516,9 +1521,9 @@ impl HostRt {
                 attr,
                 mask,
             } => {
-                let hca = dev!(dev).hca_mut();
+                let d = dev!(dev);
                 owned!(qps, dev, qpn, "QP");
-                match hca.modify_qp(qpn, &attr, mask) {
+                match d.modify_qp(qpn, &attr, mask) {
                     Ok(()) => Response::Ok,
                     Err(e) => verbs_error(e),
                 }

@@ -1,29 +1,31 @@
-//! An HCA on the emulated InfiniBand link: the transport engine, the subnet management agent,
-//! QP0/QP1, and native IB framing (LRH, optional GRH, ICRC, VCRC).
+//! An HCA on the emulated InfiniBand link: the transport engine and the subnet management
+//! agent composed over native IB framing (`softib_link::ib`: LRH, optional GRH, ICRC, VCRC),
+//! with QP0/QP1 delivered to local agents.
 //!
 //! [`IbCa`] is still sans-IO: frames come in with [`IbCa::handle_frame`] and go out through
 //! [`IbCa::poll_frame`]; the host loop ([`crate::host`]) moves them over cables. What happens to
 //! a frame that arrives on a port:
 //!
-//! 1. LRH parsed, VCRC and ICRC checked — a bad one is counted and dropped;
+//! 1. `ib::open`: LRH parsed, VCRC and ICRC checked — a bad one is counted and dropped — and
+//!    sorted by who it is for;
 //! 2. VL15: an SMP for the SMI ([`Sma::receive_smp`]): answered, forwarded, or a response
 //!    handed to the local SM ([`MadIn`]);
 //! 3. otherwise the port must be Active (an Armed port becomes Active on its first data packet,
-//!    IBA §7.2) and the DLID must be the port's: DestQP 1 is a GMP for QP1's agents (SA
-//!    requests to the SM, responses to whoever asked), anything else goes to the engine.
+//!    IBA §7.2) and the DLID must be the port's (the SMA knows both): DestQP 1 is a GMP for
+//!    QP1's agents (SA requests to the SM, responses to whoever asked), anything else goes to
+//!    the engine.
 
 use std::collections::VecDeque;
 
-use softib_engine::{AddressVector, Hca, HcaConfig, Instant, Memory, PortAttr, RxMeta};
+use softib_engine::{Hca, HcaConfig, Instant, Memory, PortAttr, RxMeta};
 use softib_fabric::smp_packet::{self, MadAddress};
 use softib_fabric::{LinkRate, LinkSpeed, LinkWidth, Node, Sma, SmaConfig, SmaEvent, SmiOutput};
+use softib_link::ib::{self, FrameKind, IbDrop, HEADROOM};
 use softib_proto::MadQp;
-use softib_wire::crc::{self, ICRC_LEN, VCRC_LEN};
-use softib_wire::grh::{self, Repr as GrhRepr};
-use softib_wire::lrh::{self, Repr as LrhRepr};
+use softib_wire::lrh::Repr as LrhRepr;
 use softib_wire::mad::attr::{PortPhysicalState, PortState};
 use softib_wire::mad::{smp, MAD_LEN};
-use softib_wire::{Gid, Guid, Lid, Lnh, Mtu, PKey, QKey, Qpn};
+use softib_wire::{Gid, Guid, Lid, Mtu, PKey, QKey, Qpn};
 
 /// What an HCA says about itself (ibstat's CA block, NodeInfo, NodeDescription).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,8 +124,6 @@ pub struct IbStats {
 
 /// Q_Key of QP1 (IBA §10.2.5 well-known Q_Key).
 const GSI_QKEY: QKey = QKey::GSI;
-/// Room for LRH and GRH in front of the engine's transport bytes.
-const HEADROOM: usize = lrh::HEADER_LEN + grh::HEADER_LEN;
 
 /// An HCA with native IB ports.
 pub struct IbCa<M: Memory> {
@@ -280,55 +280,28 @@ impl<M: Memory> IbCa<M> {
 
     /// A frame (LRH through VCRC) arrived on `port`.
     pub fn handle_frame(&mut self, now: Instant, port: u8, frame: &[u8]) {
-        let Some((lrh, body_end)) = self.check_frame(frame) else {
-            return;
+        let f = match ib::open(frame) {
+            Ok(f) => f,
+            Err(IbDrop::Malformed) => {
+                self.stats.rx_malformed += 1;
+                return;
+            }
+            Err(IbDrop::BadCrc) => {
+                self.stats.rx_bad_crc += 1;
+                return;
+            }
         };
-        if lrh.vl == smp_packet::VL15 {
-            self.handle_vl15(port, &lrh, frame);
-            self.send_traps();
-        } else {
-            self.handle_data(now, port, &lrh, frame, body_end);
+        match f.kind {
+            FrameKind::Smp => {
+                self.handle_vl15(port, &f.lrh, frame);
+                self.send_traps();
+            }
+            FrameKind::Gmp => self.handle_data(now, port, &f.lrh, frame, None),
+            FrameKind::Data { meta, body } => {
+                self.handle_data(now, port, &f.lrh, frame, Some((meta, body)))
+            }
         }
         self.sync_ports();
-    }
-
-    /// Parses the LRH and checks VCRC and ICRC; returns the LRH and where the ICRC starts.
-    fn check_frame(&mut self, frame: &[u8]) -> Option<(LrhRepr, usize)> {
-        let Ok(lrh) = LrhRepr::parse(&lrh::Packet::new_unchecked(frame)) else {
-            self.stats.rx_malformed += 1;
-            return None;
-        };
-        let words_len = usize::from(lrh.pkt_len) * 4;
-        let headers = lrh::HEADER_LEN
-            + if lrh.lnh == Lnh::IbaGlobal {
-                grh::HEADER_LEN
-            } else {
-                0
-            };
-        if lrh.lver != 0
-            || !matches!(lrh.lnh, Lnh::IbaLocal | Lnh::IbaGlobal)
-            || words_len + VCRC_LEN != frame.len()
-            || words_len < headers + softib_wire::bth::HEADER_LEN + ICRC_LEN
-        {
-            self.stats.rx_malformed += 1;
-            return None;
-        }
-        let vcrc = u16::from_le_bytes([frame[words_len], frame[words_len + 1]]);
-        let icrc_at = words_len - ICRC_LEN;
-        let grh = (lrh.lnh == Lnh::IbaGlobal).then(|| &frame[lrh::HEADER_LEN..headers]);
-        let icrc = crc::read_icrc(&frame[headers..words_len]);
-        if crc::vcrc(&frame[..words_len]) != vcrc
-            || icrc
-                != Some(crc::icrc_native(
-                    &frame[..lrh::HEADER_LEN],
-                    grh,
-                    &frame[headers..icrc_at],
-                ))
-        {
-            self.stats.rx_bad_crc += 1;
-            return None;
-        }
-        Some((lrh, icrc_at))
     }
 
     fn handle_vl15(&mut self, port: u8, lrh: &LrhRepr, frame: &[u8]) {
@@ -369,8 +342,16 @@ impl<M: Memory> IbCa<M> {
         });
     }
 
-    fn handle_data(&mut self, now: Instant, port: u8, lrh: &LrhRepr, frame: &[u8], icrc_at: usize) {
-        let packet = &frame[..icrc_at];
+    /// A frame on a data VL: for QP1's agents (`data` is `None`: a GMP) or the engine, once
+    /// the port and the DLID let it in.
+    fn handle_data(
+        &mut self,
+        now: Instant,
+        port: u8,
+        lrh: &LrhRepr,
+        frame: &[u8],
+        data: Option<(RxMeta, &[u8])>,
+    ) {
         if !self.sma.note_data_received(port) {
             self.stats.rx_port_not_active += 1;
             return;
@@ -382,16 +363,7 @@ impl<M: Memory> IbCa<M> {
             self.stats.rx_dlid_mismatch += 1;
             return;
         }
-        let grh_len = if lrh.lnh == Lnh::IbaGlobal {
-            grh::HEADER_LEN
-        } else {
-            0
-        };
-        let body = &packet[lrh::HEADER_LEN + grh_len..];
-        let dest_qpn = softib_wire::bth::Packet::new_checked(body)
-            .map(|b| b.dest_qpn())
-            .ok();
-        if dest_qpn == Some(Qpn::GSI) {
+        let Some((meta, body)) = data else {
             // QP1: the frame is a whole UD MAD packet; parse it as such.
             let Ok(m) = smp_packet::parse_mad(frame) else {
                 self.stats.rx_bad_gmp += 1;
@@ -409,17 +381,6 @@ impl<M: Memory> IbCa<M> {
                 mad: m.mad,
             });
             return;
-        }
-        let grh = (grh_len > 0).then(|| {
-            let mut g = [0u8; 40];
-            g.copy_from_slice(&packet[lrh::HEADER_LEN..lrh::HEADER_LEN + grh::HEADER_LEN]);
-            g
-        });
-        let meta = RxMeta {
-            slid: lrh.slid,
-            sl: lrh.sl,
-            grh,
-            in_process: false,
         };
         self.hca.handle_packet(now, port, &meta, body);
     }
@@ -521,79 +482,19 @@ impl<M: Memory> IbCa<M> {
         }
         loop {
             let t = self.hca.poll_transmit(now, &mut buf[HEADROOM..])?;
-            match self.frame(buf, &t) {
-                Some(len) => {
-                    self.stats.tx_frames += 1;
-                    return Some((t.port, len));
-                }
-                None => continue,
+            let slid = self.sma.lid(t.port).map_or(Lid(0), |(l, _)| l);
+            let sgid =
+                t.av.grh
+                    .and_then(|g| {
+                        let port = self.hca.port(t.port)?;
+                        port.gids.get(usize::from(g.sgid_index)).copied()
+                    })
+                    .unwrap_or(Gid([0; 16]));
+            if let Some(len) = ib::seal(buf, &t, slid, sgid) {
+                self.stats.tx_frames += 1;
+                return Some((t.port, len));
             }
         }
-    }
-
-    /// Wraps the transport bytes at `buf[HEADROOM..HEADROOM + t.len]` into a native packet
-    /// starting at `buf[0]` (moving them forward when there is no GRH).
-    fn frame(&self, buf: &mut [u8], t: &softib_engine::Transmit) -> Option<usize> {
-        let av: &AddressVector = &t.av;
-        let slid = self.sma.lid(t.port).map_or(Lid(0), |(l, _)| l);
-        let grh_len = if av.grh.is_some() { grh::HEADER_LEN } else { 0 };
-        let start = HEADROOM - grh_len - lrh::HEADER_LEN;
-        let body_end = HEADROOM + t.len;
-        let total = body_end - start + ICRC_LEN + VCRC_LEN;
-        if body_end + ICRC_LEN + VCRC_LEN > buf.len() {
-            return None;
-        }
-        let pkt_len = u16::try_from((body_end - start + ICRC_LEN) / 4).ok()?;
-        let lrh = LrhRepr {
-            vl: 0,
-            lver: 0,
-            sl: av.sl & 0x0F,
-            lnh: if grh_len > 0 {
-                Lnh::IbaGlobal
-            } else {
-                Lnh::IbaLocal
-            },
-            dlid: av.dlid,
-            pkt_len,
-            slid: Lid(slid.0 | u16::from(av.src_path_bits)),
-        };
-        lrh.emit(&mut lrh::Packet::new_unchecked(
-            &mut buf[start..start + lrh::HEADER_LEN],
-        ));
-        if let Some(g) = av.grh {
-            let sgid = self
-                .hca
-                .port(t.port)
-                .and_then(|p| p.gids.get(usize::from(g.sgid_index)).copied())
-                .unwrap_or(Gid([0; 16]));
-            let repr = GrhRepr {
-                traffic_class: g.traffic_class,
-                flow_label: g.flow_label & 0xF_FFFF,
-                payload_len: u16::try_from(t.len + ICRC_LEN).ok()?,
-                next_header: grh::NEXT_HEADER_IBA,
-                hop_limit: g.hop_limit,
-                sgid,
-                dgid: g.dgid,
-            };
-            let at = start + lrh::HEADER_LEN;
-            repr.emit(&mut grh::Packet::new_unchecked(
-                &mut buf[at..at + grh::HEADER_LEN],
-            ));
-        }
-        // Move the frame to the start of the buffer: callers send buf[..len].
-        buf.copy_within(start..body_end, 0);
-        let body_end = body_end - start;
-        let headers = lrh::HEADER_LEN + grh_len;
-        let icrc = crc::icrc_native(
-            &buf[..lrh::HEADER_LEN],
-            (grh_len > 0).then(|| &buf[lrh::HEADER_LEN..headers]),
-            &buf[headers..body_end],
-        );
-        crc::write_icrc(&mut buf[body_end..], icrc);
-        let vcrc = crc::vcrc(&buf[..body_end + ICRC_LEN]);
-        buf[body_end + ICRC_LEN..body_end + ICRC_LEN + VCRC_LEN]
-            .copy_from_slice(&vcrc.to_le_bytes());
-        Some(total)
     }
 }
 

@@ -1,18 +1,19 @@
-//! `softib-hca` — the runtime around the engine: real links, real time.
+//! `softib-hca` — the daemon `softibd`: the devices of a host (or of a whole emulated fabric)
+//! with their real links and the real clock, and the control socket applications attach to.
 //!
-//! The engine (`softib-engine`) is a pure state machine; this crate is the only place that
-//! reads the clock or blocks. Today it holds the RoCEv2 link ([`roce`]): framing exactly as the
-//! Linux rxe driver puts packets on the wire (UDP to port 4791, ICRC over the IP and UDP
-//! headers the kernel writes) and a [`driver::Driver`] that moves packets between an engine and
-//! a UDP socket; and the daemon (`softibd`, [`host`]), which serves the control protocol of
-//! `softib-proto`.
+//! The engine (`softib-engine`) and the link adapters (`softib-link`: RoCEv2 framing in
+//! `RoceCa`) are pure state machines; this crate drives them. [`device`] holds a host's devices
+//! and their sockets: RoCEv2 devices (a `RoceCa` with its UDP sockets, send queue, faults and
+//! capture) and HCAs on emulated IB cables ([`ib`]: the engine, the SMA and native framing);
+//! [`switchboard`] hands frames and datagrams between the daemon's own devices without the
+//! kernel; [`host`] is the event loop, the control requests (the protocol of `softib-proto`) and the
+//! switches.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod device;
-pub mod driver;
 pub mod host;
 pub mod ib;
 pub mod pma;
-pub mod roce;
 pub mod shm_memory;
+pub mod switchboard;

@@ -192,13 +192,23 @@ pub struct TxQueue<K> {
 
 impl<K> Default for TxQueue<K> {
     fn default() -> Self {
+        TxQueue::with_hash_seed(FastState::new().0)
+    }
+}
+
+impl<K> TxQueue<K> {
+    /// An empty queue whose hash is keyed by `seed` rather than by a random key, for an
+    /// embedder whose runs must not touch the OS's randomness (the simulator). Only lookups use
+    /// the hash: which datagrams form a run, and the order a flush hands them on, never depend
+    /// on it.
+    pub fn with_hash_seed(seed: u64) -> TxQueue<K> {
         TxQueue {
             data: Vec::new(),
             used: 0,
             segments: Vec::new(),
             members: Vec::new(),
             groups: Vec::new(),
-            open: HashMap::with_hasher(FastState::new()),
+            open: HashMap::with_hasher(FastState(seed)),
             order: Vec::new(),
         }
     }

@@ -1,6 +1,7 @@
 //! `softib-net` — the operating-system plumbing of softib: UDP links and the IB cable
-//! ([`cable`]), memory shared with applications ([`shm`]), descriptor passing ([`fdpass`]).
-//! It moves opaque byte frames and knows nothing of InfiniBand: framing lives in `softib-hca`.
+//! ([`cable`]), memory shared with applications ([`shm`]), descriptor passing ([`fdpass`]),
+//! network interfaces ([`netdev`]). It moves opaque byte frames and knows nothing of
+//! InfiniBand: framing lives in `softib-link`.
 #![deny(missing_docs)]
 
 use std::io;
@@ -12,6 +13,7 @@ pub mod batch;
 pub mod cable;
 pub mod fault;
 pub mod fdpass;
+pub mod netdev;
 pub mod pcap;
 pub mod procmem;
 pub mod ring;
@@ -193,6 +195,24 @@ impl UdpLink {
                 // An ICMP port-unreachable from an earlier send surfaces here; not our input.
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
                 Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Waits up to `timeout` for a datagram to be waiting, without taking it; returns whether
+    /// one is.
+    pub fn wait_readable(&self, timeout: std::time::Duration) -> io::Result<bool> {
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        let ts = Timespec {
+            tv_sec: timeout.as_secs().try_into().unwrap_or(i64::MAX),
+            tv_nsec: timeout.subsec_nanos().into(),
+        };
+        let mut fds = [PollFd::new(&self.socket, PollFlags::IN)];
+        loop {
+            match poll(&mut fds, Some(&ts)) {
+                Ok(n) => return Ok(n > 0),
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
             }
         }
     }

@@ -23,9 +23,11 @@
 //! Nothing in a run may depend on anything but the seed and the overrides: no real clock (time
 //! is [`softib_engine::Instant`], moved by the simulator), no OS randomness (every random
 //! choice comes from streams forked from the seed), no iteration over a `HashMap` (every
-//! collection is a `Vec` or a `BTreeMap`), no threads inside a run. It depends only on the
-//! sans-IO crates `softib-engine` and `softib-wire`, so a protocol bug reproduces here from its
-//! seed; one that does not lives in the I/O layers. It never reaches into the engine's
+//! collection is a `Vec` or a `BTreeMap`), no threads inside a run. It drives the sans-IO
+//! crates `softib-engine` and `softib-link` (each HCA a `RoceCa`, so RoCEv2 framing, ICRC
+//! sealing and GSO runs are under the faults too) and uses nothing of `softib-net` but the pure
+//! send queue, so a protocol bug reproduces here from its seed; one that does not lives in the
+//! I/O layers. It never reaches into the engine's
 //! internals: what it checks, it checks from the verbs interface, the packets and the memory.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -333,7 +335,7 @@ fn drive(
             next = next.min(heal_at);
         }
         world.now = world.now.max(next);
-        world.deliver();
+        world.deliver()?;
         world.fire_timers();
     }
     oracle.check_liveness(world)?;
@@ -352,7 +354,7 @@ fn drive(
         drops: DropReason::ALL
             .iter()
             .map(|&r| {
-                let n = world.nodes.iter().map(|n| n.hca.drops().get(r)).sum();
+                let n = world.nodes.iter().map(|n| n.hca().drops().get(r)).sum();
                 (r.name(), n)
             })
             .filter(|&(_, n)| n > 0)

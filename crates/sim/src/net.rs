@@ -1,12 +1,14 @@
 //! The `net` module deals with *the fault model*: links between HCAs that lose, duplicate,
 //! reorder, delay and corrupt packets, and partitions that cut links for a while.
 //!
-//! A link carries what the engine transmits — the transport bytes from the BTH through the
-//! pad, `Transmit.len` bytes — followed by a CRC-32 the sender appends, standing in for the
-//! ICRC. Corruption flips one to three random bits anywhere in those bytes; the receiving end
-//! recomputes the CRC, and a mismatch drops the packet and counts it, as an HCA drops a packet
-//! whose ICRC fails. (CRC-32 detects every error of up to three bits in frames this short, so a
-//! corrupted packet never reaches an engine.)
+//! A link carries RoCEv2 datagrams — the UDP payload each HCA's `RoceCa` sealed, BTH through
+//! ICRC — with what the UDP and IP headers would say beside them (the source port, the
+//! datagram's index in its GSO run). Corruption flips one to three random bits anywhere in
+//! those bytes and remembers which; the receiving `RoceCa` checks the real ICRC and drops what
+//! fails, as an HCA does. (The ICRC is a CRC-32 over the datagram and headers derived from the
+//! addresses, so it catches every error of up to three bits in frames this short — except in
+//! BTH byte 4, which the ICRC masks because switches may set FECN and BECN there; the world
+//! checks that nothing else ever gets through.)
 //!
 //! Faults are drawn per direction of every link, TigerBeetle-style:
 //! * delay: `min + Exp(mean)`, capped, and first-in first-out per direction;
@@ -24,8 +26,6 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use softib_engine::{Duration, Instant};
-use softib_wire::crc::crc32;
-use softib_wire::Lid;
 
 use crate::rng::SimRng;
 
@@ -112,7 +112,8 @@ pub struct NetStats {
     pub reordered: u64,
     /// Packets corrupted on the wire.
     pub corrupted: u64,
-    /// Packets the receiver dropped because the CRC did not match.
+    /// Corrupted packets the receiving link dropped (a bad ICRC, or an opcode the corruption
+    /// made one softib does not have).
     pub crc_dropped: u64,
     /// Packets lost to a partition.
     pub partitioned: u64,
@@ -174,13 +175,13 @@ impl fmt::Display for SendOutcome {
     }
 }
 
-/// What travels with a frame besides its bytes, as a link layer carries it.
+/// What travels with a datagram besides its bytes, as the IP and UDP headers carry it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Label {
-    /// The sender's LID.
-    pub slid: Lid,
-    /// The service level.
-    pub sl: u8,
+    /// The UDP source port.
+    pub src_port: u16,
+    /// Its index in its GSO run: the IPv4 Identification it carries.
+    pub index: u16,
     /// The sender said it goes in-process (`Transmit::in_process`).
     pub in_process: bool,
 }
@@ -191,12 +192,13 @@ struct Frame {
     from: usize,
     to: usize,
     label: Label,
-    corrupted: bool,
-    /// Transport bytes followed by the 4-byte CRC.
+    /// The bits corruption flipped (none for an intact frame).
+    flipped: Vec<u64>,
+    /// The datagram.
     bytes: Vec<u8>,
 }
 
-/// A packet that arrived intact.
+/// A packet that arrived, intact or not.
 #[derive(Debug, Clone)]
 pub struct Delivery {
     /// The receiving HCA.
@@ -205,8 +207,11 @@ pub struct Delivery {
     pub from: usize,
     /// What came with it.
     pub label: Label,
-    /// The transport bytes (BTH through pad), CRC removed.
-    pub body: Vec<u8>,
+    /// The bits corruption flipped on the way (bit `i` is bit `i % 8` of byte `i / 8`); empty
+    /// when it arrived as it was sent.
+    pub flipped: Vec<u64>,
+    /// The datagram (BTH through ICRC).
+    pub bytes: Vec<u8>,
 }
 
 /// The network: every directed link between `n` HCAs (including each HCA's loopback).
@@ -280,14 +285,14 @@ impl Net {
         self.queue.keys().next().map(|&(t, _)| t)
     }
 
-    /// Sends `body` (transport bytes) from HCA `from` to HCA `to` at `now`.
+    /// Sends `datagram` from HCA `from` to HCA `to` at `now`.
     pub(crate) fn send(
         &mut self,
         now: Instant,
         from: usize,
         to: usize,
         label: Label,
-        body: &[u8],
+        datagram: &[u8],
     ) -> SendOutcome {
         let mut out = SendOutcome::default();
         self.stats.sent += 1;
@@ -302,9 +307,7 @@ impl Net {
             out.lost = true;
             return out;
         }
-        let mut bytes = Vec::with_capacity(body.len() + 4);
-        bytes.extend_from_slice(body);
-        bytes.extend_from_slice(&crc32(body).to_le_bytes());
+        let bytes = datagram.to_vec();
         let copies = if self.rng.chance(faults.dup) {
             self.stats.duplicated += 1;
             2
@@ -316,14 +319,13 @@ impl Net {
                 from,
                 to,
                 label,
-                corrupted: false,
+                flipped: Vec::new(),
                 bytes: bytes.clone(),
             };
             out.copies += 1;
             if self.rng.chance(faults.corrupt) {
                 self.stats.corrupted += 1;
                 out.corrupted += 1;
-                frame.corrupted = true;
                 // One to three distinct bits (flipping one bit twice would undo it).
                 let flips = self.rng.range(1, 3) as usize;
                 let nbits = frame.bytes.len() as u64 * 8;
@@ -334,9 +336,10 @@ impl Net {
                         bits.push(bit);
                     }
                 }
-                for bit in bits {
+                for &bit in &bits {
                     frame.bytes[(bit / 8) as usize] ^= 1 << (bit % 8);
                 }
+                frame.flipped = bits;
             }
             let d = self.delay;
             let extra = self
@@ -360,8 +363,8 @@ impl Net {
         out
     }
 
-    /// Takes the next packet that has arrived by `now` and is intact; counts and discards the
-    /// ones that are corrupted or whose link is cut on arrival.
+    /// Takes the next packet that has arrived by `now`, corrupted or not (the receiving link
+    /// judges); counts and discards the ones whose link is cut on arrival.
     pub(crate) fn pop_due(&mut self, now: Instant) -> Option<Delivery> {
         loop {
             let (&(at, seq), _) = self.queue.iter().next()?;
@@ -373,28 +376,12 @@ impl Net {
                 self.stats.partitioned += 1;
                 continue;
             }
-            let Some(split) = frame.bytes.len().checked_sub(4) else {
-                self.stats.crc_dropped += 1;
-                continue;
-            };
-            let (body, crc) = frame.bytes.split_at(split);
-            let mut c = [0u8; 4];
-            c.copy_from_slice(crc);
-            if crc32(body) != u32::from_le_bytes(c) {
-                self.stats.crc_dropped += 1;
-                continue;
-            }
-            // CRC-32 catches every error of up to three bits at these lengths; a corrupted
-            // frame that passes would be a bug in this model, not a fault to deliver.
-            debug_assert!(!frame.corrupted, "corruption escaped the CRC");
-            self.stats.delivered += 1;
-            let mut body = frame.bytes;
-            body.truncate(split);
             return Some(Delivery {
                 to: frame.to,
                 from: frame.from,
                 label: frame.label,
-                body,
+                flipped: frame.flipped,
+                bytes: frame.bytes,
             });
         }
     }
@@ -404,10 +391,10 @@ impl Net {
 mod tests {
     use super::*;
 
-    /// The label of a frame from the node with LID `lid`.
-    fn lab(lid: u16) -> Label {
+    /// The label of a frame from source port `port`.
+    fn lab(port: u16) -> Label {
         Label {
-            slid: Lid(lid),
+            src_port: port,
             ..Label::default()
         }
     }
@@ -434,7 +421,7 @@ mod tests {
     fn drain(n: &mut Net) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         while let Some(d) = n.pop_due(Instant::NEVER) {
-            out.push(d.body);
+            out.push(d.bytes);
         }
         out
     }
@@ -453,7 +440,7 @@ mod tests {
     }
 
     #[test]
-    fn corruption_is_always_caught() {
+    fn corrupted_frames_arrive_with_the_bits_that_were_flipped() {
         let mut n = net(LinkFaults {
             corrupt: 1.0,
             ..LinkFaults::default()
@@ -461,8 +448,18 @@ mod tests {
         for i in 0..1000u32 {
             n.send(Instant::ZERO, 0, 1, lab(1), &i.to_le_bytes());
         }
-        assert!(drain(&mut n).is_empty());
-        assert_eq!(n.stats.crc_dropped, 1000);
+        let mut seen = 0;
+        while let Some(d) = n.pop_due(Instant::NEVER) {
+            assert!((1..=3).contains(&d.flipped.len()));
+            // Flipping the recorded bits back gives what was sent.
+            let mut b = d.bytes.clone();
+            for &bit in &d.flipped {
+                b[(bit / 8) as usize] ^= 1 << (bit % 8);
+            }
+            assert_eq!(b, (seen as u32).to_le_bytes());
+            seen += 1;
+        }
+        assert_eq!((seen, n.stats.corrupted), (1000, 1000));
     }
 
     #[test]

@@ -34,7 +34,7 @@ use softib_engine::verbs::{QpState, QpType, WcOpcode, WcStatus, WorkCompletion};
 use softib_engine::Instant;
 use softib_wire::aeth::Syndrome;
 use softib_wire::opcode::Kind;
-use softib_wire::packet::parse_body;
+use softib_wire::packet::{pad_for, parse_body};
 use softib_wire::Qpn;
 
 use crate::swarm::Config;
@@ -487,7 +487,7 @@ impl Oracle {
     /// Liveness: after the healed phase, every QP that is not in ERR has no work left.
     pub(crate) fn check_liveness(&self, world: &World) -> Result<(), String> {
         for l in &self.ends {
-            let Some(qp) = world.nodes[l.info.node].hca.qp(l.info.qpn) else {
+            let Some(qp) = world.nodes[l.info.node].hca().qp(l.info.qpn) else {
                 return Err(format!("{} disappeared", l.name()));
             };
             if qp.state != QpState::Err && qp.send_queue_len() > 0 {
@@ -978,7 +978,18 @@ impl Oracle {
             last = Some(i);
             let m = cands[i];
             if ud {
-                let mut want = vec![0u8; 40];
+                // The GRH area holds what the IP header of the datagram said (RoCEv2: IPv4
+                // after 20 zero bytes, or IPv6): BTH, DETH, ImmDt, payload, pad, ICRC.
+                let imm = if m.kind.has_imm() { 4 } else { 0 };
+                let udp_len = 12 + 8 + imm + len as usize + pad_for(len as usize) as usize + 4;
+                let (from, to) = (
+                    world.nodes[l.info.node].addr,
+                    world.nodes[recv.info.node].addr,
+                );
+                let Some(grh) = softib_link::framing::grh_area(from, to, udp_len) else {
+                    return Err(format!("{}: no GRH area from {from} to {to}", recv.name()));
+                };
+                let mut want = grh.to_vec();
                 want.extend_from_slice(slice(sinit, m.local, len as usize));
                 out.push(Expect {
                     node: recv.info.node,

@@ -91,9 +91,15 @@ pub struct Overrides {
     pub ops: Option<u8>,
     /// Log every packet sent and delivered (changes nothing else in the run).
     pub trace: bool,
-    /// Whether RC QPs are marked in-process (large segments, payloads by reference), as the
-    /// daemon marks QPs whose peer is one of its own devices.
+    /// Whether every HCA is a device of one daemon, so that RC QPs go in-process (large
+    /// segments) from RTR, as the daemon's RoCE devices decide for QPs between them.
     pub in_process: Option<bool>,
+    /// Whether the HCAs' RoCEv2 addresses are IPv6 (else IPv4, where the ICRC covers the IPv4
+    /// Identification of each GSO segment).
+    pub ipv6: Option<bool>,
+    /// Whether a message's datagrams leave in GSO runs (else each alone, in the order the
+    /// engines built them).
+    pub gso: Option<bool>,
 }
 
 impl Overrides {
@@ -130,6 +136,8 @@ impl Overrides {
             ("disruptions", self.disruptions),
             ("late-recvs", self.late_recvs),
             ("in-process", self.in_process),
+            ("ipv6", self.ipv6),
+            ("gso", self.gso),
         ] {
             if let Some(b) = v {
                 s.push_str(&format!(" --{name} {}", if b { "on" } else { "off" }));
@@ -237,9 +245,15 @@ pub struct Config {
     pub late_recv_max: Duration,
     /// Whether the workload disrupts QP pairs.
     pub disruptions: bool,
-    /// Whether RC QPs are marked in-process: their SENDs and WRITEs go in segments of
-    /// `IN_PROCESS_SEGMENT` bytes, with messages up to three of them long.
+    /// Whether RC QPs go in-process (every HCA a local peer of the others): their SENDs and
+    /// WRITEs go in segments of `IN_PROCESS_SEGMENT` bytes, with messages up to three of them
+    /// long.
     pub in_process: bool,
+    /// Whether the HCAs' RoCEv2 addresses are IPv6 (`fd00::N`) rather than IPv4 (`10.0.0.N`).
+    pub ipv6: bool,
+    /// Whether each HCA's datagrams leave in GSO runs, each segment sealed for the IPv4
+    /// Identification its place in its run gives it.
+    pub gso: bool,
 }
 
 impl Config {
@@ -496,6 +510,11 @@ pub fn derive(seed: u64, o: &Overrides) -> Config {
         }
     }
 
+    // The RoCEv2 link's knobs, from a stream of their own for the same reason.
+    let mut link_rng = SimRng::new(seed ^ 0x5157_4152_4D00_0003);
+    let ipv6 = o.ipv6.unwrap_or_else(|| link_rng.chance(0.5));
+    let gso = o.gso.unwrap_or_else(|| link_rng.chance(0.5));
+
     let rnr_us = u64::from(rnr_timer_usec(min_rnr_timer));
     let lifetime = delay.max_lifetime().as_micros();
     let liveness_bound = Duration::from_micros(
@@ -526,6 +545,8 @@ pub fn derive(seed: u64, o: &Overrides) -> Config {
         late_recv_max,
         disruptions,
         in_process,
+        ipv6,
+        gso,
     }
 }
 
@@ -583,6 +604,12 @@ impl fmt::Display for Config {
             self.late_recv_max,
             if self.disruptions { "on" } else { "off" },
             if self.in_process { "on" } else { "off" }
+        )?;
+        writeln!(
+            f,
+            "  link: RoCEv2 over {}, GSO runs {}",
+            if self.ipv6 { "IPv6" } else { "IPv4" },
+            if self.gso { "on" } else { "off" }
         )?;
         for (i, p) in self.pairs.iter().enumerate() {
             write!(

@@ -20,7 +20,8 @@ use softib_engine::verbs::{
     WrOpcode,
 };
 use softib_engine::{
-    AddressVector, AhHandle, AttrMask, Duration, Instant, QpAttr, QpCap, QpInitAttr, VerbsError,
+    AddressVector, AhHandle, AttrMask, Duration, GlobalRoute, Instant, QpAttr, QpCap, QpInitAttr,
+    VerbsError,
 };
 use softib_wire::{Psn, Qpn, RKey};
 
@@ -489,28 +490,23 @@ impl Workload {
             let r = self.regions[e];
             let end = &self.ends[e];
             let node = &mut world.nodes[end.node];
+            let (pd, send_cq, recv_cq) = (node.pd, node.send_cq, node.recv_cq);
             let err = |what: &str, x: VerbsError| format!("sim: setup of {what} failed: {x}");
             let lkey = node
-                .hca
-                .reg_mr(node.pd, r.local.0, r.local.1, local, crate::world::REGION)
+                .hca_mut()
+                .reg_mr(pd, r.local.0, r.local.1, local, crate::world::REGION)
                 .map_err(|x| err("the local MR", x))?;
             let rkey = node
-                .hca
-                .reg_mr(
-                    node.pd,
-                    r.remote.0,
-                    r.remote.1,
-                    remote,
-                    crate::world::REGION,
-                )
+                .hca_mut()
+                .reg_mr(pd, r.remote.0, r.remote.1, remote, crate::world::REGION)
                 .map_err(|x| err("the remote MR", x))?;
             let qpn = node
-                .hca
+                .hca_mut()
                 .create_qp(QpInitAttr {
                     qp_type: end.qp_type,
-                    pd: node.pd,
-                    send_cq: node.send_cq,
-                    recv_cq: node.recv_cq,
+                    pd,
+                    send_cq,
+                    recv_cq,
                     srq: None,
                     cap: QpCap {
                         max_send_wr: self.cfg.max_send_wr,
@@ -542,18 +538,12 @@ impl Workload {
                 peer_node,
             });
             if end.qp_type == QpType::Ud {
-                let lid = world.nodes[peer_node].lid;
+                let av = path_to(&world.nodes[peer_node]);
                 let node = &mut world.nodes[end.node];
+                let pd = node.pd;
                 let ah = node
-                    .hca
-                    .create_ah(
-                        node.pd,
-                        AddressVector {
-                            dlid: lid,
-                            port_num: 1,
-                            ..AddressVector::default()
-                        },
-                    )
+                    .hca_mut()
+                    .create_ah(pd, av)
                     .map_err(|x| format!("sim: setup of an AH failed: {x}"))?;
                 self.ends[e].ah = Some(ah);
             }
@@ -587,7 +577,7 @@ impl Workload {
         let cfg = &self.cfg;
         let end = &self.ends[e];
         let peer = &self.ends[end.peer];
-        let dlid = world.nodes[peer.node].lid;
+        let path = path_to(&world.nodes[peer.node]);
         let t = end.qp_type;
         let access = match t {
             QpType::Rc => AccessFlags::LOCAL_WRITE
@@ -612,11 +602,7 @@ impl Workload {
             timeout: cfg.timeout,
             retry_cnt: cfg.retry_cnt,
             rnr_retry: cfg.rnr_retry,
-            ah_attr: AddressVector {
-                dlid,
-                port_num: 1,
-                ..AddressVector::default()
-            },
+            ah_attr: path,
             ..QpAttr::default()
         };
         let m = AttrMask::STATE
@@ -656,19 +642,18 @@ impl Workload {
         };
         let name = end.name();
         let qpn = end.qpn;
-        let hca = &mut world.nodes[end.node].hca;
+        // Through the link, which decides at RTR from the path whether the QP's peer is in
+        // this process (with `in_process`, every HCA is).
+        let ca = &mut world.nodes[end.node].ca;
         for (to, mask) in [
             (QpState::Init, init),
             (QpState::Rtr, rtr),
             (QpState::Rts, rts),
         ] {
             attr.qp_state = to;
-            hca.modify_qp(qpn, &attr, mask)
+            ca.modify_qp(qpn, &attr, mask)
                 .map_err(|x| format!("sim: {name} could not move to {to}: {x}"))?;
         }
-        // As the daemon marks a QP whose peer is one of its own devices (the engine ignores
-        // it on UC and UD).
-        hca.set_in_process(qpn, cfg.in_process);
         let now = world.now;
         let epoch = self.ends[e].epoch;
         world.log.push(
@@ -690,14 +675,14 @@ impl Workload {
         why: &str,
     ) -> Result<(), String> {
         let end = &mut self.ends[e];
-        let hca = &mut world.nodes[end.node].hca;
-        let state = hca.qp(end.qpn).map(|q| q.state);
+        let ca = &mut world.nodes[end.node].ca;
+        let state = ca.hca().qp(end.qpn).map(|q| q.state);
         if state != Some(QpState::Err) {
             let attr = QpAttr {
                 qp_state: QpState::Err,
                 ..QpAttr::default()
             };
-            hca.modify_qp(end.qpn, &attr, AttrMask::STATE)
+            ca.modify_qp(end.qpn, &attr, AttrMask::STATE)
                 .map_err(|x| format!("sim: {} could not move to ERR: {x}", end.name()))?;
             world.log.push(
                 world.now,
@@ -729,7 +714,7 @@ impl Workload {
                 ..QpAttr::default()
             };
             world.nodes[end.node]
-                .hca
+                .ca
                 .modify_qp(end.qpn, &attr, AttrMask::STATE)
                 .map_err(|x| format!("sim: {} could not move to RESET: {x}", end.name()))?;
             end.state = QpState::Reset;
@@ -831,7 +816,7 @@ impl Workload {
         let end = &self.ends[e];
         let node = end.node;
         let state = world.nodes[node]
-            .hca
+            .hca()
             .qp(end.qpn)
             .map_or(QpState::Reset, |q| q.state);
         let epoch = end.epoch;
@@ -908,7 +893,7 @@ impl Workload {
             inline_data,
             ud,
         };
-        match world.nodes[node].hca.post_send(self.ends[e].qpn, wr) {
+        match world.nodes[node].hca_mut().post_send(self.ends[e].qpn, wr) {
             Ok(()) => {}
             Err(VerbsError::Exhausted(_)) => return Ok(false),
             Err(x) => {
@@ -1006,11 +991,11 @@ impl Workload {
         let seq = end.next_recv_seq;
         let wr_id = (e as u64) << 32 | 1 << 31 | u64::from(seq);
         let state = world.nodes[end.node]
-            .hca
+            .hca()
             .qp(end.qpn)
             .map_or(QpState::Reset, |q| q.state);
         match world.nodes[end.node]
-            .hca
+            .hca_mut()
             .post_recv(end.qpn, RecvWr { wr_id, sg_list })
         {
             Ok(()) => {}
@@ -1086,7 +1071,7 @@ impl Workload {
         for e in 0..self.ends.len() {
             let end = &self.ends[e];
             let state = world.nodes[end.node]
-                .hca
+                .hca()
                 .qp(end.qpn)
                 .map_or(QpState::Reset, |q| q.state);
             if state == end.state {
@@ -1163,7 +1148,7 @@ impl Workload {
             if !e.pending_recvs.iter().all(stale) {
                 return false;
             }
-            let Some(qp) = world.nodes[e.node].hca.qp(e.qpn) else {
+            let Some(qp) = world.nodes[e.node].hca().qp(e.qpn) else {
                 return false;
             };
             if qp.state != QpState::Err && qp.send_queue_len() > 0 {
@@ -1177,7 +1162,7 @@ impl Workload {
     pub(crate) fn outstanding(&self, world: &World) -> Vec<String> {
         let mut v = Vec::new();
         for e in &self.ends {
-            let qp = world.nodes[e.node].hca.qp(e.qpn);
+            let qp = world.nodes[e.node].hca().qp(e.qpn);
             let sq = qp.map_or(0, |q| q.send_queue_len());
             let st = qp.map_or(QpState::Reset, |q| q.state);
             if !e.plan.is_empty() || sq > 0 || !e.pending_recvs.is_empty() {
@@ -1194,5 +1179,21 @@ impl Workload {
             v.push(format!("{} workload actions pending", self.actions.len()));
         }
         v
+    }
+}
+
+/// The path to `node`'s port: by GID, as RoCEv2 routes (the LID rides along unused).
+fn path_to(node: &crate::world::Node) -> AddressVector {
+    AddressVector {
+        dlid: node.lid,
+        port_num: 1,
+        grh: Some(GlobalRoute {
+            dgid: node.gid(),
+            flow_label: 0,
+            sgid_index: 0,
+            hop_limit: 64,
+            traffic_class: 0,
+        }),
+        ..AddressVector::default()
     }
 }

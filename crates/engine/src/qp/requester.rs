@@ -427,6 +427,8 @@ impl Qp {
             port: self.attr.port_num,
             av,
             src_qpn: qpn,
+            dest_qpn: t.bth.dest_qpn,
+            opcode,
             len,
             payload: by_ref,
             in_process,

@@ -1,4 +1,6 @@
-//! RoCEv2 framing over a kernel UDP socket (IBA Annex A17; Linux `rxe_net.c`, `rxe_icrc.c`).
+//! The `framing` module deals with *RoCEv2 datagrams as the kernel carries them* (IBA Annex
+//! A17; Linux `rxe_net.c`, `rxe_icrc.c`): the ICRC over the IP and UDP headers, the UDP source
+//! port rxe uses per QP, the GRH area of a UD receive, the IB MTU an Ethernet MTU allows.
 //!
 //! A userspace sender does not write the IP and UDP headers — the kernel does — yet the ICRC
 //! covers them. So the ICRC is computed over the headers the kernel *will* write:
@@ -6,7 +8,8 @@
 //! * IPv4: version 4, IHL 5, the TOS and TTL (masked anyway), Total Length, **Identification 0**
 //!   and **DF**: Linux gives every datagram of an *unconnected* UDP socket with path-MTU
 //!   discovery on (the default) the ID 0 and the DF flag (`ip_select_ident`); protocol 17, the
-//!   addresses. The header checksum is masked.
+//!   addresses. The header checksum is masked. The segments of one UDP GSO send get the
+//!   Identifications 0, 1, 2, ... instead ([`seal_for`], [`IdentPatch`]).
 //! * IPv6: version 6, payload length, next header 17, the addresses; traffic class, flow label
 //!   and hop limit are masked.
 //! * UDP: the ports and length; the checksum is masked.
@@ -17,23 +20,20 @@
 //!
 //! **Foreign IPv4 senders.** The Linux rxe driver (and RoCE NICs) write a nonzero IPv4
 //! Identification, which the ICRC covers and a UDP socket does not report. softib's policy
-//! (docs/interop.md): when the check with Identification 0 fails, solve for the one
+//! (docs/interop.md): when the check with the expected Identification fails, solve for the one
 //! Identification that would make the ICRC match (`crc::roce_v4_ident_for_icrc`: a 16-unknown
 //! linear solve, then an exact recomputation) and accept the packet if there is one. Every
 //! other covered bit is still checked, but 16 of the ICRC's 32 bits are spent on the unknown:
 //! a corrupted packet slips through with probability 2^-16 instead of 2^-32 (the Ethernet FCS
 //! and the kernel's IPv4 header checksum still guard the link). IPv6 has no Identification, so
-//! over IPv6 every ICRC is checked at full strength: use IPv6 addresses where that matters.
-//!
-//! The UDP source port is the one rxe uses per QP (`device::rxe_source_port`): a device sends
-//! from a socket bound to that port (one per port in use, up to a limit beyond which QPs share
-//! the device's own port), and receives everything on its own port (4791).
+//! over IPv6 every ICRC is checked at full strength: use IPv6 addresses where that matters. A
+//! receiver whose senders are all softib ([`Senders::Softib`], the simulator) does not solve.
 
 use std::net::{IpAddr, SocketAddr};
 
 use softib_wire::crc::{self, ICRC_LEN};
 use softib_wire::ip::{Ipv4Repr, Ipv6Repr, PROTOCOL_UDP};
-use softib_wire::Gid;
+use softib_wire::{Gid, Mtu};
 
 /// The IANA port of RoCEv2.
 pub const ROCE_V2_PORT: u16 = softib_wire::ip::ROCE_V2_UDP_PORT;
@@ -93,6 +93,27 @@ pub fn datagram(src: SocketAddr, dst: SocketAddr, payload: &[u8], ident: u16) ->
     Some(v)
 }
 
+/// What the wire would have carried for a datagram handed over unsealed (for a capture): the
+/// IP datagram with `data`'s headers, the `payload` left apart (with its pad) when there is one,
+/// and a valid ICRC for Identification `ident`. `data` ends in the ICRC's room.
+pub fn wire_datagram(
+    src: SocketAddr,
+    dst: SocketAddr,
+    data: &[u8],
+    payload: Option<&[u8]>,
+    ident: u16,
+) -> Option<Vec<u8>> {
+    let mut c = data.to_vec();
+    if let Some(p) = payload {
+        let at = c.len().saturating_sub(ICRC_LEN);
+        let pad = usize::from(softib_wire::packet::pad_for(p.len()));
+        c.splice(at..at, p.iter().copied().chain(std::iter::repeat_n(0, pad)));
+    }
+    let body = c.len().checked_sub(ICRC_LEN)?;
+    seal_for(src, dst, &mut c, body, ident)?;
+    datagram(src, dst, &c, if src.is_ipv4() { ident } else { 0 })
+}
+
 /// The ICRC of a RoCEv2 packet whose UDP payload is `body` followed by the 4-byte ICRC (sent
 /// with IPv4 Identification 0).
 pub fn icrc(src: SocketAddr, dst: SocketAddr, body: &[u8]) -> Option<u32> {
@@ -111,14 +132,27 @@ fn icrc_with_ident(src: SocketAddr, dst: SocketAddr, body: &[u8], ident: u16) ->
 }
 
 /// Appends the ICRC to `buf[..len]` (which must have 4 more bytes) for a datagram from `src` to
-/// `dst`; returns the UDP payload length.
+/// `dst` sent alone (IPv4 Identification 0); returns the UDP payload length.
 pub fn seal(src: SocketAddr, dst: SocketAddr, buf: &mut [u8], len: usize) -> Option<usize> {
-    let value = icrc(src, dst, &buf[..len])?;
+    seal_for(src, dst, buf, len, 0)
+}
+
+/// [`seal`] for a datagram that will carry IPv4 Identification `ident`: the `ident`th segment
+/// of a UDP GSO send (ignored over IPv6, which has no Identification).
+pub fn seal_for(
+    src: SocketAddr,
+    dst: SocketAddr,
+    buf: &mut [u8],
+    len: usize,
+    ident: u16,
+) -> Option<usize> {
+    let ident = if src.is_ipv4() { ident } else { 0 };
+    let value = icrc_with_ident(src, dst, buf.get(..len)?, ident)?;
     crc::write_icrc(buf.get_mut(len..len + ICRC_LEN)?, value);
     Some(len + ICRC_LEN)
 }
 
-/// Why a received datagram was not accepted.
+/// Why a received datagram's ICRC check failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RxError {
     /// Shorter than a BTH and an ICRC.
@@ -129,6 +163,18 @@ pub enum RxError {
     AddressFamily,
 }
 
+/// Who may have sent the datagrams a receiver checks, which decides how an IPv4 Identification
+/// it cannot see is treated (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Senders {
+    /// Anyone: rxe and RoCE NICs too, whose Identification is solved for.
+    Any,
+    /// Only softib, each datagram's index in its GSO run reaching the receiver as its sender
+    /// queued it (the simulator): the ICRC is checked for exactly that Identification, at full
+    /// strength.
+    Softib,
+}
+
 /// Checks the ICRC of a received UDP payload from `src` to `dst`; returns the body (BTH
 /// through pad) the engine takes.
 pub fn open(src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> Result<&[u8], RxError> {
@@ -137,12 +183,23 @@ pub fn open(src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> Result<&[u8], R
 
 /// [`open`] for a datagram that most likely carried IPv4 Identification `ident`: the `ident`th
 /// segment of a run the kernel coalesced (UDP GRO), which a softib sender sealed for that
-/// Identification (see [`IdentPatch`]). Tried first; then 0; then any (foreign senders).
+/// Identification ([`seal_for`]). Tried first; then 0; then any (foreign senders).
 pub fn open_hinted(
     src: SocketAddr,
     dst: SocketAddr,
     payload: &[u8],
     ident: u16,
+) -> Result<&[u8], RxError> {
+    open_from(src, dst, payload, ident, Senders::Any)
+}
+
+/// [`open_hinted`] for datagrams from `senders`.
+pub fn open_from(
+    src: SocketAddr,
+    dst: SocketAddr,
+    payload: &[u8],
+    ident: u16,
+    senders: Senders,
 ) -> Result<&[u8], RxError> {
     if payload.len() < 12 + ICRC_LEN {
         return Err(RxError::TooShort);
@@ -156,10 +213,12 @@ pub fn open_hinted(
     }
     // A foreign IPv4 sender's nonzero Identification (see the module docs); the solve also
     // covers Identification 0 when the hint was another.
-    if let (IpAddr::V4(_), Some(h)) = (src.ip(), headers(src, dst, payload.len(), 0)) {
-        let (ip, udp) = (&h.bytes[..h.ip_len], &h.bytes[h.ip_len..h.ip_len + 8]);
-        if crc::roce_v4_ident_for_icrc(ip, udp, body, got).is_some() {
-            return Ok(body);
+    if let (Senders::Any, IpAddr::V4(_)) = (senders, src.ip()) {
+        if let Some(h) = headers(src, dst, payload.len(), 0) {
+            let (ip, udp) = (&h.bytes[..h.ip_len], &h.bytes[h.ip_len..h.ip_len + 8]);
+            if crc::roce_v4_ident_for_icrc(ip, udp, body, got).is_some() {
+                return Ok(body);
+            }
         }
     }
     Err(RxError::BadIcrc)
@@ -167,8 +226,9 @@ pub fn open_hinted(
 
 /// Re-seals IPv4 RoCEv2 datagrams sealed for Identification 0 (by [`seal`]) for the one the
 /// kernel will really give them: the `n`th datagram of a UDP GSO run gets `n`
-/// (`softib_net::batch`). The ICRC change depends only on the Identification and the length,
-/// and a run's datagrams share their length, so the few lengths in use are remembered.
+/// (`softib_net::batch`) — for a datagram sealed before its place in a run was known (one a
+/// fault held back). The ICRC change depends only on the Identification and the length, and a
+/// run's datagrams share their length, so the few lengths in use are remembered.
 #[derive(Debug, Default)]
 pub struct IdentPatch {
     recent: [Option<crc::Ipv4IdentEffect>; 4],
@@ -232,10 +292,35 @@ pub fn udp_source_port(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
     (((fl & 0x3FFF) ^ ((fl & 0xF_C000) >> 14)) as u16) | 0xC000
 }
 
+/// The UDP source port the Linux rxe driver (6.1) uses for a packet of QP `lqpn`: for a
+/// connected QP the port `rdma_get_udp_sport` derives from the path's flow label, or from the
+/// two QP numbers ([`udp_source_port`]); for UD, 0xC000 plus the 14-bit `hash_32` of the QPN it
+/// gives every QP at creation. Checked against the source ports in rxe's own captures.
+pub fn rxe_source_port(ud: bool, flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
+    if ud {
+        const GOLDEN_RATIO_32: u32 = 0x61C8_8647;
+        0xC000 | ((lqpn.wrapping_mul(GOLDEN_RATIO_32) >> 18) & 0x3FFF) as u16
+    } else {
+        udp_source_port(flow_label, lqpn, rqpn)
+    }
+}
+
+/// The largest IB MTU that fits an Ethernet MTU after IP, UDP, BTH and ICRC (rxe's
+/// `eth_mtu_int_to_enum`: 1500 → 1024, 9000 → 4096).
+pub fn ib_mtu_for(eth_mtu: u32) -> Mtu {
+    let room = eth_mtu.saturating_sub(20 + 8 + 12 + 4 + 28);
+    match room {
+        r if r >= 4096 => Mtu::Mtu4096,
+        r if r >= 2048 => Mtu::Mtu2048,
+        r if r >= 1024 => Mtu::Mtu1024,
+        r if r >= 512 => Mtu::Mtu512,
+        _ => Mtu::Mtu256,
+    }
+}
+
 /// The 40 bytes a UD receive buffer starts with on RoCEv2 (what rxe writes): for IPv4, 20 zero
 /// bytes and the IPv4 header; for IPv6, the IPv6 header.
 pub fn grh_area(from: SocketAddr, to: SocketAddr, udp_payload_len: usize) -> Option<[u8; 40]> {
-    use softib_wire::ip::{Ipv4Repr, Ipv6Repr, PROTOCOL_UDP};
     let mut area = [0u8; 40];
     match (from, to) {
         (SocketAddr::V4(s), SocketAddr::V4(d)) => Ipv4Repr {
@@ -352,6 +437,78 @@ mod tests {
             udp_source_port(0x12345, 0, 0),
             ((0x12345 & 0x3FFF) ^ (0x12345 >> 14)) as u16 | 0xC000
         );
+    }
+
+    #[test]
+    fn source_ports_are_the_ones_rxe_sends_from() {
+        // ../shared/captures/rxe: ibv_rc_pingpong between QPs 0x1b and 0x1b went from port
+        // 49881 both ways; ibv_ud_pingpong's QP 0x1c sent from 60539.
+        assert_eq!(rxe_source_port(false, 0, 0x1b, 0x1b), 49881);
+        assert_eq!(rxe_source_port(true, 0, 0x1c, 0x1c), 60539);
+        for q in [1u32, 0x1c, 0xff_ffff] {
+            assert!(rxe_source_port(true, 0, q, 0) >= 0xC000);
+        }
+    }
+
+    #[test]
+    fn a_segment_sealed_for_its_identification_is_what_the_wire_checks() {
+        let src: SocketAddr = "10.0.0.1:49881".parse().unwrap();
+        let dst: SocketAddr = "10.0.0.2:4791".parse().unwrap();
+        let mut a: Vec<u8> = (0..1024 + 16).map(|i| (i * 7 + 3) as u8).collect();
+        a[..12].copy_from_slice(&unhex("0400ffff0000001280af47ee"));
+        let mut b = a.clone();
+        // Sealed for 5 at once, or for 0 and then patched: the same bytes.
+        let n = seal_for(src, dst, &mut a, 1024 + 12, 5).unwrap();
+        seal(src, dst, &mut b, 1024 + 12).unwrap();
+        IdentPatch::default().apply(&mut b[..n], 5);
+        assert_eq!(a, b);
+        let wire = datagram(src, dst, &a[..n], 5).unwrap();
+        assert!(RoceV2Repr::parse(&wire).unwrap().icrc_ok);
+        // A receiver of softib senders only checks exactly the Identification it was told;
+        // one that also takes foreign senders solves for it.
+        let body = &a[..1024 + 12];
+        assert_eq!(open_from(src, dst, &a[..n], 5, Senders::Softib), Ok(body));
+        assert_eq!(
+            open_from(src, dst, &a[..n], 0, Senders::Softib),
+            Err(RxError::BadIcrc)
+        );
+        assert_eq!(open_from(src, dst, &a[..n], 0, Senders::Any), Ok(body));
+        // Over IPv6 the Identification means nothing.
+        let (s6, d6): (SocketAddr, SocketAddr) = (
+            "[fd00::1]:49881".parse().unwrap(),
+            "[fd00::2]:4791".parse().unwrap(),
+        );
+        let n = seal_for(s6, d6, &mut b, 1024 + 12, 5).unwrap();
+        assert_eq!(open_from(s6, d6, &b[..n], 0, Senders::Softib), Ok(body));
+        // Families that differ cannot be sealed or opened.
+        assert_eq!(seal_for(src, d6, &mut b, 1024 + 12, 0), None);
+        assert_eq!(open(src, d6, &b[..n]), Err(RxError::AddressFamily));
+    }
+
+    #[test]
+    fn an_unsealed_handover_is_captured_as_the_wire_would_carry_it() {
+        let src: SocketAddr = "10.0.0.1:49881".parse().unwrap();
+        let dst: SocketAddr = "10.0.0.2:4791".parse().unwrap();
+        // RDMA WRITE ONLY headers (BTH + RETH), the ICRC's room, and a 5-byte payload apart.
+        let mut headers = unhex("0a00ffff0000001280af47ee");
+        headers.extend_from_slice(&[0; 16]);
+        headers[0] = 0x0a;
+        headers[1] |= 3 << 4; // pad count 3
+        headers.extend_from_slice(&[0; 4]);
+        let d = wire_datagram(src, dst, &headers, Some(b"hello"), 2).unwrap();
+        let parsed = RoceV2Repr::parse(&d).unwrap();
+        assert!(parsed.icrc_ok);
+        assert_eq!(d.len(), 28 + 12 + 16 + 5 + 3 + 4);
+        assert_eq!(&d[28 + 28..28 + 33], b"hello");
+        assert_eq!(u16::from_be_bytes([d[4], d[5]]), 2);
+    }
+
+    #[test]
+    fn ib_mtu_follows_the_ethernet_mtu_as_rxe_maps_it() {
+        assert_eq!(ib_mtu_for(1500), Mtu::Mtu1024);
+        assert_eq!(ib_mtu_for(9000), Mtu::Mtu4096);
+        assert_eq!(ib_mtu_for(65536), Mtu::Mtu4096);
+        assert_eq!(ib_mtu_for(0), Mtu::Mtu256);
     }
 
     #[test]
