@@ -19,6 +19,7 @@ use softib_wire::{AethRepr, AtomicAckEthRepr, BthRepr, Opcode, Position, Psn};
 use super::requester::{packets, rnr_syndrome};
 use super::{ActiveRecv, Qp};
 use crate::counters::DropReason;
+use crate::invariant::{ensure, Broken};
 use crate::memory::{AtomicOp, Memory, RegionId};
 use crate::res::{Resources, ScatterError};
 use crate::time::Instant;
@@ -122,6 +123,42 @@ impl Responder {
     fn ack(&mut self, psn: Psn, syndrome: Syndrome) {
         let msn = self.msn;
         self.push(Response::Ack { psn, syndrome, msn });
+    }
+
+    /// An RC request is accepted: `next` is expected next. A resource that falls out of the
+    /// valid region behind it (IBA §9.7.1) can answer no legal duplicate any more — the
+    /// requester retries only within it — and after the 24-bit wrap its PSNs would alias new
+    /// ones: it is forgotten. Resources are in PSN order, so only the oldest can be out.
+    fn accept(&mut self, next: Psn) {
+        self.epsn = next;
+        while let Some(r) = self.resources.front() {
+            if r.first().diff(next) < 0 {
+                break;
+            }
+            self.resources.pop_front();
+        }
+    }
+
+    /// Keeps at most `max_dest_rd_atomic` resources (at least one), dropping the oldest.
+    pub(crate) fn limit_resources(&mut self, max_dest_rd_atomic: u8) {
+        let cap = usize::from(max_dest_rd_atomic.max(1));
+        while self.resources.len() > cap {
+            self.resources.pop_front();
+        }
+    }
+}
+
+impl Resource {
+    /// Its first PSN and how many PSNs it covers.
+    fn psns(&self) -> (Psn, u32) {
+        match *self {
+            Resource::Read { first, npkts } => (first, npkts),
+            Resource::Atomic { psn, .. } => (psn, 1),
+        }
+    }
+
+    fn first(&self) -> Psn {
+        self.psns().0
     }
 }
 
@@ -400,7 +437,7 @@ impl Qp {
             }
         }
         r.offset += payload.len() as u32;
-        self.resp.epsn = psn.next();
+        self.resp.accept(psn.next());
         if pos.ends_message() {
             let mut wc = self.recv_completion(&r.wr, WcStatus::Success, WcOpcode::Recv, r.offset);
             wc.imm_data = t.immdt.map(|i| i.data);
@@ -524,7 +561,7 @@ impl Qp {
             self.nak_and_fail(res, psn, code, event);
             return;
         }
-        self.resp.epsn = psn.next();
+        self.resp.accept(psn.next());
         if pos.ends_message() {
             self.resp.msn = (self.resp.msn + 1) & 0x00FF_FFFF;
         }
@@ -578,7 +615,7 @@ impl Qp {
             msn,
             seg,
         });
-        self.resp.epsn = psn.add(npkts);
+        self.resp.accept(psn.add(npkts));
     }
 
     fn rc_atomic<M: Memory>(&mut self, res: &mut Resources<M>, t: &TransportRepr) {
@@ -626,7 +663,7 @@ impl Qp {
         self.resp.msn = (self.resp.msn + 1) & 0x00FF_FFFF;
         let msn = self.resp.msn;
         self.resp.push(Response::Atomic { psn, orig, msn });
-        self.resp.epsn = psn.next();
+        self.resp.accept(psn.next());
     }
 
     /// UC (IBA §9.8): no acknowledgements; a PSN gap or any error drops the rest of the message.
@@ -934,6 +971,140 @@ impl Qp {
             payload: None,
             in_process: self.in_process || large,
         })
+    }
+}
+
+impl Qp {
+    /// The responder's invariants: the MSN is a 24-bit count; UC and UD keep no resources and
+    /// queue no responses; an RC responder's READ/atomic resources are at most
+    /// `max_dest_rd_atomic`, in PSN order and behind ePSN within the valid region, and what it
+    /// queues names PSNs at or behind ePSN and MSNs no newer than its own; a QP that has not
+    /// reached RTR has received nothing, and one in ERR keeps nothing but its final NAK.
+    pub(crate) fn check_responder(&self) -> Result<(), Broken> {
+        use crate::invariant::{behind, PSN_WINDOW};
+        let r = &self.resp;
+        ensure!(
+            r.msn <= Psn::MAX,
+            "the MSN is a 24-bit count (the AETH's MSN field)",
+            "MSN {:#x}",
+            r.msn
+        );
+        match self.state {
+            QpState::Reset | QpState::Init => ensure!(
+                r.resources.is_empty() && r.outputs.is_empty() && r.cur.is_none(),
+                "a QP that has not reached RTR has received nothing",
+                "{} resources, {} responses queued, message in progress: {}",
+                r.resources.len(),
+                r.outputs.len(),
+                r.cur.is_some()
+            ),
+            QpState::Err => ensure!(
+                r.resources.is_empty()
+                    && r.outputs.len() <= 1
+                    && r.outputs.iter().all(|o| matches!(
+                        o,
+                        Response::Ack {
+                            syndrome: Syndrome::Nak(_),
+                            ..
+                        }
+                    )),
+                "a responder in ERR keeps no resources and queues nothing but its final NAK",
+                "{} resources, responses queued: {:?}",
+                r.resources.len(),
+                r.outputs
+            ),
+            _ => {}
+        }
+        match &r.cur {
+            Some(InMessage::Write { left, total, .. }) => ensure!(
+                left <= total,
+                "an RDMA WRITE in progress has no more bytes left than it announced",
+                "{left} of {total} bytes left"
+            ),
+            Some(InMessage::Send(recv)) => ensure!(
+                recv.from_srq == self.init.srq.is_some(),
+                "a SEND in progress fills a receive WQE from where the QP takes them (its SRQ or its receive queue)",
+                "from the SRQ: {}, the QP has an SRQ: {}",
+                recv.from_srq,
+                self.init.srq.is_some()
+            ),
+            None => {}
+        }
+        if self.qp_type() != QpType::Rc {
+            ensure!(
+                r.resources.is_empty() && r.outputs.is_empty(),
+                "UC and UD are unacknowledged (IBA §9.8): no responder resources, no responses",
+                "{} resources, {} responses queued",
+                r.resources.len(),
+                r.outputs.len()
+            );
+            ensure!(
+                self.qp_type() != QpType::Ud || r.cur.is_none(),
+                "a UD message is one packet: none is ever in progress",
+                "a message in progress"
+            );
+            ensure!(
+                !r.uc_dropping || r.cur.is_none(),
+                "a UC responder dropping packets until the next FIRST or ONLY has no message in progress",
+                "dropping with a message in progress"
+            );
+            return Ok(());
+        }
+        let cap = usize::from(self.attr.max_dest_rd_atomic.max(1));
+        ensure!(
+            r.resources.len() <= cap,
+            "an RC responder keeps at most max_dest_rd_atomic READ/atomic resources",
+            "{} resources, max_dest_rd_atomic {}",
+            r.resources.len(),
+            self.attr.max_dest_rd_atomic
+        );
+        // Oldest first: each resource lies wholly behind ePSN, within the valid region, and
+        // after the one before it.
+        let mut older_end: Option<u32> = None;
+        for res in &r.resources {
+            let (first, n) = res.psns();
+            let back = behind(first, r.epsn);
+            ensure!(
+                n >= 1 && n <= back && back <= PSN_WINDOW,
+                "a responder resource lies wholly behind ePSN, within the valid region (IBA §9.7.1)",
+                "{res:?} with ePSN {}",
+                r.epsn
+            );
+            if let Some(end) = older_end {
+                ensure!(
+                    back <= end,
+                    "responder resources are in PSN order and do not overlap",
+                    "{res:?} starts before the one remembered before it ends; resources {:?}",
+                    r.resources
+                );
+            }
+            older_end = Some(back - n);
+        }
+        for out in &r.outputs {
+            let (psn, msn) = match *out {
+                Response::Ack { psn, msn, .. } => (Some((psn, 0)), msn),
+                Response::Atomic { psn, msn, .. } => (Some((psn, 1)), msn),
+                // A replayed READ's range is the retried request's, so its PSNs are the
+                // peer's choice: only its MSN is the responder's.
+                Response::Read { msn, .. } => (None, msn),
+            };
+            ensure!(
+                msn <= Psn::MAX && r.msn.wrapping_sub(msn) & Psn::MAX <= PSN_WINDOW,
+                "a queued response carries an MSN no newer than the responder's",
+                "{out:?} with MSN {}",
+                r.msn
+            );
+            if let (Some((psn, min_behind)), false) = (psn, self.state == QpState::Err) {
+                let back = behind(psn, r.epsn);
+                ensure!(
+                    (min_behind..=PSN_WINDOW).contains(&back),
+                    "a queued ACK or NAK names a PSN at or behind ePSN, an atomic response one behind it, within the valid region",
+                    "{out:?} with ePSN {}",
+                    r.epsn
+                );
+            }
+        }
+        Ok(())
     }
 }
 
