@@ -350,8 +350,8 @@ impl Qp {
         ensure!(
             !(outstanding && rnr_until.is_none() && finite) || retransmit_at.is_some(),
             "while transmitted PSNs are unacknowledged and no RNR wait runs, the local ACK timer runs",
-            "PSNs outstanding from {:?}, timeout {}, no timer",
-            sq.una(),
+            "PSNs outstanding (the oldest sent, unacknowledged one: {}), timeout {}, no timer",
+            sq.una().map_or(String::from("unknown"), |p| p.to_string()),
             self.attr.timeout
         );
         Ok(())

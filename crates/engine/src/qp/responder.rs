@@ -1118,3 +1118,32 @@ fn read_segment(mtu: u32, in_process: bool) -> u32 {
         mtu
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resource_the_valid_region_has_passed_is_forgotten() {
+        // A READ at PSN 10 (3 PSNs) and an atomic at 13; then 2^23 - 3 more PSNs of WRITEs.
+        let mut r = Responder::default();
+        r.resources.push_back(Resource::Read {
+            first: Psn::new(10),
+            npkts: 3,
+        });
+        r.resources.push_back(Resource::Atomic {
+            psn: Psn::new(13),
+            orig: 0,
+        });
+        r.accept(Psn::new(14));
+        assert_eq!(r.resources.len(), 2);
+        // Exactly 2^23 behind: a duplicate of PSN 10 is still possible.
+        r.accept(Psn::new(10 + (1 << 23)));
+        assert_eq!(r.resources.len(), 2);
+        // One more: PSN 10 would now be ahead of ePSN, and after the wrap alias a new one.
+        r.accept(Psn::new(11 + (1 << 23)));
+        assert_eq!(r.resources.len(), 1);
+        r.accept(Psn::new(14 + (1 << 23)));
+        assert!(r.resources.is_empty());
+    }
+}
