@@ -45,7 +45,9 @@
 //!   payload, and its opcode's transport is the sending QP's type;
 //! * a QP in ERR sends nothing but its final NAK, at most once;
 //! * `poll_transmit` returns `None` within 10,000 packets;
-//! * after `handle_timeout(now)`, `poll_timeout()` is `None` or later than `now`.
+//! * after `handle_timeout(now)`, `poll_timeout()` is `None` or later than `now`;
+//! * the engine's own invariants hold (`Hca::check_invariants`: the requester's, completer's
+//!   and responder's rules of every QP, the timer set and the transmit schedule).
 //!
 //! With `ENGINE_RX_DEBUG` set the target prints a summary of each input, with `ENGINE_RX_TRACE`
 //! every packet delivered and sent and every completion (stderr).
@@ -867,6 +869,9 @@ impl Bench {
                 );
             }
             shadow.copy_from_slice(bytes);
+        }
+        if let Err(v) = self.hca.check_invariants() {
+            panic!("{v}");
         }
     }
 
