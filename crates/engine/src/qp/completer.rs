@@ -314,6 +314,9 @@ impl Qp {
                 w.status()
             );
         }
+        // Whether transmitted PSNs are unacknowledged (`SendQueue::has_outstanding`, found
+        // in the same pass). UC and UD are unacknowledged: what they sent is never outstanding.
+        let mut outstanding = false;
         for (i, w) in sq.iter().enumerate() {
             if w.status().is_none() && w.first_psn().is_some() {
                 ensure!(
@@ -323,8 +326,10 @@ impl Qp {
                     w.acked(),
                     w.npkts()
                 );
+                outstanding |= w.acked() < w.sent();
             }
         }
+        let outstanding = outstanding && self.qp_type() == QpType::Rc;
         let retransmit_at = sq.retransmit_at();
         let rnr_until = sq.rnr_until();
         if retransmit_at.is_some() || rnr_until.is_some() {
@@ -334,8 +339,6 @@ impl Qp {
                 "retransmit_at {retransmit_at:?}, rnr_until {rnr_until:?}"
             );
         }
-        // UC and UD are unacknowledged: what they sent is never outstanding.
-        let outstanding = self.qp_type() == QpType::Rc && sq.has_outstanding();
         ensure!(
             retransmit_at.is_none() || outstanding,
             "the local ACK timer runs only while transmitted PSNs are unacknowledged",

@@ -428,10 +428,26 @@ impl Qp {
             sq.len(),
             self.init.cap.max_send_wr
         );
-        // The PSN the next started WQE must begin at, once one has started.
+        let prefix = sq.sent_prefix();
+        ensure!(
+            prefix <= sq.len(),
+            "the requester's search starts within the send queue",
+            "search starts at WQE {prefix} of {}",
+            sq.len()
+        );
+        // One pass, oldest first. The PSN the next started WQE must begin at, once one has.
         let mut chain: Option<softib_wire::Psn> = None;
         let mut unstarted = None;
         for (i, w) in sq.iter().enumerate() {
+            if i < prefix {
+                ensure!(
+                    w.status().is_some() || (w.first_psn().is_some() && w.sent() >= w.npkts()),
+                    "every WQE before the requester's search start is finished or wholly sent",
+                    "search starts at WQE {prefix}; WQE {i} has sent {} of {}",
+                    w.sent(),
+                    w.npkts()
+                );
+            }
             let Some(first) = w.first_psn() else {
                 ensure!(
                     w.npkts() == 0 && w.sent() == 0 && w.acked() == 0,
@@ -458,6 +474,14 @@ impl Qp {
                 );
             }
             chain = Some(first.add(w.npkts()));
+            // IBA §9.8: UC and UD are unacknowledged; a WQE completes when its last packet
+            // is sent, so only the oldest one can have started.
+            ensure!(
+                qp_type == QpType::Rc || (i == 0 && w.acked() == 0),
+                "UC and UD acknowledge nothing and send one WQE at a time",
+                "WQE {i} started, acked {}",
+                w.acked()
+            );
             ensure!(
                 w.npkts() >= 1 && w.seg() >= 1 && (!w.is_atomic() || w.npkts() == 1),
                 "a started WQE occupies at least one PSN (an atomic exactly one) in segments of at least a byte",
@@ -516,29 +540,12 @@ impl Qp {
                 sq.next_psn()
             );
         }
-        let prefix = sq.sent_prefix();
-        ensure!(
-            prefix <= sq.len()
-                && sq.iter().take(prefix).all(|w| {
-                    w.status().is_some() || (w.first_psn().is_some() && w.sent() >= w.npkts())
-                }),
-            "every WQE before the requester's search start is finished or wholly sent",
-            "search starts at WQE {prefix} of {}",
-            sq.len()
-        );
-        if qp_type != QpType::Rc {
-            // IBA §9.8: UC and UD are unacknowledged; a WQE completes when its last packet
-            // is sent, so only the oldest one can have started.
-            ensure!(
-                sq.iter().all(|w| w.acked() == 0)
-                    && sq.iter().skip(1).all(|w| w.first_psn().is_none())
-                    && sq.cwnd().is_none(),
-                "UC and UD acknowledge nothing and send one WQE at a time, without a congestion window",
-                "cwnd {:?}",
-                sq.cwnd()
-            );
-        }
         if let Some(c) = sq.cwnd() {
+            ensure!(
+                qp_type == QpType::Rc,
+                "only RC has a congestion window (its losses shrink it)",
+                "cwnd {c}"
+            );
             let floor = super::send_queue::MIN_CWND.min(max_unacked_psns);
             ensure!(
                 (floor..=max_unacked_psns).contains(&c),
