@@ -14,7 +14,7 @@ const QUICK: std::ops::Range<u64> = 0..100;
 /// completer's timer invariant sees it at the first such acknowledgement.
 #[test]
 fn a_forgotten_ack_timer_fails_the_quick_seeds_with_the_timer_invariant() {
-    const INVARIANT: &str = "completer invariant broken: while transmitted PSNs are unacknowledged and no RNR wait runs, the local ACK timer runs";
+    const INVARIANT: &str = "completer invariant broken: while a transmitted PSN awaits its acknowledgement and no RNR wait runs, the local ACK timer runs";
     let _bug = plant(Bug::AckTimerNotRearmed);
     let failures: Vec<_> = QUICK
         .filter_map(|seed| run_seed(seed, &Overrides::default()).err())

@@ -349,14 +349,20 @@ impl Qp {
             "an RNR wait stops the local ACK timer (it runs again when the wait ends)",
             "rnr_until {rnr_until:?}, retransmit_at {retransmit_at:?}"
         );
+        // What the timer times is the oldest transmitted, unacknowledged PSN (`una`). There is
+        // none to time while a WQE before every outstanding one has PSNs to send again (a
+        // rewind held back by an unanswered READ leaves that): the requester sends those
+        // first, and sending starts the timer.
+        let una = if outstanding { sq.una() } else { None };
         let finite = crate::time::Duration::local_ack_timeout(self.attr.timeout).is_some();
-        ensure!(
-            !(outstanding && rnr_until.is_none() && finite) || retransmit_at.is_some(),
-            "while transmitted PSNs are unacknowledged and no RNR wait runs, the local ACK timer runs",
-            "PSNs outstanding (the oldest sent, unacknowledged one: {}), timeout {}, no timer",
-            sq.una().map_or(String::from("unknown"), |p| p.to_string()),
-            self.attr.timeout
-        );
+        if let (Some(una), None, true) = (una, rnr_until, finite) {
+            ensure!(
+                retransmit_at.is_some(),
+                "while a transmitted PSN awaits its acknowledgement and no RNR wait runs, the local ACK timer runs",
+                "PSN {una} unacknowledged, timeout {}, no timer",
+                self.attr.timeout
+            );
+        }
         Ok(())
     }
 

@@ -1122,6 +1122,87 @@ fn read_segment(mtu: u32, in_process: bool) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::qp::{QpCap, QpInitAttr};
+    use crate::{CqHandle, PdHandle};
+    use softib_wire::Qpn;
+
+    /// A QP of `qp_type` in RTS whose responder expects PSN 1000, with two READ/atomic
+    /// resources allowed.
+    fn responder(qp_type: QpType) -> Qp {
+        let mut qp = Qp::new(
+            Qpn::new(0x42),
+            QpInitAttr {
+                qp_type,
+                pd: PdHandle(1),
+                send_cq: CqHandle(1),
+                recv_cq: CqHandle(1),
+                srq: None,
+                cap: QpCap::default(),
+                sq_sig_all: true,
+            },
+        );
+        qp.state = QpState::Rts;
+        qp.attr.max_dest_rd_atomic = 2;
+        qp.resp.epsn = Psn::new(1000);
+        qp
+    }
+
+    fn read_at(first: u32, npkts: u32) -> Resource {
+        Resource::Read {
+            first: Psn::new(first),
+            npkts,
+        }
+    }
+
+    fn broken(qp: &Qp) -> Option<&'static str> {
+        qp.check_responder().err().map(|b| b.invariant)
+    }
+
+    #[test]
+    fn each_responder_rule_catches_the_state_that_breaks_it() {
+        let mut qp = responder(QpType::Rc);
+        qp.resp.resources.extend([read_at(990, 4), read_at(994, 6)]);
+        qp.resp.ack(Psn::new(999), ACK);
+        assert_eq!(
+            broken(&qp),
+            None,
+            "a READ ending at ePSN, an ACK just behind it"
+        );
+        qp.resp.resources.push_back(read_at(996, 1));
+        assert_eq!(
+            broken(&qp),
+            Some("an RC responder keeps at most max_dest_rd_atomic READ/atomic resources")
+        );
+        qp.resp.resources.pop_front();
+        assert_eq!(
+            broken(&qp),
+            Some("responder resources are in PSN order and do not overlap")
+        );
+        qp.resp.resources = [read_at(998, 4)].into();
+        assert_eq!(
+            broken(&qp),
+            Some("a responder resource lies wholly behind ePSN, within the valid region (IBA §9.7.1)")
+        );
+        qp.resp.resources.clear();
+        qp.resp.ack(Psn::new(1001), ACK);
+        assert_eq!(
+            broken(&qp),
+            Some("a queued ACK or NAK names a PSN at or behind ePSN, an atomic response one behind it, within the valid region")
+        );
+        qp = responder(QpType::Uc);
+        qp.resp.resources.push_back(read_at(990, 1));
+        assert_eq!(
+            broken(&qp),
+            Some("UC and UD are unacknowledged (IBA §9.8): no responder resources, no responses")
+        );
+        qp = responder(QpType::Rc);
+        qp.state = QpState::Err;
+        qp.resp.ack(Psn::new(999), ACK);
+        assert_eq!(
+            broken(&qp),
+            Some("a responder in ERR keeps no resources and queues nothing but its final NAK")
+        );
+    }
 
     #[test]
     fn a_resource_the_valid_region_has_passed_is_forgotten() {

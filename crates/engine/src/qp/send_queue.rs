@@ -574,6 +574,169 @@ impl SendQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::qp::{Qp, QpCap, QpInitAttr};
+    use crate::verbs::{QpState, QpType, RemoteAddr, SendFlags};
+    use crate::{CqHandle, PdHandle};
+    use softib_wire::{Qpn, RKey};
+
+    const NOW: Instant = Instant::from_micros(1_000_000);
+
+    /// An RC QP in RTS whose send queue holds `wqes` (each: opcode, npkts, sent, acked),
+    /// started back to back from PSN 100, with the local ACK timer running.
+    fn rc_with(wqes: &[(WrOpcode, u32, u32, u32)]) -> Qp {
+        let mut qp = Qp::new(
+            Qpn::new(0x42),
+            QpInitAttr {
+                qp_type: QpType::Rc,
+                pd: PdHandle(1),
+                send_cq: CqHandle(1),
+                recv_cq: CqHandle(1),
+                srq: None,
+                cap: QpCap {
+                    max_send_wr: 16,
+                    ..QpCap::default()
+                },
+                sq_sig_all: true,
+            },
+        );
+        qp.state = QpState::Rts;
+        qp.sq.next_psn = Psn::new(100);
+        for (opcode, npkts, sent, acked) in wqes {
+            let wr = SendWr {
+                wr_id: 0,
+                opcode: opcode.clone(),
+                sg_list: Vec::new(),
+                flags: SendFlags::SIGNALED,
+                inline_data: None,
+                ud: None,
+            };
+            let mut w = SendWqe::new(wr, npkts * 1024, true, None);
+            w.first_psn = Some(qp.sq.next_psn);
+            w.npkts = *npkts;
+            w.seg = 1024;
+            w.sent = *sent;
+            w.acked = *acked;
+            qp.sq.next_psn = qp.sq.next_psn.add(*npkts);
+            qp.sq.wqes.push_back(w);
+        }
+        qp.sq.retransmit_at = Some(NOW);
+        qp
+    }
+
+    fn read() -> WrOpcode {
+        WrOpcode::RdmaRead(RemoteAddr {
+            addr: 0,
+            rkey: RKey(1),
+        })
+    }
+
+    fn write() -> WrOpcode {
+        WrOpcode::RdmaWrite(RemoteAddr {
+            addr: 0,
+            rkey: RKey(1),
+        })
+    }
+
+    /// The rule the requester and the completer find broken, if any.
+    fn broken(qp: &Qp) -> Option<&'static str> {
+        let requester = qp.check_requester(128).err();
+        requester
+            .or_else(|| qp.check_completer().err())
+            .map(|b| b.invariant)
+    }
+
+    #[test]
+    fn a_consistent_queue_breaks_no_rule() {
+        // A WRITE half acknowledged, a READ waiting for its responses, a SEND not yet sent.
+        let qp = rc_with(&[
+            (write(), 4, 4, 2),
+            (read(), 3, 3, 0),
+            (WrOpcode::Send, 2, 0, 0),
+        ]);
+        assert_eq!(broken(&qp), None);
+    }
+
+    #[test]
+    fn each_requester_rule_catches_the_state_that_breaks_it() {
+        let mut qp = rc_with(&[(write(), 4, 2, 3)]);
+        assert_eq!(
+            broken(&qp),
+            Some("only PSNs that were sent are acknowledged")
+        );
+        qp = rc_with(&[(write(), 4, 4, 0), (WrOpcode::Send, 1, 1, 0)]);
+        qp.sq.wqes[1].first_psn = Some(Psn::new(105));
+        assert_eq!(broken(&qp), Some("started WQEs take consecutive PSNs"));
+        qp = rc_with(&[(write(), 4, 4, 0)]);
+        qp.sq.next_psn = Psn::new(103);
+        assert_eq!(
+            broken(&qp),
+            Some("the newest started WQE ends where the next one will start (next_psn)")
+        );
+        qp = rc_with(&[(write(), 4, 2, 0), (WrOpcode::Send, 1, 0, 0)]);
+        qp.sq.sent_prefix.set(1);
+        assert_eq!(
+            broken(&qp),
+            Some("every WQE before the requester's search start is finished or wholly sent")
+        );
+        qp = rc_with(&[(read(), 8, 4, 2)]);
+        assert_eq!(
+            broken(&qp),
+            Some("an unfinished READ's request is out, or is to be sent again from its first missing response")
+        );
+        qp = rc_with(&[(write(), 4, 4, 0)]);
+        qp.sq.cwnd = Some(1);
+        assert_eq!(
+            broken(&qp),
+            Some("the congestion window stays between its floor and the PSN window")
+        );
+    }
+
+    #[test]
+    fn each_completer_rule_catches_the_state_that_breaks_it() {
+        let mut qp = rc_with(&[(write(), 4, 4, 1)]);
+        qp.sq.retransmit_at = None;
+        assert_eq!(
+            broken(&qp),
+            Some("while a transmitted PSN awaits its acknowledgement and no RNR wait runs, the local ACK timer runs")
+        );
+        qp.sq.rnr_until = Some(NOW);
+        qp.sq.retransmit_at = Some(NOW);
+        assert_eq!(
+            broken(&qp),
+            Some("an RNR wait stops the local ACK timer (it runs again when the wait ends)")
+        );
+        qp = rc_with(&[(write(), 4, 4, 4)]);
+        qp.sq.retransmit_at = None;
+        assert_eq!(
+            broken(&qp),
+            Some("a WQE whose every PSN is acknowledged (or answered) is finished")
+        );
+        qp = rc_with(&[(write(), 4, 4, 4)]);
+        qp.sq.wqes[0].status = Some(WcStatus::Success);
+        qp.sq.retransmit_at = None;
+        assert_eq!(
+            broken(&qp),
+            Some("finished WQEs are retired at once, in posting order: the oldest is unfinished")
+        );
+        qp = rc_with(&[(write(), 4, 4, 1)]);
+        qp.state = QpState::Err;
+        assert_eq!(
+            broken(&qp),
+            Some("only an RC QP in RTS or SQD runs the local ACK or RNR timer")
+        );
+    }
+
+    #[test]
+    fn no_ack_timer_is_needed_while_what_precedes_the_outstanding_psns_is_to_be_resent() {
+        // A sequence NAK inside the WRITE passed the unanswered READ before it: the READ was
+        // rewound (its request is to go again) while the WRITE's packets before the NAK are
+        // still counted as sent. The requester resends the READ first, which starts the timer.
+        let mut qp = rc_with(&[(read(), 2, 0, 0), (write(), 4, 2, 0)]);
+        qp.sq.retransmit_at = None;
+        assert_eq!(qp.sq.una(), None);
+        assert!(qp.sq.has_outstanding());
+        assert_eq!(broken(&qp), None);
+    }
 
     #[test]
     fn the_congestion_window_halves_on_each_loss_and_grows_back_by_one_per_progress() {
