@@ -23,30 +23,28 @@ impl<M: Memory> Hca<M> {
             }
         }
         for &(t, qpn) in &self.timers {
-            if let Some(qp) = self.qps.get(&qpn) {
-                check_hca(
-                    qp,
-                    qp.armed == Some(t),
-                    "the timer set holds one time per QP, the one the QP was armed with",
-                    || {
-                        format!(
-                            "the set holds {t} for it, the QP was armed at {:?}",
-                            qp.armed
-                        )
-                    },
-                )?;
-            }
-        }
-        // A timer of a destroyed QP would fire for nothing and keep an idle HCA awake.
-        if let Some(&(t, qpn)) = self.timers.iter().find(|(_, q)| !self.qps.contains_key(q)) {
-            return Err(InvariantViolation {
-                qpn,
-                qp: None,
-                role: "HCA",
-                invariant: "the timer set holds times only for QPs that exist",
-                detail: format!("{t} for a QP that was destroyed"),
-                state: String::from("none"),
-            });
+            let Some(qp) = self.qps.get(&qpn) else {
+                // It would fire for nothing and keep an idle HCA awake.
+                return Err(InvariantViolation {
+                    qpn,
+                    qp: None,
+                    role: "HCA",
+                    invariant: "the timer set holds times only for QPs that exist",
+                    detail: format!("{t} for a QP that was destroyed"),
+                    state: String::from("none"),
+                });
+            };
+            check_hca(
+                qp,
+                qp.armed == Some(t),
+                "the timer set holds one time per QP, the one the QP was armed with",
+                || {
+                    format!(
+                        "the set holds {t} for it, the QP was armed at {:?}",
+                        qp.armed
+                    )
+                },
+            )?;
         }
         // The schedule is short between turns (`poll_transmit` empties it): a scan is cheap.
         for (&qpn, qp) in &self.qps {
