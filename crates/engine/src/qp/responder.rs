@@ -129,6 +129,7 @@ impl Responder {
     /// valid region behind it (IBA §9.7.1) can answer no legal duplicate any more — the
     /// requester retries only within it — and after the 24-bit wrap its PSNs would alias new
     /// ones: it is forgotten. Resources are in PSN order, so only the oldest can be out.
+    #[inline]
     fn accept(&mut self, next: Psn) {
         self.epsn = next;
         while let Some(r) = self.resources.front() {
@@ -150,6 +151,7 @@ impl Responder {
 
 impl Resource {
     /// Its first PSN and how many PSNs it covers.
+    #[inline]
     fn psns(&self) -> (Psn, u32) {
         match *self {
             Resource::Read { first, npkts } => (first, npkts),
@@ -157,6 +159,7 @@ impl Resource {
         }
     }
 
+    #[inline]
     fn first(&self) -> Psn {
         self.psns().0
     }

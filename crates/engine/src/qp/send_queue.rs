@@ -36,6 +36,7 @@ pub(crate) struct SendWqe {
 impl SendWqe {
     /// A WQE as `post_send` queues it: not started, or already completed with `status` (a WR
     /// posted to a QP in ERR or SQE is flushed at once).
+    #[inline]
     pub fn new(wr: SendWr, len: u32, signaled: bool, status: Option<WcStatus>) -> SendWqe {
         SendWqe {
             wr,
@@ -53,62 +54,77 @@ impl SendWqe {
     }
 
     /// The work request.
+    #[inline]
     pub fn wr(&self) -> &SendWr {
         &self.wr
     }
     /// Message length: bytes sent, or bytes to read, or 8 for atomics.
+    #[inline]
     pub fn len(&self) -> u32 {
         self.len
     }
     /// Whether a successful completion is reported.
+    #[inline]
     pub fn signaled(&self) -> bool {
         self.signaled
     }
     /// The first PSN, once assigned (when the WQE first starts transmitting).
+    #[inline]
     pub fn first_psn(&self) -> Option<Psn> {
         self.first_psn
     }
     /// How many PSNs the WQE occupies: request packets, or READ response packets.
+    #[inline]
     pub fn npkts(&self) -> u32 {
         self.npkts
     }
     /// The payload bytes per request packet, fixed when the WQE starts: the path MTU, or
     /// [`crate::IN_PROCESS_SEGMENT`] for an RC SEND or WRITE of an in-process QP.
+    #[inline]
     pub fn seg(&self) -> u32 {
         self.seg
     }
     /// How many of its PSNs have been transmitted (READ: `npkts` once the request is out).
+    #[inline]
     pub fn sent(&self) -> u32 {
         self.sent
     }
     /// How many of its PSNs are acknowledged (READ: response packets received in order).
+    #[inline]
     pub fn acked(&self) -> u32 {
         self.acked
     }
     /// READ: the packet index at which the current response message starts (0, or where a
     /// retried READ asked the responder to resume).
+    #[inline]
     pub fn read_restart(&self) -> u32 {
         self.read_restart
     }
     /// The completion status once the WQE is finished.
+    #[inline]
     pub fn status(&self) -> Option<WcStatus> {
         self.status
     }
     /// Extra detail for an error completion (`vendor_err`).
+    #[inline]
     pub fn vendor_err(&self) -> u32 {
         self.vendor_err
     }
 
+    #[inline]
     pub fn is_read_or_atomic(&self) -> bool {
         self.wr.opcode.is_read_or_atomic()
     }
+    #[inline]
     pub fn is_read(&self) -> bool {
         matches!(self.wr.opcode, WrOpcode::RdmaRead(_))
     }
+    #[inline]
     pub fn is_atomic(&self) -> bool {
         self.is_read_or_atomic() && !self.is_read()
     }
     /// Whether `psn` is one of the WQE's PSNs.
+    #[inline]
     pub fn contains(&self, psn: Psn) -> bool {
         self.first_psn.is_some_and(|f| psn.in_window(f, self.npkts))
     }
@@ -157,46 +173,55 @@ pub(crate) const MIN_CWND: u32 = 2;
 
 impl SendQueue {
     /// Posted WQEs not yet retired.
+    #[inline]
     pub fn len(&self) -> usize {
         self.wqes.len()
     }
 
     /// WQE `i` (counted from the oldest not retired).
+    #[inline]
     pub fn wqe(&self, i: usize) -> &SendWqe {
         &self.wqes[i]
     }
 
     /// The WQEs not yet retired, oldest first.
+    #[inline]
     pub fn iter(&self) -> impl Iterator<Item = &SendWqe> + '_ {
         self.wqes.iter()
     }
 
     /// The PSN the next WQE to start gets.
+    #[inline]
     pub fn next_psn(&self) -> Psn {
         self.next_psn
     }
 
     /// Until when an RNR NAK holds the requester back.
+    #[inline]
     pub fn rnr_until(&self) -> Option<Instant> {
         self.rnr_until
     }
 
     /// When the local ACK timer fires.
+    #[inline]
     pub fn retransmit_at(&self) -> Option<Instant> {
         self.retransmit_at
     }
 
     /// The congestion window (`None`: the full PSN window).
+    #[inline]
     pub fn cwnd(&self) -> Option<u32> {
         self.cwnd
     }
 
     /// How many WQEs at the head the requester last found finished or wholly sent.
+    #[inline]
     pub fn sent_prefix(&self) -> usize {
         self.sent_prefix.get()
     }
 
     /// The earliest timer.
+    #[inline]
     pub fn deadline(&self) -> Option<Instant> {
         match (self.retransmit_at, self.rnr_until) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -205,11 +230,13 @@ impl SendQueue {
     }
 
     /// The window the requester may fill: the congestion window within the PSN window.
+    #[inline]
     pub fn window(&self, max: u32) -> u32 {
         self.cwnd.map_or(max, |c| c.min(max)).max(1)
     }
 
     /// The oldest PSN that is transmitted but not acknowledged, if any.
+    #[inline]
     pub fn una(&self) -> Option<Psn> {
         for w in &self.wqes {
             let first = w.first_psn?;
@@ -228,6 +255,7 @@ impl SendQueue {
 
     /// The oldest PSN not yet acknowledged (the first unfinished WQE's next unacknowledged
     /// PSN), whether or not a rewind has taken the requester back before it.
+    #[inline]
     pub fn oldest_unacked(&self) -> Option<Psn> {
         let w = self.wqes.iter().find(|w| w.status.is_none())?;
         w.first_psn.map(|f| f.add(w.acked))
@@ -235,6 +263,7 @@ impl SendQueue {
 
     /// Whether a WQE has started and not finished: what SQD waits for before the SQ is
     /// drained (a WQE partly sent, even with every sent PSN acknowledged, is still going).
+    #[inline]
     pub fn in_progress(&self) -> bool {
         self.wqes
             .iter()
@@ -242,6 +271,7 @@ impl SendQueue {
     }
 
     /// Whether any transmitted PSN is unacknowledged.
+    #[inline]
     pub fn has_outstanding(&self) -> bool {
         self.wqes
             .iter()
@@ -250,6 +280,7 @@ impl SendQueue {
 
     /// A number that grows whenever an acknowledgement makes progress: every packet newly
     /// acknowledged and every WQE newly retired counts.
+    #[inline]
     pub fn progress_mark(&self) -> u64 {
         self.progress + self.completed_count
     }
@@ -259,11 +290,13 @@ impl SendQueue {
 
 impl SendQueue {
     /// Queues a posted WQE.
+    #[inline]
     pub fn post(&mut self, w: SendWqe) {
         self.wqes.push_back(w);
     }
 
     /// Finishes WQE `i` with `status` (and `vendor_err` for an error).
+    #[inline]
     pub fn finish(&mut self, i: usize, status: WcStatus, vendor_err: u32) {
         if let Some(w) = self.wqes.get_mut(i) {
             w.status = Some(status);
@@ -272,6 +305,7 @@ impl SendQueue {
     }
 
     /// Takes the oldest WQE if it is finished: completions leave in posting order.
+    #[inline]
     pub fn pop_finished(&mut self) -> Option<SendWqe> {
         self.wqes.front()?.status?;
         let w = self.wqes.pop_front()?;
@@ -285,6 +319,7 @@ impl SendQueue {
     /// later one that had succeeded — completions come in order, so after the first error
     /// nothing completes successfully (a READ answered after an earlier atomic failed). The
     /// timers stop.
+    #[inline]
     pub fn flush_in_order(&mut self) {
         let mut failed = false;
         for w in self.wqes.iter_mut() {
@@ -303,6 +338,7 @@ impl SendQueue {
     }
 
     /// The send queue entered SQE (UC, UD): every unfinished WQE is flushed.
+    #[inline]
     pub fn flush_unfinished(&mut self) {
         for w in self.wqes.iter_mut() {
             if w.status.is_none() {
@@ -317,6 +353,7 @@ impl SendQueue {
 impl SendQueue {
     /// The first WQE that is neither finished nor wholly sent: the one the requester sends
     /// from next (or starts).
+    #[inline]
     pub fn first_to_send(&self) -> Option<usize> {
         let mut i = self.sent_prefix.get().min(self.wqes.len());
         while let Some(w) = self.wqes.get(i) {
@@ -331,11 +368,13 @@ impl SendQueue {
     }
 
     /// The send PSN the QP starts from (RTR → RTS with `sq_psn`).
+    #[inline]
     pub fn start_at(&mut self, psn: Psn) {
         self.next_psn = psn;
     }
 
     /// WQE `i` starts: it takes the next `npkts` PSNs, sent in segments of `seg` bytes.
+    #[inline]
     pub fn start(&mut self, i: usize, seg: u32, npkts: u32) {
         let w = &mut self.wqes[i];
         w.seg = seg;
@@ -346,6 +385,7 @@ impl SendQueue {
 
     /// WQE `i`'s next packet went out (a READ or atomic's request: all its PSNs). Returns
     /// whether every packet of the WQE is now sent.
+    #[inline]
     pub fn record_sent(&mut self, i: usize) -> bool {
         let w = &mut self.wqes[i];
         if w.is_read_or_atomic() {
@@ -360,11 +400,13 @@ impl SendQueue {
     }
 
     /// Sending again ends an RNR wait.
+    #[inline]
     pub fn end_rnr_wait(&mut self) {
         self.rnr_until = None;
     }
 
     /// Starts the local ACK timer (`timeout` is the QP's exponent) unless it runs already.
+    #[inline]
     pub fn arm_retransmit(&mut self, now: Instant, timeout: u8) {
         if self.retransmit_at.is_none() {
             self.retransmit_at = Duration::local_ack_timeout(timeout).map(|d| now + d);
@@ -379,6 +421,7 @@ impl SendQueue {
     /// response). READs and atomics complete only with their data: an acknowledgement that
     /// passes an unfinished one means its responses were lost (IBA §9.7.5.1.2, "implied
     /// NAK"): the PSN to retry from is returned.
+    #[inline]
     pub fn ack_through(&mut self, psn: Psn) -> Option<Psn> {
         let mut retry_at = None;
         for w in self.wqes.iter_mut() {
@@ -416,6 +459,7 @@ impl SendQueue {
     }
 
     /// The next READ response packet of WQE `i` arrived and was placed.
+    #[inline]
     pub fn record_read_response(&mut self, i: usize) {
         let w = &mut self.wqes[i];
         w.acked += 1;
@@ -427,6 +471,7 @@ impl SendQueue {
     }
 
     /// WQE `i`'s atomic acknowledgement arrived and its original value was placed.
+    #[inline]
     pub fn record_atomic_ack(&mut self, i: usize) {
         let w = &mut self.wqes[i];
         w.acked = 1;
@@ -436,6 +481,7 @@ impl SendQueue {
 
     /// Moves the requester back so that the next packet sent has PSN `psn` (go-back-N); the
     /// local ACK timer stops.
+    #[inline]
     pub fn rewind(&mut self, psn: Psn) {
         self.sent_prefix.set(0);
         let mut found = false;
@@ -464,12 +510,14 @@ impl SendQueue {
     }
 
     /// Forward progress (IBA §9.7.6.1.3): the retry counters start again.
+    #[inline]
     pub fn reset_retries(&mut self, retry_cnt: u8, rnr_retry: u8) {
         self.retry_left = retry_cnt;
         self.rnr_retry_left = rnr_retry;
     }
 
     /// Uses up one retry for a timeout or sequence error; false when none is left.
+    #[inline]
     pub fn use_retry(&mut self) -> bool {
         if self.retry_left == 0 {
             return false;
@@ -479,6 +527,7 @@ impl SendQueue {
     }
 
     /// Uses up one RNR retry (none when they are `infinite`); false when none is left.
+    #[inline]
     pub fn use_rnr_retry(&mut self, infinite: bool) -> bool {
         if infinite {
             return true;
@@ -491,11 +540,13 @@ impl SendQueue {
     }
 
     /// An RNR NAK holds the requester back until `until`.
+    #[inline]
     pub fn start_rnr_wait(&mut self, until: Instant) {
         self.rnr_until = Some(until);
     }
 
     /// Whether the RNR wait is over at `now`; ends it if so.
+    #[inline]
     pub fn rnr_wait_over(&mut self, now: Instant) -> bool {
         let over = self.rnr_until.is_some_and(|t| t <= now);
         if over {
@@ -505,6 +556,7 @@ impl SendQueue {
     }
 
     /// Whether the local ACK timer is due at `now`; stops it if so.
+    #[inline]
     pub fn retransmit_due(&mut self, now: Instant) -> bool {
         let due = self.retransmit_at.is_some_and(|t| t <= now);
         if due {
@@ -515,6 +567,7 @@ impl SendQueue {
 
     /// Restarts the local ACK timer while PSNs are outstanding and no RNR wait runs, stops it
     /// otherwise.
+    #[inline]
     pub fn rearm_retransmit(&mut self, now: Instant, timeout: u8) {
         let at = if self.has_outstanding() && self.rnr_until.is_none() {
             Duration::local_ack_timeout(timeout).map(|d| now + d)
@@ -532,6 +585,7 @@ impl SendQueue {
 
     /// Starts the local ACK timer if it is stopped while PSNs are outstanding and no RNR wait
     /// runs (an RNR wait ended, or the timeout became finite).
+    #[inline]
     pub fn resume_retransmit(&mut self, now: Instant, timeout: u8) {
         if self.retransmit_at.is_none() {
             self.rearm_retransmit(now, timeout);
@@ -539,11 +593,13 @@ impl SendQueue {
     }
 
     /// A loss: halve the window.
+    #[inline]
     pub fn on_loss(&mut self, max: u32) {
         self.cwnd = Some((self.window(max) / 2).max(MIN_CWND.min(max)));
     }
 
     /// Progress: widen the window by one, up to the PSN window (then no limit is kept).
+    #[inline]
     pub fn on_progress(&mut self, max: u32) {
         if let Some(c) = self.cwnd {
             self.cwnd = (c + 1 < max).then_some(c + 1);
@@ -556,12 +612,14 @@ impl SendQueue {
 impl SendQueue {
     /// SQD is entered: returns whether the send queue is drained at once (nothing started is
     /// unfinished); otherwise the SQ Drained event is due when it is ([`SendQueue::drained`]).
+    #[inline]
     pub fn begin_drain(&mut self) -> bool {
         self.drain_pending = self.in_progress();
         !self.drain_pending
     }
 
     /// Whether a drain begun in SQD has just finished (once: it is then no longer pending).
+    #[inline]
     pub fn drained(&mut self) -> bool {
         if self.drain_pending && !self.in_progress() {
             self.drain_pending = false;
