@@ -662,7 +662,7 @@ mod tests {
         for (opcode, npkts, sent, acked) in wqes {
             let wr = SendWr {
                 wr_id: 0,
-                opcode: opcode.clone(),
+                opcode: *opcode,
                 sg_list: Vec::new(),
                 flags: SendFlags::SIGNALED,
                 inline_data: None,
