@@ -1143,6 +1143,7 @@ impl Bench {
             slid: softib_wire::Lid(u16::from(meta_byte)),
             sl: meta_byte >> 4,
             grh: (meta_byte & 4 != 0).then_some([meta_byte; 40]),
+            in_process: false,
         };
         let port = match meta_byte & 3 {
             0 | 1 => 1,
@@ -1349,6 +1350,7 @@ impl Bench {
             slid: softib_wire::Lid(7),
             sl: 0,
             grh: (quirks & 0x20 != 0).then_some([0x60; 40]),
+            in_process: false,
         };
         let port = if quirks & 0x40 != 0 { 2 } else { 1 };
         self.deliver(port, &meta, &body);
