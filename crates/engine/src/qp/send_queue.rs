@@ -548,21 +548,13 @@ impl SendQueue {
     /// Whether the RNR wait is over at `now`; ends it if so.
     #[inline]
     pub fn rnr_wait_over(&mut self, now: Instant) -> bool {
-        let over = self.rnr_until.is_some_and(|t| t <= now);
-        if over {
-            self.rnr_until = None;
-        }
-        over
+        take_due(&mut self.rnr_until, now)
     }
 
     /// Whether the local ACK timer is due at `now`; stops it if so.
     #[inline]
     pub fn retransmit_due(&mut self, now: Instant) -> bool {
-        let due = self.retransmit_at.is_some_and(|t| t <= now);
-        if due {
-            self.retransmit_at = None;
-        }
-        due
+        take_due(&mut self.retransmit_at, now)
     }
 
     /// Restarts the local ACK timer while PSNs are outstanding and no RNR wait runs, stops it
@@ -605,6 +597,16 @@ impl SendQueue {
             self.cwnd = (c + 1 < max).then_some(c + 1);
         }
     }
+}
+
+/// Whether the timer in `slot` is due at `now`; clears it if so.
+#[inline]
+fn take_due(slot: &mut Option<Instant>, now: Instant) -> bool {
+    let due = slot.is_some_and(|t| t <= now);
+    if due {
+        *slot = None;
+    }
+    due
 }
 
 // ---- SQD --------------------------------------------------------------------------------------
