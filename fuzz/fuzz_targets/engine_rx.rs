@@ -45,7 +45,9 @@
 //!   payload, and its opcode's transport is the sending QP's type;
 //! * a QP in ERR sends nothing but its final NAK, at most once;
 //! * `poll_transmit` returns `None` within 10,000 packets;
-//! * after `handle_timeout(now)`, `poll_timeout()` is `None` or later than `now`.
+//! * after `handle_timeout(now)`, `poll_timeout()` is `None` or later than `now`;
+//! * the engine's own invariants hold (`Hca::check_invariants`: the requester's, completer's
+//!   and responder's rules of every QP, the timer set and the transmit schedule).
 //!
 //! With `ENGINE_RX_DEBUG` set the target prints a summary of each input, with `ENGINE_RX_TRACE`
 //! every packet delivered and sent and every completion (stderr).
@@ -868,6 +870,9 @@ impl Bench {
             }
             shadow.copy_from_slice(bytes);
         }
+        if let Err(v) = self.hca.check_invariants() {
+            panic!("{v}");
+        }
     }
 
     fn check_send_wc(&mut self, wc: &WorkCompletion) {
@@ -1138,6 +1143,7 @@ impl Bench {
             slid: softib_wire::Lid(u16::from(meta_byte)),
             sl: meta_byte >> 4,
             grh: (meta_byte & 4 != 0).then_some([meta_byte; 40]),
+            in_process: false,
         };
         let port = match meta_byte & 3 {
             0 | 1 => 1,
@@ -1344,6 +1350,7 @@ impl Bench {
             slid: softib_wire::Lid(7),
             sl: 0,
             grh: (quirks & 0x20 != 0).then_some([0x60; 40]),
+            in_process: false,
         };
         let port = if quirks & 0x40 != 0 { 2 } else { 1 };
         self.deliver(port, &meta, &body);

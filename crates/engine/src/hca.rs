@@ -24,6 +24,8 @@ use crate::verbs::{
 };
 use crate::{AhHandle, CqHandle, PdHandle, RxMeta, SrqHandle, Transmit};
 
+mod invariants;
+
 /// Why a verbs command was refused. Nothing changed. The text fits "failed to ...: {error}".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -807,6 +809,15 @@ impl<M: Memory> Hca<M> {
         if m(AttrMask::DEST_QPN) {
             a.dest_qp_num = attr.dest_qp_num;
         }
+        // SQD -> SQD may change these while work is outstanding: a finite timeout starts the
+        // ACK timer if the infinite one left it stopped, and a smaller responder limit
+        // forgets the oldest READ/atomic resources at once.
+        if m(AttrMask::TIMEOUT) {
+            qp.sq.resume_retransmit(self.last_now, qp.attr.timeout);
+        }
+        if m(AttrMask::MAX_DEST_RD_ATOMIC) {
+            qp.resp.limit_resources(qp.attr.max_dest_rd_atomic);
+        }
         let from = qp.state;
         match to {
             QpState::Reset => {
@@ -826,18 +837,16 @@ impl<M: Memory> Hca<M> {
             }
             QpState::Rts => {
                 if m(AttrMask::SQ_PSN) {
-                    qp.sq.next_psn = qp.attr.sq_psn;
+                    qp.sq.start_at(qp.attr.sq_psn);
                 }
-                qp.sq.retry_left = qp.attr.retry_cnt;
-                qp.sq.rnr_retry_left = qp.attr.rnr_retry;
+                qp.sq.reset_retries(qp.attr.retry_cnt, qp.attr.rnr_retry);
                 qp.state = to;
             }
             QpState::Sqd => {
                 qp.state = to;
                 // The SQ is drained when every WQE that had started is finished: at once, or
                 // later (see `reschedule`). `has_outstanding` alone missed a WQE partly sent.
-                qp.sq.drain_pending = qp.sq.in_progress();
-                if !qp.sq.drain_pending {
+                if qp.sq.begin_drain() {
                     self.res.events.push_back(AsyncEvent::SqDrained(qpn));
                 }
             }
@@ -862,25 +871,18 @@ impl<M: Memory> Hca<M> {
                 })
             }
         }
-        if qp.sq.wqes.len() >= qp.init.cap.max_send_wr as usize {
+        if qp.sq.len() >= qp.init.cap.max_send_wr as usize {
             return Err(VerbsError::Exhausted("the send queue"));
         }
         let len = check_send_wr(qp.qp_type(), &qp.init.cap, &wr, max_msg)?;
         let signaled = qp.init.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
         let flush = matches!(qp.state, QpState::Err | QpState::Sqe);
-        qp.sq.wqes.push_back(SendWqe {
+        qp.sq.post(SendWqe::new(
             wr,
-            len: len as u32,
+            len as u32,
             signaled,
-            first_psn: None,
-            npkts: 0,
-            seg: 0,
-            sent: 0,
-            acked: 0,
-            read_restart: 0,
-            status: flush.then_some(WcStatus::WrFlushErr),
-            vendor_err: 0,
-        });
+            flush.then_some(WcStatus::WrFlushErr),
+        ));
         if flush {
             qp.retire(&mut self.res);
         }
@@ -914,6 +916,7 @@ impl<M: Memory> Hca<M> {
             qp.flush_receives(&mut self.res);
             self.fail_overflowed_cqs();
         }
+        self.debug_check_qp(qpn);
         Ok(())
     }
 
@@ -1158,8 +1161,7 @@ impl<M: Memory> Hca<M> {
         // IBA §10.3.1 (SQD) and §11.6.3.1: when a QP entered SQD with work in progress, the SQ
         // Drained event follows the completion of that work. It used to be raised only when
         // SQD was entered with nothing outstanding, so it never came otherwise.
-        if qp.sq.drain_pending && qp.state == QpState::Sqd && !qp.sq.in_progress() {
-            qp.sq.drain_pending = false;
+        if qp.state == QpState::Sqd && qp.sq.drained() {
             self.res.events.push_back(AsyncEvent::SqDrained(qpn));
         }
         // The timer set holds, per QP, a time no later than its earliest deadline. A deadline
@@ -1191,5 +1193,6 @@ impl<M: Memory> Hca<M> {
                 self.schedule.push_back(qpn);
             }
         }
+        self.debug_check_qp(qpn);
     }
 }

@@ -69,12 +69,16 @@ pub mod config;
 pub mod counters;
 pub mod cq;
 pub mod hca;
+mod invariant;
 pub mod memory;
+#[cfg(feature = "planted-bugs")]
+pub mod planted;
 pub mod qp;
 mod res;
 
 pub use config::{DeviceAttr, HcaConfig, PortAttr, TransportConfig};
 pub use hca::{check_send_wr, Hca, VerbsError};
+pub use invariant::InvariantViolation;
 pub use memory::{Memory, RegionId, VecMemory};
 pub use qp::{AddressVector, AttrMask, GlobalRoute, QpAttr, QpCap, QpInitAttr};
 pub use res::{Ah, Srq};

@@ -6,7 +6,10 @@
 //! `softib-engine` on a virtual clock over the faulty links of [`net`], and [`oracle`] checks
 //! the results from outside the engine. A run has a *safety* phase, with every fault on, then
 //! the network heals and a *liveness* phase checks that the surviving RC QPs finish their work
-//! within a bounded virtual time. [`run_seed`] is the entry point; `softib sim` runs many seeds.
+//! within a bounded virtual time. After every step — the workload's verbs and every HCA's
+//! transmissions, then the deliveries and timers — the engines' own invariants are checked
+//! (`Hca::check_invariants`, in any build): a broken one fails the seed at the step where it
+//! first shows. [`run_seed`] is the entry point; `softib sim` runs many seeds.
 //!
 //! The model is TigerBeetle's VOPR and FoundationDB's simulation: swarm configurations, a fault
 //! model on the network, safety then liveness, oracles outside the system under test.
@@ -28,7 +31,8 @@
 //! sealing and GSO runs are under the faults too) and uses nothing of `softib-net` but the pure
 //! send queue, so a protocol bug reproduces here from its seed; one that does not lives in the
 //! I/O layers. It never reaches into the engine's
-//! internals: what it checks, it checks from the verbs interface, the packets and the memory.
+//! internals: what it checks, it checks from the verbs interface, the packets and the memory,
+//! besides asking the engine to check its own invariants.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -254,6 +258,7 @@ fn drive(
         }
         workload.act(world, oracle)?;
         world.transmit(oracle)?;
+        world.check_invariants()?;
         world.poll_cqs(&mut completions);
         for (node, from_recv, wc) in completions.drain(..) {
             if wc.status != softib_engine::verbs::WcStatus::Success {
@@ -337,6 +342,7 @@ fn drive(
         world.now = world.now.max(next);
         world.deliver()?;
         world.fire_timers();
+        world.check_invariants()?;
     }
     oracle.check_liveness(world)?;
     oracle.final_check(world)?;

@@ -348,6 +348,18 @@ impl World {
         }
     }
 
+    /// Checks every engine invariant of every HCA (`Hca::check_invariants`): the run calls
+    /// it after every step, so a broken one fails the seed where it first shows, naming the
+    /// HCA, the QP, the rule and the state.
+    pub(crate) fn check_invariants(&self) -> Result<(), String> {
+        for (i, n) in self.nodes.iter().enumerate() {
+            n.hca()
+                .check_invariants()
+                .map_err(|v| format!("hca{}: engine invariant broken: {v}", i + 1))?;
+        }
+        Ok(())
+    }
+
     /// The earliest packet arrival or HCA timer.
     pub fn next_event(&self) -> Option<Instant> {
         self.nodes

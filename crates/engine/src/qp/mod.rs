@@ -10,14 +10,17 @@ pub mod attr;
 pub mod completer;
 pub mod requester;
 pub mod responder;
+mod send_queue;
 
 use std::collections::VecDeque;
 
-use softib_wire::{Psn, Qpn};
+use softib_wire::Qpn;
 
 use crate::time::Instant;
-use crate::verbs::{QpState, QpType, RecvWr, SendWr, WcStatus, WrOpcode};
+use crate::verbs::{QpState, QpType, RecvWr, WcStatus};
+
 use crate::{CqHandle, PdHandle, SrqHandle};
+pub(crate) use send_queue::{SendQueue, SendWqe};
 
 pub use attr::{AddressVector, AttrMask, GlobalRoute, ModifyQpError, QpAttr};
 
@@ -55,137 +58,6 @@ pub struct QpInitAttr {
     pub cap: QpCap,
     /// Whether every send WR generates a completion (otherwise only `SIGNALED` ones).
     pub sq_sig_all: bool,
-}
-
-/// One send work queue element and its progress.
-#[derive(Debug, Clone)]
-pub(crate) struct SendWqe {
-    pub wr: SendWr,
-    /// Message length: bytes sent, or bytes to read, or 8 for atomics.
-    pub len: u32,
-    /// Whether a successful completion is reported.
-    pub signaled: bool,
-    /// The first PSN, once assigned (when the WQE first starts transmitting).
-    pub first_psn: Option<Psn>,
-    /// How many PSNs the WQE occupies: request packets, or READ response packets.
-    pub npkts: u32,
-    /// The payload bytes per request packet, fixed when the WQE starts: the path MTU, or
-    /// [`crate::IN_PROCESS_SEGMENT`] for an RC SEND or WRITE of an in-process QP.
-    pub seg: u32,
-    /// How many of its PSNs have been transmitted (READ: `npkts` once the request is out).
-    pub sent: u32,
-    /// How many of its PSNs are acknowledged (READ: response packets received in order).
-    pub acked: u32,
-    /// READ: the packet index at which the current response message starts (0, or where a
-    /// retried READ asked the responder to resume).
-    pub read_restart: u32,
-    /// The completion status once the WQE is finished.
-    pub status: Option<WcStatus>,
-    /// Extra detail for an error completion (`vendor_err`).
-    pub vendor_err: u32,
-}
-
-impl SendWqe {
-    pub fn is_read_or_atomic(&self) -> bool {
-        self.wr.opcode.is_read_or_atomic()
-    }
-    pub fn is_read(&self) -> bool {
-        matches!(self.wr.opcode, WrOpcode::RdmaRead(_))
-    }
-    /// Whether `psn` is one of the WQE's PSNs.
-    pub fn contains(&self, psn: Psn) -> bool {
-        self.first_psn.is_some_and(|f| psn.in_window(f, self.npkts))
-    }
-}
-
-/// The send queue and the requester's position in it.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct SendQueue {
-    /// Posted WQEs not yet retired, oldest first.
-    pub wqes: VecDeque<SendWqe>,
-    /// The PSN the next not-yet-started WQE gets.
-    pub next_psn: Psn,
-    /// Retries left for timeouts and sequence errors.
-    pub retry_left: u8,
-    /// RNR retries left (ignored when the QP's rnr_retry is 7, "infinite").
-    pub rnr_retry_left: u8,
-    /// Until when an RNR NAK holds the requester back.
-    pub rnr_until: Option<Instant>,
-    /// When the local ACK timeout fires, while PSNs are outstanding.
-    pub retransmit_at: Option<Instant>,
-    /// How many WQEs have been retired (a progress measure).
-    pub completed_count: u64,
-    /// Acknowledged packets and completed WQEs, counted as the completer records them: what
-    /// tells it that a response made forward progress without scanning the queue.
-    pub progress: u64,
-    /// SQD was entered with work in progress: the SQ Drained event is still due.
-    pub drain_pending: bool,
-    /// How many WQEs at the head are finished or have every packet sent, as the requester
-    /// last found them: where its search for the next packet starts, instead of at the
-    /// head of up to `max_send_wr` WQEs in flight (it was 14% of a busy daemon). Only a
-    /// rewind (go-back-N) makes such a WQE sendable again, and resets it; retiring one
-    /// lowers it.
-    pub sent_prefix: std::cell::Cell<usize>,
-    /// The congestion window in packets (`None`: the full PSN window). A soft HCA's "wire"
-    /// is a socket buffer that overflows when many QPs send at once; go-back-N then resends
-    /// everything in flight, which overflows it again. Halving the window on each loss and
-    /// growing it by one per acknowledgement that makes progress (AIMD, as TCP and RoCE's
-    /// DCQCN do in spirit) lets the aggregate settle below what the receiver drains.
-    pub cwnd: Option<u32>,
-}
-
-/// The smallest congestion window.
-pub(crate) const MIN_CWND: u32 = 2;
-
-impl SendQueue {
-    /// The window the requester may fill: the congestion window within the PSN window.
-    pub fn window(&self, max: u32) -> u32 {
-        self.cwnd.map_or(max, |c| c.min(max)).max(1)
-    }
-
-    /// A loss: halve the window.
-    pub fn on_loss(&mut self, max: u32) {
-        self.cwnd = Some((self.window(max) / 2).max(MIN_CWND.min(max)));
-    }
-
-    /// Progress: widen the window by one, up to the PSN window (then no limit is kept).
-    pub fn on_progress(&mut self, max: u32) {
-        if let Some(c) = self.cwnd {
-            self.cwnd = (c + 1 < max).then_some(c + 1);
-        }
-    }
-
-    /// The oldest PSN that is transmitted but not acknowledged, if any.
-    pub fn una(&self) -> Option<Psn> {
-        for w in &self.wqes {
-            let first = w.first_psn?;
-            if w.status.is_some() {
-                continue;
-            }
-            if w.acked < w.sent {
-                return Some(first.add(w.acked));
-            }
-            if w.acked < w.npkts {
-                return None;
-            }
-        }
-        None
-    }
-
-    /// Whether a WQE has started and not finished: what SQD waits for before the SQ is
-    /// drained (a WQE partly sent, even with every sent PSN acknowledged, is still going).
-    pub fn in_progress(&self) -> bool {
-        self.wqes
-            .iter()
-            .any(|w| w.status.is_none() && w.first_psn.is_some())
-    }
-
-    /// Whether any transmitted PSN is unacknowledged.
-    pub fn has_outstanding(&self) -> bool {
-        self.wqes
-            .iter()
-            .any(|w| w.status.is_none() && w.first_psn.is_some() && w.acked < w.sent)
-    }
 }
 
 /// A receive WQE in use by a SEND message in progress.
@@ -244,7 +116,7 @@ impl Qp {
 
     /// Posted send WQEs not yet completed.
     pub fn send_queue_len(&self) -> usize {
-        self.sq.wqes.len()
+        self.sq.len()
     }
 
     /// Posted receive WQEs not yet consumed.
@@ -262,20 +134,7 @@ impl Qp {
         final_nak: Option<responder::Response>,
     ) {
         self.state = QpState::Err;
-        // Completions come in order: after the first error every later WQE is flushed, even
-        // one whose data already arrived (a READ answered after an earlier atomic failed).
-        let mut failed = false;
-        for w in self.sq.wqes.iter_mut() {
-            match w.status {
-                None => w.status = Some(WcStatus::WrFlushErr),
-                Some(WcStatus::Success) if failed => w.status = Some(WcStatus::WrFlushErr),
-                Some(WcStatus::Success) => {}
-                Some(_) => failed = true,
-            }
-            if w.status == Some(WcStatus::WrFlushErr) {
-                failed = true;
-            }
-        }
+        self.sq.flush_in_order();
         self.retire(res);
         self.flush_receives(res);
         // IBA §11.6.3.1, Last WQE Reached (IBV_EVENT_QP_LAST_WQE_REACHED): a QP attached to an
@@ -286,8 +145,6 @@ impl Qp {
             res.events
                 .push_back(crate::verbs::AsyncEvent::QpLastWqeReached(self.qpn));
         }
-        self.sq.retransmit_at = None;
-        self.sq.rnr_until = None;
         self.resp.outputs.clear();
         self.resp.resources.clear();
         if let Some(nak) = final_nak {
@@ -332,11 +189,7 @@ impl Qp {
         res: &mut crate::res::Resources<M>,
     ) {
         self.state = QpState::Sqe;
-        for w in self.sq.wqes.iter_mut() {
-            if w.status.is_none() {
-                w.status = Some(WcStatus::WrFlushErr);
-            }
-        }
+        self.sq.flush_unfinished();
         self.retire(res);
     }
 
@@ -349,11 +202,105 @@ impl Qp {
         self.in_process = false;
     }
 
+    /// Checks the QP's invariants — its own, then the requester's, the completer's and the
+    /// responder's (see `crate::invariant`).
+    pub(crate) fn check_invariants(
+        &self,
+        transport: &crate::config::TransportConfig,
+    ) -> Result<(), crate::invariant::InvariantViolation> {
+        use crate::invariant::InvariantViolation;
+        let v = |role| move |b| InvariantViolation::new(self, role, b);
+        self.check_queues().map_err(v("queue pair"))?;
+        self.check_requester(transport.max_unacked_psns)
+            .map_err(v("requester"))?;
+        self.check_completer().map_err(v("completer"))?;
+        self.check_responder().map_err(v("responder"))?;
+        Ok(())
+    }
+
+    /// The QP's own invariants: send work only where it can run, receive queues within
+    /// their limits and flushed in ERR.
+    fn check_queues(&self) -> Result<(), crate::invariant::Broken> {
+        use crate::invariant::ensure;
+        ensure!(
+            self.sq.len() == 0 || matches!(self.state, QpState::Rts | QpState::Sqd),
+            "only a QP in RTS or SQD holds send WQEs (posting needs RTS or SQD; ERR and SQE flush them at once)",
+            "{} send WQEs",
+            self.sq.len()
+        );
+        match self.init.srq {
+            Some(_) => ensure!(
+                self.rq.is_empty(),
+                "a QP that receives from an SRQ has no receive WQEs of its own",
+                "{} receive WQEs",
+                self.rq.len()
+            ),
+            None => ensure!(
+                self.rq.len() <= self.init.cap.max_recv_wr as usize,
+                "the receive queue holds at most max_recv_wr WQEs (post_recv refuses more)",
+                "{} receive WQEs, max_recv_wr {}",
+                self.rq.len(),
+                self.init.cap.max_recv_wr
+            ),
+        }
+        ensure!(
+            self.state != QpState::Err || self.rq.is_empty(),
+            "a QP in ERR flushes every receive WQE at once",
+            "{} receive WQEs",
+            self.rq.len()
+        );
+        Ok(())
+    }
+
+    /// The send queue and the responder in one line, for an invariant's report.
+    pub(crate) fn state_summary(&self) -> String {
+        use std::fmt::Write;
+        const SHOWN: usize = 12;
+        let sq = &self.sq;
+        let mut s = format!(
+            "send queue {{ next_psn {}, retransmit_at {:?}, rnr_until {:?}, cwnd {:?}, search from {}, {} WQEs:",
+            sq.next_psn(),
+            sq.retransmit_at(),
+            sq.rnr_until(),
+            sq.cwnd(),
+            sq.sent_prefix(),
+            sq.len()
+        );
+        for w in sq.iter().take(SHOWN) {
+            let _ = write!(s, " [{:?}", w.wr().opcode.wc_opcode());
+            if let Some(first) = w.first_psn() {
+                let _ = write!(
+                    s,
+                    " PSN {first}+{} sent {} acked {}",
+                    w.npkts(),
+                    w.sent(),
+                    w.acked()
+                );
+            }
+            if let Some(status) = w.status() {
+                let _ = write!(s, " {status}");
+            }
+            s.push(']');
+        }
+        if sq.len() > SHOWN {
+            let _ = write!(s, " ...");
+        }
+        let r = &self.resp;
+        let _ = write!(
+            s,
+            " }}, responder {{ ePSN {}, MSN {}, resources {:?}, {} responses queued, message in progress: {}, receive WQEs {} }}",
+            r.epsn,
+            r.msn,
+            r.resources,
+            r.outputs.len(),
+            r.cur.is_some(),
+            self.rq.len()
+        );
+        s
+    }
+
     /// The earliest timer of this QP.
     pub(crate) fn deadline(&self) -> Option<Instant> {
-        match (self.sq.retransmit_at, self.sq.rnr_until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.sq.deadline()
     }
 }

@@ -2,8 +2,9 @@
 //! segmentation by MTU, opcode and PSN choice, AckReq, the PSN window, fences and the
 //! `max_rd_atomic` limit — for RC, UC and UD.
 //!
-//! It reads the send queue and moves only its own position (`sent`); acknowledgements,
-//! retries and retirement are the completer's.
+//! It reads the send queue and moves only its own position (which WQEs started, what is
+//! sent) through the queue's methods; acknowledgements, retries and retirement are the
+//! completer's.
 
 use softib_wire::aeth::{self, Syndrome};
 use softib_wire::opcode::{Operation, Transport};
@@ -13,6 +14,7 @@ use softib_wire::{
 };
 
 use super::{Qp, SendWqe};
+use crate::invariant::{ensure, Broken};
 use crate::memory::Memory;
 use crate::res::Resources;
 use crate::time::{Duration, Instant};
@@ -106,33 +108,26 @@ impl Qp {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) {
             return None;
         }
-        if self.sq.rnr_until.is_some_and(|t| t > now) {
+        if self.sq.rnr_until().is_some_and(|t| t > now) {
             return None;
         }
         // The first WQE with a packet to send: every one before it is finished, or sent and
         // waiting for its acknowledgement or response.
-        let wqes = &self.sq.wqes;
-        let mut i = self.sq.sent_prefix.get().min(wqes.len());
-        while let Some(w) = wqes.get(i) {
-            if w.status.is_some() || (w.first_psn.is_some() && w.sent >= w.npkts) {
-                i += 1;
-            } else {
-                break;
-            }
-        }
-        self.sq.sent_prefix.set(i);
-        let w = wqes.get(i)?;
-        if w.first_psn.is_none() {
+        let i = self.sq.first_to_send()?;
+        let w = self.sq.wqe(i);
+        if w.first_psn().is_none() {
             if self.state == QpState::Sqd {
                 return None;
             }
-            let fenced = w.wr.flags.contains(crate::verbs::SendFlags::FENCE);
+            let fenced = w.wr().flags.contains(crate::verbs::SendFlags::FENCE);
             if fenced || w.is_read_or_atomic() {
                 // READs and atomics sent and not yet answered: a fence waits for them, and
                 // at most `max_rd_atomic` may be outstanding.
-                let rd_outstanding = wqes
-                    .range(..i)
-                    .filter(|e| e.status.is_none() && e.is_read_or_atomic())
+                let rd_outstanding = self
+                    .sq
+                    .iter()
+                    .take(i)
+                    .filter(|e| e.status().is_none() && e.is_read_or_atomic())
                     .count() as u32;
                 let max_rd = u32::from(self.attr.max_rd_atomic.max(1));
                 if (fenced && rd_outstanding > 0)
@@ -144,7 +139,9 @@ impl Qp {
         }
         if self.qp_type() == QpType::Rc {
             // Only RC has a window.
-            let next = w.first_psn.map_or(self.sq.next_psn, |f| f.add(w.sent));
+            let next = w
+                .first_psn()
+                .map_or(self.sq.next_psn(), |f| f.add(w.sent()));
             if let Some(una) = self.sq.una() {
                 let inflight = next.diff(una);
                 let window = self.sq.window(res.transport.max_unacked_psns);
@@ -171,15 +168,15 @@ impl Qp {
         } else {
             AccessFlags::NONE
         };
-        if w.wr.inline_data.is_none() {
-            res.check_sges(pd, &w.wr.sg_list, need)
+        if w.wr().inline_data.is_none() {
+            res.check_sges(pd, &w.wr().sg_list, need)
                 .map_err(|_| WcStatus::LocProtErr)?;
         }
-        if self.qp_type() == QpType::Ud && w.len > self.mtu(res) {
+        if self.qp_type() == QpType::Ud && w.len() > self.mtu(res) {
             // C10-93.1.1 lets an HCA drop such a message silently (rxe does); softib reports it.
             return Err(WcStatus::LocLenErr);
         }
-        if let Some(ud) = &w.wr.ud {
+        if let Some(ud) = &w.wr().ud {
             match res.ahs.get(&ud.ah) {
                 Some(ah) if ah.pd == pd => {}
                 _ => return Err(WcStatus::LocQpOpErr),
@@ -197,33 +194,29 @@ impl Qp {
     ) -> Option<Transmit> {
         let i = self.next_sendable(now, res)?;
         let mtu = self.mtu(res);
-        if self.sq.wqes[i].first_psn.is_none() {
-            if let Err(status) = self.validate_start(&self.sq.wqes[i], res) {
+        if self.sq.wqe(i).first_psn().is_none() {
+            if let Err(status) = self.validate_start(self.sq.wqe(i), res) {
                 self.fail_wqe(i, status, 0, res);
                 return None;
             }
-            let in_process = self.in_process;
-            let w = &mut self.sq.wqes[i];
+            let w = self.sq.wqe(i);
             // To a peer in this process an RC SEND or WRITE goes in large segments (its
             // responder is told the packets are in-process), and a READ asks for its response
             // in them: its request goes in-process exactly when it does (see below).
-            let atomic = w.is_read_or_atomic() && !w.is_read();
-            w.seg = if in_process && !atomic && buf.len() >= crate::IN_PROCESS_MAX_LEN {
+            let seg = if self.in_process && !w.is_atomic() && buf.len() >= crate::IN_PROCESS_MAX_LEN
+            {
                 crate::IN_PROCESS_SEGMENT
             } else {
                 mtu
             };
-            w.npkts = packets(w.len, w.seg);
-            if matches!(
-                w.wr.opcode,
-                WrOpcode::AtomicCmpAndSwp { .. } | WrOpcode::AtomicFetchAndAdd { .. }
-            ) {
-                w.npkts = 1;
-            }
-            w.first_psn = Some(self.sq.next_psn);
-            self.sq.next_psn = self.sq.next_psn.add(w.npkts);
+            let npkts = if w.is_atomic() {
+                1
+            } else {
+                packets(w.len(), seg)
+            };
+            self.sq.start(i, seg, npkts);
         }
-        self.sq.rnr_until = None;
+        self.sq.end_rnr_wait();
         let qp_type = self.qp_type();
         let pkey = res.pkey(self.attr.port_num, self.attr.pkey_index);
         let own_qkey = self.attr.qkey;
@@ -234,32 +227,31 @@ impl Qp {
         let mut in_process = self.in_process;
         let window = self.sq.window(res.transport.max_unacked_psns);
         let una = self.sq.una();
-        let w = &mut self.sq.wqes[i];
-        let first = w.first_psn.unwrap_or_default();
-        let k = w.sent;
+        let w = self.sq.wqe(i);
+        let first = w.first_psn().unwrap_or_default();
+        let k = w.sent();
         let psn = first.add(k);
-        let is_read = w.is_read();
         // READ requests and atomics are one packet without payload.
         let (pos, offset, n) = if w.is_read_or_atomic() {
             (Position::Only, 0u64, 0u32)
         } else {
-            let seg = w.seg.max(1);
+            let seg = w.seg().max(1);
             let off = u64::from(k) * u64::from(seg);
-            let n = (u64::from(w.len) - off).min(u64::from(seg)) as u32;
-            (position(k, w.npkts), off, n)
+            let n = (u64::from(w.len()) - off).min(u64::from(seg)) as u32;
+            (position(k, w.npkts()), off, n)
         };
-        let opcode = opcode_for(qp_type, &w.wr.opcode, pos);
+        let opcode = opcode_for(qp_type, &w.wr().opcode, pos);
         let mut t = TransportRepr::new(BthRepr {
             opcode,
             solicited: pos.ends_message()
-                && w.wr.flags.contains(crate::verbs::SendFlags::SOLICITED),
+                && w.wr().flags.contains(crate::verbs::SendFlags::SOLICITED),
             mig_req: false,
             pad_count: pad_for(n as usize),
             tver: 0,
             pkey,
             fecn: false,
             becn: false,
-            dest_qpn: match &w.wr.ud {
+            dest_qpn: match &w.wr().ud {
                 Some(ud) => ud.remote_qpn,
                 None => dest_qpn,
             },
@@ -274,27 +266,27 @@ impl Qp {
                     || psn.diff(una.unwrap_or(psn)) + 1 >= window as i32),
             psn,
         });
-        match &w.wr.opcode {
+        match &w.wr().opcode {
             WrOpcode::RdmaWrite(r) | WrOpcode::RdmaWriteWithImm(r, _) if pos.starts_message() => {
                 t.reth = Some(RethRepr {
                     va: r.addr,
                     rkey: r.rkey,
-                    dma_len: w.len,
+                    dma_len: w.len(),
                 });
             }
             WrOpcode::RdmaRead(r) => {
                 // A READ request goes in-process exactly when the READ was sized for large
                 // response segments: that is how its responder learns the segment size, which
                 // stays the one chosen when the READ started, however the QP is marked since.
-                in_process = w.seg > mtu;
+                in_process = w.seg() > mtu;
                 // A retried READ asks only for what has not arrived (IBA §9.7.5.2.4).
-                let done = u64::from(w.acked) * u64::from(w.seg.max(1));
-                let done = done.min(u64::from(w.len));
-                t.bth.psn = first.add(w.acked);
+                let done = u64::from(w.acked()) * u64::from(w.seg().max(1));
+                let done = done.min(u64::from(w.len()));
+                t.bth.psn = first.add(w.acked());
                 t.reth = Some(RethRepr {
                     va: r.addr.wrapping_add(done),
                     rkey: r.rkey,
-                    dma_len: w.len - done as u32,
+                    dma_len: w.len() - done as u32,
                 });
             }
             WrOpcode::AtomicCmpAndSwp {
@@ -320,7 +312,7 @@ impl Qp {
             _ => {}
         }
         if pos.ends_message() {
-            match &w.wr.opcode {
+            match &w.wr().opcode {
                 WrOpcode::SendWithImm(imm) | WrOpcode::RdmaWriteWithImm(_, imm) => {
                     t.immdt = Some(ImmDtRepr { data: *imm });
                 }
@@ -328,7 +320,7 @@ impl Qp {
                 _ => {}
             }
         }
-        if let Some(ud) = &w.wr.ud {
+        if let Some(ud) = &w.wr().ud {
             let qkey = if ud.remote_qkey & 0x8000_0000 != 0 {
                 own_qkey
             } else {
@@ -343,8 +335,8 @@ impl Qp {
         let pad = usize::from(pad_for(n as usize));
         // The payload stays in memory when the peer is in this process and it lies in one
         // SGE: the peer's engine copies it from there into its own memory.
-        let by_ref = match &w.wr.inline_data {
-            None if n > 0 && in_process => match res.payload_ref(pd, &w.wr.sg_list, offset, n) {
+        let by_ref = match &w.wr().inline_data {
+            None if n > 0 && in_process => match res.payload_ref(pd, &w.wr().sg_list, offset, n) {
                 Ok(r) => r,
                 Err(status) => {
                     self.fail_wqe(i, status, 0, res);
@@ -369,7 +361,7 @@ impl Qp {
         } else {
             hlen + n as usize
         }];
-        let gathered = match &w.wr.inline_data {
+        let gathered = match &w.wr().inline_data {
             _ if by_ref.is_some() => Ok(()),
             Some(data) => {
                 let start = offset as usize;
@@ -381,7 +373,7 @@ impl Qp {
                     None => Err(WcStatus::LocLenErr),
                 }
             }
-            None if n > 0 => res.gather(pd, &w.wr.sg_list, offset, body),
+            None if n > 0 => res.gather(pd, &w.wr().sg_list, offset, body),
             None => Ok(()),
         };
         if let Err(status) = gathered {
@@ -392,29 +384,16 @@ impl Qp {
             buf[hlen + n as usize..len].fill(0);
         }
 
-        let av = match &w.wr.ud {
+        let av = match &w.wr().ud {
             Some(ud) => res.ahs.get(&ud.ah).map(|a| a.av).unwrap_or_default(),
             None => self.attr.ah_attr,
         };
-        w.sent = if w.is_read_or_atomic() {
-            w.npkts
-        } else {
-            k + 1
-        };
-        if is_read {
-            w.read_restart = w.acked;
-        }
-        let finished = w.sent == w.npkts;
+        let finished = self.sq.record_sent(i);
         match qp_type {
-            QpType::Rc => {
-                if self.sq.retransmit_at.is_none() {
-                    self.sq.retransmit_at =
-                        Duration::local_ack_timeout(self.attr.timeout).map(|d| now + d);
-                }
-            }
+            QpType::Rc => self.sq.arm_retransmit(now, self.attr.timeout),
             QpType::Uc | QpType::Ud => {
                 if finished {
-                    self.sq.wqes[i].status = Some(WcStatus::Success);
+                    self.sq.finish(i, WcStatus::Success, 0);
                     self.retire(res);
                 }
             }
@@ -433,6 +412,150 @@ impl Qp {
             payload: by_ref,
             in_process,
         })
+    }
+}
+
+impl Qp {
+    /// The requester's invariants: WQEs start in posting order and take consecutive PSNs up
+    /// to `next_psn`, no more than the valid region of them is outstanding, each WQE's
+    /// position is within its PSNs, the search cache agrees with the queue, and the
+    /// congestion window stays within its bounds.
+    pub(crate) fn check_requester(&self, max_unacked_psns: u32) -> Result<(), Broken> {
+        let sq = &self.sq;
+        let qp_type = self.qp_type();
+        ensure!(
+            sq.len() <= self.init.cap.max_send_wr as usize,
+            "the send queue holds at most max_send_wr WQEs (post_send refuses more)",
+            "{} WQEs, max_send_wr {}",
+            sq.len(),
+            self.init.cap.max_send_wr
+        );
+        let prefix = sq.sent_prefix();
+        ensure!(
+            prefix <= sq.len(),
+            "the requester's search starts within the send queue",
+            "search starts at WQE {prefix} of {}",
+            sq.len()
+        );
+        // One pass, oldest first. The PSN the next started WQE must begin at, once one has.
+        let mut chain: Option<softib_wire::Psn> = None;
+        let mut unstarted = None;
+        for (i, w) in sq.iter().enumerate() {
+            if i < prefix {
+                ensure!(
+                    w.status().is_some() || (w.first_psn().is_some() && w.sent() >= w.npkts()),
+                    "every WQE before the requester's search start is finished or wholly sent",
+                    "search starts at WQE {prefix}; WQE {i} has sent {} of {}",
+                    w.sent(),
+                    w.npkts()
+                );
+            }
+            let Some(first) = w.first_psn() else {
+                ensure!(
+                    w.npkts() == 0 && w.sent() == 0 && w.acked() == 0,
+                    "a WQE that has not started holds no PSNs",
+                    "WQE {i} has no first PSN but npkts {} sent {} acked {}",
+                    w.npkts(),
+                    w.sent(),
+                    w.acked()
+                );
+                unstarted.get_or_insert(i);
+                continue;
+            };
+            ensure!(
+                unstarted.is_none(),
+                "WQEs start in posting order",
+                "WQE {i} started at PSN {first} after WQE {} that has not",
+                unstarted.unwrap_or_default()
+            );
+            if let Some(expected) = chain {
+                ensure!(
+                    first == expected,
+                    "started WQEs take consecutive PSNs",
+                    "WQE {i} starts at PSN {first}; the WQE before it ends before {expected}"
+                );
+            }
+            chain = Some(first.add(w.npkts()));
+            // IBA §9.8: UC and UD are unacknowledged; a WQE completes when its last packet
+            // is sent, so only the oldest one can have started.
+            ensure!(
+                qp_type == QpType::Rc || (i == 0 && w.acked() == 0),
+                "UC and UD acknowledge nothing and send one WQE at a time",
+                "WQE {i} started, acked {}",
+                w.acked()
+            );
+            ensure!(
+                w.npkts() >= 1 && w.seg() >= 1 && (!w.is_atomic() || w.npkts() == 1),
+                "a started WQE occupies at least one PSN (an atomic exactly one) in segments of at least a byte",
+                "WQE {i}: npkts {} seg {}",
+                w.npkts(),
+                w.seg()
+            );
+            ensure!(
+                w.sent() <= w.npkts() && w.acked() <= w.npkts(),
+                "a WQE's sent and acknowledged PSNs are among its own",
+                "WQE {i}: sent {} acked {} of npkts {}",
+                w.sent(),
+                w.acked(),
+                w.npkts()
+            );
+            if w.status().is_some() {
+                continue;
+            }
+            if w.is_read() {
+                // The request asks for every response not yet received (IBA §9.7.5.2.4): it is
+                // out (`sent` covers all the READ's PSNs), or it is to be sent again — and
+                // responses to the earlier request may still arrive meanwhile.
+                ensure!(
+                    w.sent() == w.npkts() || w.sent() <= w.acked(),
+                    "an unfinished READ's request is out, or is to be sent again from its first missing response",
+                    "WQE {i}: sent {} acked {} of npkts {}",
+                    w.sent(),
+                    w.acked(),
+                    w.npkts()
+                );
+            } else {
+                ensure!(
+                    w.acked() <= w.sent(),
+                    "only PSNs that were sent are acknowledged",
+                    "WQE {i}: sent {} acked {} of npkts {}",
+                    w.sent(),
+                    w.acked(),
+                    w.npkts()
+                );
+            }
+        }
+        if let Some(end) = chain {
+            ensure!(
+                end == sq.next_psn(),
+                "the newest started WQE ends where the next one will start (next_psn)",
+                "it ends before PSN {end}, next_psn is {}",
+                sq.next_psn()
+            );
+        }
+        if let Some(oldest) = sq.oldest_unacked() {
+            let outstanding = crate::invariant::behind(oldest, sq.next_psn());
+            ensure!(
+                outstanding <= crate::invariant::PSN_WINDOW,
+                "at most 2^23 PSNs are outstanding, so that the responder tells duplicates from new requests (IBA §9.7.1, the valid region)",
+                "{outstanding} PSNs from the oldest unacknowledged, {oldest}, to next_psn {}",
+                sq.next_psn()
+            );
+        }
+        if let Some(c) = sq.cwnd() {
+            ensure!(
+                qp_type == QpType::Rc,
+                "only RC has a congestion window (its losses shrink it)",
+                "cwnd {c}"
+            );
+            let floor = super::send_queue::MIN_CWND.min(max_unacked_psns);
+            ensure!(
+                (floor..=max_unacked_psns).contains(&c),
+                "the congestion window stays between its floor and the PSN window",
+                "cwnd {c}, floor {floor}, max_unacked_psns {max_unacked_psns}"
+            );
+        }
+        Ok(())
     }
 }
 

@@ -19,6 +19,7 @@ use softib_wire::{AethRepr, AtomicAckEthRepr, BthRepr, Opcode, Position, Psn};
 use super::requester::{packets, rnr_syndrome};
 use super::{ActiveRecv, Qp};
 use crate::counters::DropReason;
+use crate::invariant::{ensure, Broken};
 use crate::memory::{AtomicOp, Memory, RegionId};
 use crate::res::{Resources, ScatterError};
 use crate::time::Instant;
@@ -122,6 +123,45 @@ impl Responder {
     fn ack(&mut self, psn: Psn, syndrome: Syndrome) {
         let msn = self.msn;
         self.push(Response::Ack { psn, syndrome, msn });
+    }
+
+    /// An RC request is accepted: `next` is expected next. A resource that falls out of the
+    /// valid region behind it (IBA §9.7.1) can answer no legal duplicate any more — the
+    /// requester retries only within it — and after the 24-bit wrap its PSNs would alias new
+    /// ones: it is forgotten. Resources are in PSN order, so only the oldest can be out.
+    #[inline]
+    fn accept(&mut self, next: Psn) {
+        self.epsn = next;
+        while let Some(r) = self.resources.front() {
+            if r.first().diff(next) < 0 {
+                break;
+            }
+            self.resources.pop_front();
+        }
+    }
+
+    /// Keeps at most `max_dest_rd_atomic` resources (at least one), dropping the oldest.
+    pub(crate) fn limit_resources(&mut self, max_dest_rd_atomic: u8) {
+        let cap = usize::from(max_dest_rd_atomic.max(1));
+        while self.resources.len() > cap {
+            self.resources.pop_front();
+        }
+    }
+}
+
+impl Resource {
+    /// Its first PSN and how many PSNs it covers.
+    #[inline]
+    fn psns(&self) -> (Psn, u32) {
+        match *self {
+            Resource::Read { first, npkts } => (first, npkts),
+            Resource::Atomic { psn, .. } => (psn, 1),
+        }
+    }
+
+    #[inline]
+    fn first(&self) -> Psn {
+        self.psns().0
     }
 }
 
@@ -400,7 +440,7 @@ impl Qp {
             }
         }
         r.offset += payload.len() as u32;
-        self.resp.epsn = psn.next();
+        self.resp.accept(psn.next());
         if pos.ends_message() {
             let mut wc = self.recv_completion(&r.wr, WcStatus::Success, WcOpcode::Recv, r.offset);
             wc.imm_data = t.immdt.map(|i| i.data);
@@ -524,7 +564,7 @@ impl Qp {
             self.nak_and_fail(res, psn, code, event);
             return;
         }
-        self.resp.epsn = psn.next();
+        self.resp.accept(psn.next());
         if pos.ends_message() {
             self.resp.msn = (self.resp.msn + 1) & 0x00FF_FFFF;
         }
@@ -578,7 +618,7 @@ impl Qp {
             msn,
             seg,
         });
-        self.resp.epsn = psn.add(npkts);
+        self.resp.accept(psn.add(npkts));
     }
 
     fn rc_atomic<M: Memory>(&mut self, res: &mut Resources<M>, t: &TransportRepr) {
@@ -626,7 +666,7 @@ impl Qp {
         self.resp.msn = (self.resp.msn + 1) & 0x00FF_FFFF;
         let msn = self.resp.msn;
         self.resp.push(Response::Atomic { psn, orig, msn });
-        self.resp.epsn = psn.next();
+        self.resp.accept(psn.next());
     }
 
     /// UC (IBA §9.8): no acknowledgements; a PSN gap or any error drops the rest of the message.
@@ -941,6 +981,140 @@ impl Qp {
     }
 }
 
+impl Qp {
+    /// The responder's invariants: the MSN is a 24-bit count; UC and UD keep no resources and
+    /// queue no responses; an RC responder's READ/atomic resources are at most
+    /// `max_dest_rd_atomic`, in PSN order and behind ePSN within the valid region, and what it
+    /// queues names PSNs at or behind ePSN and MSNs no newer than its own; a QP that has not
+    /// reached RTR has received nothing, and one in ERR keeps nothing but its final NAK.
+    pub(crate) fn check_responder(&self) -> Result<(), Broken> {
+        use crate::invariant::{behind, PSN_WINDOW};
+        let r = &self.resp;
+        ensure!(
+            r.msn <= Psn::MAX,
+            "the MSN is a 24-bit count (the AETH's MSN field)",
+            "MSN {:#x}",
+            r.msn
+        );
+        match self.state {
+            QpState::Reset | QpState::Init => ensure!(
+                r.resources.is_empty() && r.outputs.is_empty() && r.cur.is_none(),
+                "a QP that has not reached RTR has received nothing",
+                "{} resources, {} responses queued, message in progress: {}",
+                r.resources.len(),
+                r.outputs.len(),
+                r.cur.is_some()
+            ),
+            QpState::Err => ensure!(
+                r.resources.is_empty()
+                    && r.outputs.len() <= 1
+                    && r.outputs.iter().all(|o| matches!(
+                        o,
+                        Response::Ack {
+                            syndrome: Syndrome::Nak(_),
+                            ..
+                        }
+                    )),
+                "a responder in ERR keeps no resources and queues nothing but its final NAK",
+                "{} resources, responses queued: {:?}",
+                r.resources.len(),
+                r.outputs
+            ),
+            _ => {}
+        }
+        match &r.cur {
+            Some(InMessage::Write { left, total, .. }) => ensure!(
+                left <= total,
+                "an RDMA WRITE in progress has no more bytes left than it announced",
+                "{left} of {total} bytes left"
+            ),
+            Some(InMessage::Send(recv)) => ensure!(
+                recv.from_srq == self.init.srq.is_some(),
+                "a SEND in progress fills a receive WQE from where the QP takes them (its SRQ or its receive queue)",
+                "from the SRQ: {}, the QP has an SRQ: {}",
+                recv.from_srq,
+                self.init.srq.is_some()
+            ),
+            None => {}
+        }
+        if self.qp_type() != QpType::Rc {
+            ensure!(
+                r.resources.is_empty() && r.outputs.is_empty(),
+                "UC and UD are unacknowledged (IBA §9.8): no responder resources, no responses",
+                "{} resources, {} responses queued",
+                r.resources.len(),
+                r.outputs.len()
+            );
+            ensure!(
+                self.qp_type() != QpType::Ud || r.cur.is_none(),
+                "a UD message is one packet: none is ever in progress",
+                "a message in progress"
+            );
+            ensure!(
+                !r.uc_dropping || r.cur.is_none(),
+                "a UC responder dropping packets until the next FIRST or ONLY has no message in progress",
+                "dropping with a message in progress"
+            );
+            return Ok(());
+        }
+        let cap = usize::from(self.attr.max_dest_rd_atomic.max(1));
+        ensure!(
+            r.resources.len() <= cap,
+            "an RC responder keeps at most max_dest_rd_atomic READ/atomic resources",
+            "{} resources, max_dest_rd_atomic {}",
+            r.resources.len(),
+            self.attr.max_dest_rd_atomic
+        );
+        // Oldest first: each resource lies wholly behind ePSN, within the valid region, and
+        // after the one before it.
+        let mut older_end: Option<u32> = None;
+        for res in &r.resources {
+            let (first, n) = res.psns();
+            let back = behind(first, r.epsn);
+            ensure!(
+                n >= 1 && n <= back && back <= PSN_WINDOW,
+                "a responder resource lies wholly behind ePSN, within the valid region (IBA §9.7.1)",
+                "{res:?} with ePSN {}",
+                r.epsn
+            );
+            if let Some(end) = older_end {
+                ensure!(
+                    back <= end,
+                    "responder resources are in PSN order and do not overlap",
+                    "{res:?} starts before the one remembered before it ends; resources {:?}",
+                    r.resources
+                );
+            }
+            older_end = Some(back - n);
+        }
+        for out in &r.outputs {
+            let (psn, msn) = match *out {
+                Response::Ack { psn, msn, .. } => (Some((psn, 0)), msn),
+                Response::Atomic { psn, msn, .. } => (Some((psn, 1)), msn),
+                // A replayed READ's range is the retried request's, so its PSNs are the
+                // peer's choice: only its MSN is the responder's.
+                Response::Read { msn, .. } => (None, msn),
+            };
+            ensure!(
+                msn <= Psn::MAX && r.msn.wrapping_sub(msn) & Psn::MAX <= PSN_WINDOW,
+                "a queued response carries an MSN no newer than the responder's",
+                "{out:?} with MSN {}",
+                r.msn
+            );
+            if let (Some((psn, min_behind)), false) = (psn, self.state == QpState::Err) {
+                let back = behind(psn, r.epsn);
+                ensure!(
+                    (min_behind..=PSN_WINDOW).contains(&back),
+                    "a queued ACK or NAK names a PSN at or behind ePSN, an atomic response one behind it, within the valid region",
+                    "{out:?} with ePSN {}",
+                    r.epsn
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The segment a READ's responses go in: the path MTU, or the large in-process segment when
 /// the request came in-process — which its requester does exactly when it sized the READ so
 /// (see `requester_poll`).
@@ -949,5 +1123,115 @@ fn read_segment(mtu: u32, in_process: bool) -> u32 {
         crate::IN_PROCESS_SEGMENT
     } else {
         mtu
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::qp::{QpCap, QpInitAttr};
+    use crate::{CqHandle, PdHandle};
+    use softib_wire::Qpn;
+
+    /// A QP of `qp_type` in RTS whose responder expects PSN 1000, with two READ/atomic
+    /// resources allowed.
+    fn responder(qp_type: QpType) -> Qp {
+        let mut qp = Qp::new(
+            Qpn::new(0x42),
+            QpInitAttr {
+                qp_type,
+                pd: PdHandle(1),
+                send_cq: CqHandle(1),
+                recv_cq: CqHandle(1),
+                srq: None,
+                cap: QpCap::default(),
+                sq_sig_all: true,
+            },
+        );
+        qp.state = QpState::Rts;
+        qp.attr.max_dest_rd_atomic = 2;
+        qp.resp.epsn = Psn::new(1000);
+        qp
+    }
+
+    fn read_at(first: u32, npkts: u32) -> Resource {
+        Resource::Read {
+            first: Psn::new(first),
+            npkts,
+        }
+    }
+
+    fn broken(qp: &Qp) -> Option<&'static str> {
+        qp.check_responder().err().map(|b| b.invariant)
+    }
+
+    #[test]
+    fn each_responder_rule_catches_the_state_that_breaks_it() {
+        let mut qp = responder(QpType::Rc);
+        qp.resp.resources.extend([read_at(990, 4), read_at(994, 6)]);
+        qp.resp.ack(Psn::new(999), ACK);
+        assert_eq!(
+            broken(&qp),
+            None,
+            "a READ ending at ePSN, an ACK just behind it"
+        );
+        qp.resp.resources.push_back(read_at(996, 1));
+        assert_eq!(
+            broken(&qp),
+            Some("an RC responder keeps at most max_dest_rd_atomic READ/atomic resources")
+        );
+        qp.resp.resources.pop_front();
+        assert_eq!(
+            broken(&qp),
+            Some("responder resources are in PSN order and do not overlap")
+        );
+        qp.resp.resources = [read_at(998, 4)].into();
+        assert_eq!(
+            broken(&qp),
+            Some("a responder resource lies wholly behind ePSN, within the valid region (IBA §9.7.1)")
+        );
+        qp.resp.resources.clear();
+        qp.resp.ack(Psn::new(1001), ACK);
+        assert_eq!(
+            broken(&qp),
+            Some("a queued ACK or NAK names a PSN at or behind ePSN, an atomic response one behind it, within the valid region")
+        );
+        qp = responder(QpType::Uc);
+        qp.resp.resources.push_back(read_at(990, 1));
+        assert_eq!(
+            broken(&qp),
+            Some("UC and UD are unacknowledged (IBA §9.8): no responder resources, no responses")
+        );
+        qp = responder(QpType::Rc);
+        qp.state = QpState::Err;
+        qp.resp.ack(Psn::new(999), ACK);
+        assert_eq!(
+            broken(&qp),
+            Some("a responder in ERR keeps no resources and queues nothing but its final NAK")
+        );
+    }
+
+    #[test]
+    fn a_resource_the_valid_region_has_passed_is_forgotten() {
+        // A READ at PSN 10 (3 PSNs) and an atomic at 13; then 2^23 - 3 more PSNs of WRITEs.
+        let mut r = Responder::default();
+        r.resources.push_back(Resource::Read {
+            first: Psn::new(10),
+            npkts: 3,
+        });
+        r.resources.push_back(Resource::Atomic {
+            psn: Psn::new(13),
+            orig: 0,
+        });
+        r.accept(Psn::new(14));
+        assert_eq!(r.resources.len(), 2);
+        // Exactly 2^23 behind: a duplicate of PSN 10 is still possible.
+        r.accept(Psn::new(10 + (1 << 23)));
+        assert_eq!(r.resources.len(), 2);
+        // One more: PSN 10 would now be ahead of ePSN, and after the wrap alias a new one.
+        r.accept(Psn::new(11 + (1 << 23)));
+        assert_eq!(r.resources.len(), 1);
+        r.accept(Psn::new(14 + (1 << 23)));
+        assert!(r.resources.is_empty());
     }
 }

@@ -1009,28 +1009,3 @@ fn every_packet_duplicated_per_operation_executes_once() {
         assert_eq!(p.b.state(qb), QpState::Rts, "{what}");
     }
 }
-
-#[test]
-fn the_congestion_window_halves_on_each_loss_and_grows_back_by_one_per_progress() {
-    let mut sq = crate::qp::SendQueue::default();
-    assert_eq!(sq.window(128), 128);
-    for want in [64, 32, 16, 8, 4, 2, 2] {
-        sq.on_loss(128);
-        assert_eq!(sq.window(128), want);
-    }
-    for _ in 0..125 {
-        sq.on_progress(128);
-    }
-    assert_eq!(sq.window(128), 127);
-    sq.on_progress(128);
-    assert_eq!(
-        (sq.window(128), sq.cwnd),
-        (128, None),
-        "back to the full window"
-    );
-    // A PSN window at the floor stays there; a window of one stays one.
-    sq.on_loss(2);
-    assert_eq!(sq.window(2), 2);
-    sq.on_loss(1);
-    assert_eq!(sq.window(1), 1);
-}

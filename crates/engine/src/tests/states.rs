@@ -8,7 +8,7 @@ use super::util::{bring_up_to, Pair, BUF};
 use crate::counters::DropReason;
 use crate::hca::VerbsError;
 use crate::verbs::{QpState, QpType, SendWr, WcStatus, WrOpcode};
-use crate::Duration;
+use crate::{AttrMask, Duration, QpAttr};
 
 /// A's QP in RTS towards B's QP, which is brought only as far as `state`.
 fn pair_with_b_in(state: QpState) -> (Pair, Qpn, Qpn) {
@@ -208,6 +208,81 @@ fn sqd_with_nothing_outstanding_is_drained_at_once() {
     assert_eq!(p.a.events(), vec![crate::verbs::AsyncEvent::SqDrained(qa)]);
     p.drive();
     assert!(p.a.events().is_empty());
+}
+
+/// SQD -> SQD with only `attr`'s `mask` attributes.
+fn sqd_modify(p: &mut Pair, on_a: bool, qpn: Qpn, attr: QpAttr, mask: AttrMask) {
+    let side = if on_a { &mut p.a } else { &mut p.b };
+    let attr = QpAttr {
+        qp_state: QpState::Sqd,
+        ..attr
+    };
+    side.hca
+        .modify_qp(qpn, &attr, AttrMask::STATE.with(mask))
+        .unwrap();
+}
+
+#[test]
+fn sqd_making_an_infinite_ack_timeout_finite_starts_the_ack_timer() {
+    // A's local ACK timeout is infinite (0) while a SEND is lost: nothing times it out. In
+    // SQD the timeout becomes finite; the outstanding SEND must then time out and go again
+    // (the timer used to stay stopped until some later packet or acknowledgement).
+    let (mut p, qa, qb) = qp_rts();
+    p.a.modify_state(qa, QpState::Sqd);
+    let infinite = QpAttr {
+        timeout: 0,
+        ..QpAttr::default()
+    };
+    sqd_modify(&mut p, true, qa, infinite, AttrMask::TIMEOUT);
+    p.a.modify_state(qa, QpState::Rts);
+    p.a.events();
+    p.b.post_recv(qb, 1, BUF + 0x1000, 64);
+    p.drop_from_a = 1;
+    a_sends(&mut p, qa, Duration::from_millis(100));
+    assert_eq!(
+        p.a.hca.poll_timeout(),
+        None,
+        "an infinite timeout arms nothing"
+    );
+    assert!(p.a.completions().is_empty());
+    p.a.modify_state(qa, QpState::Sqd);
+    let finite = QpAttr {
+        timeout: 10,
+        ..QpAttr::default()
+    };
+    sqd_modify(&mut p, true, qa, finite, AttrMask::TIMEOUT);
+    assert!(p.a.hca.poll_timeout().is_some(), "the ACK timer runs");
+    p.drive();
+    assert_eq!(p.a.completions()[0].status, WcStatus::Success);
+    assert_eq!(p.b.completions()[0].status, WcStatus::Success);
+    assert_eq!(p.sent_a, 2, "the lost SEND and its retransmission");
+}
+
+#[test]
+fn sqd_lowering_max_dest_rd_atomic_forgets_the_oldest_responder_resources() {
+    // B answers four READs (four responder resources), then in SQD may keep only one.
+    let (mut p, qa, qb) = qp_rts();
+    for i in 0..4u64 {
+        let remote = p.b.remote(BUF + 0x100 * i);
+        p.a.post(
+            qa,
+            i,
+            WrOpcode::RdmaRead(remote),
+            vec![p.a.sge(BUF + 0x1000, 8)],
+        );
+    }
+    p.drive();
+    assert_eq!(p.a.completions().len(), 4);
+    let resources = |p: &Pair| p.b.hca.qp(qb).unwrap().resp.resources.len();
+    assert_eq!(resources(&p), 4);
+    p.b.modify_state(qb, QpState::Sqd);
+    let one = QpAttr {
+        max_dest_rd_atomic: 1,
+        ..QpAttr::default()
+    };
+    sqd_modify(&mut p, false, qb, one, AttrMask::MAX_DEST_RD_ATOMIC);
+    assert_eq!(resources(&p), 1);
+    assert_eq!(p.b.hca.check_invariants(), Ok(()));
 }
 
 // ---- ERR ------------------------------------------------------------------------------------------
