@@ -315,9 +315,8 @@ impl IbDev {
             };
             let port = pi as u8;
             let mut events = Vec::new();
-            events.extend(cable.poll(std_now));
             for frame in sb.take(cable.local_addr()) {
-                if cable.state() == softib_net::cable::PhysState::LinkUp {
+                if cable.heard_frame() {
                     busy = true;
                     capture(&mut self.capture, &frame);
                     self.ca.handle_frame(now, port, &frame);
@@ -342,6 +341,9 @@ impl IbDev {
                     }
                 }
             }
+            // The peer's silence is judged after what it sent has been read (a long turn leaves
+            // its beacons waiting in the socket, not missing).
+            events.extend(cable.poll(std_now));
             for e in events {
                 match e {
                     CableEvent::Up => self.ca.link_up(port),

@@ -775,9 +775,8 @@ impl Daemon {
             let mut events = Vec::new();
             let mut frames: Vec<(u8, Vec<u8>)> = Vec::new();
             if let Some(cable) = s.cables[port].as_mut() {
-                events.extend(cable.poll(std_now));
                 for frame in self.sb.take(cable.local_addr()) {
-                    if cable.state() != softib_net::cable::PhysState::LinkUp {
+                    if !cable.heard_frame() {
                         continue;
                     }
                     busy = true;
@@ -821,6 +820,8 @@ impl Daemon {
                         }
                     }
                 }
+                // After reading: what the peer sent during a long turn is not silence.
+                events.extend(cable.poll(std_now));
             }
             for e in events {
                 match e {

@@ -8,6 +8,12 @@
 //! with [`Cable::set_enabled`]) takes the link down after [`LINK_TIMEOUT`] — the event a
 //! subnet manager's light sweep notices.
 //!
+//! A real link stays up however busy the hosts are; only the peer's silence takes it down. So
+//! silence counts only while this end looks: any datagram from the peer, beacon or frame, is
+//! hearing it, and the time between two [`Cable::poll`]s counts at most [`MAX_COUNTED_GAP`]
+//! (an end whose own process was stalled — a loaded machine, a long turn of its loop — has not
+//! seen the peer go quiet, and finds the peer's beacons waiting when it looks again).
+//!
 //! Beacons can never be mistaken for IB packets: their first byte is `0xFF`, whose low nibble
 //! would be LRH.LVer = 15, and only LVer 0 exists. Everything else on the cable is handed up as
 //! an opaque frame (LRH through VCRC); this module knows nothing else of InfiniBand.
@@ -55,6 +61,10 @@ pub const LINK_TIMEOUT: Duration = Duration::from_millis(1000);
 const POLLING_BEACON: Duration = Duration::from_millis(50);
 /// Beacon period while up (a keepalive).
 const UP_BEACON: Duration = Duration::from_millis(200);
+/// The most one gap between two polls adds to the peer's silence: a running end polls at
+/// least every [`UP_BEACON`] ([`Cable::next_deadline`]); a longer gap means this end was not
+/// looking.
+pub const MAX_COUNTED_GAP: Duration = Duration::from_millis(250);
 
 const BEACON_LEN: usize = 16;
 const BEACON_MAGIC: [u8; 4] = [0xFF, b'S', b'I', b'B'];
@@ -90,7 +100,12 @@ pub struct Cable {
     /// A random-ish id of this end's lifetime: a peer that sees it change knows we restarted.
     session: u64,
     peer_session: Option<u64>,
-    heard_at: Option<Instant>,
+    /// Whether the peer has been heard since the link last went down (training began).
+    heard: bool,
+    /// How long the peer has been silent while this end looked (see the module docs).
+    silent: Duration,
+    /// When [`Cable::poll`] last ran.
+    last_poll: Option<Instant>,
     peer_hears_us: bool,
     next_beacon: Instant,
     stats: CableStats,
@@ -119,7 +134,9 @@ impl Cable {
             state: PhysState::Polling,
             session,
             peer_session: None,
-            heard_at: None,
+            heard: false,
+            silent: Duration::ZERO,
+            last_poll: None,
             peer_hears_us: false,
             next_beacon: now,
             stats: CableStats::default(),
@@ -176,8 +193,11 @@ impl Cable {
             return None;
         }
         let mut event = None;
-        if let Some(heard) = self.heard_at {
-            if now.saturating_duration_since(heard) >= LINK_TIMEOUT {
+        if let Some(last) = self.last_poll.replace(now) {
+            self.silent += now.saturating_duration_since(last).min(MAX_COUNTED_GAP);
+        }
+        if self.heard {
+            if self.silent >= LINK_TIMEOUT {
                 let old = self.state;
                 self.state = PhysState::Polling;
                 self.forget_peer();
@@ -201,7 +221,10 @@ impl Cable {
         if self.state == PhysState::Disabled {
             return None;
         }
-        let timeout = self.heard_at.map(|h| h + LINK_TIMEOUT);
+        let timeout = match (self.heard, self.last_poll) {
+            (true, Some(last)) => Some(last + LINK_TIMEOUT.saturating_sub(self.silent)),
+            _ => None,
+        };
         Some(timeout.map_or(self.next_beacon, |t| t.min(self.next_beacon)))
     }
 
@@ -219,12 +242,23 @@ impl Cable {
         if bytes.first() == Some(&BEACON_MAGIC[0]) {
             return Ok(CableRecv::Consumed(self.handle_beacon(now, bytes)));
         }
-        if self.state != PhysState::LinkUp {
-            self.stats.rx_link_down += 1;
+        if !self.heard_frame() {
             return Ok(CableRecv::Consumed(None));
         }
-        self.stats.rx_frames += 1;
         Ok(CableRecv::Frame(len))
+    }
+
+    /// A frame from the peer arrived by another way than this end's socket (handed over inside
+    /// the process): it is hearing the peer as a received one is. Returns whether the link is
+    /// up, i.e. whether the frame may be handed up.
+    pub fn heard_frame(&mut self) -> bool {
+        if self.state != PhysState::LinkUp {
+            self.stats.rx_link_down += 1;
+            return false;
+        }
+        self.stats.rx_frames += 1;
+        self.silent = Duration::ZERO;
+        true
     }
 
     /// Sends a frame to the peer. While the link is not up the frame is dropped and counted,
@@ -264,7 +298,8 @@ impl Cable {
         }
         let first_contact = self.peer_session.is_none();
         self.peer_session = Some(session);
-        self.heard_at = Some(now);
+        self.heard = true;
+        self.silent = Duration::ZERO;
         self.peer_hears_us = bytes[5] & FLAG_HEARD_YOU != 0;
         if first_contact {
             // Answer at once so that the peer learns we hear it without waiting a period.
@@ -294,7 +329,8 @@ impl Cable {
 
     fn forget_peer(&mut self) {
         self.peer_session = None;
-        self.heard_at = None;
+        self.heard = false;
+        self.silent = Duration::ZERO;
         self.peer_hears_us = false;
     }
 
@@ -400,6 +436,31 @@ mod tests {
         let events = run(&mut a, &mut b, &mut now, Duration::from_millis(10), 10);
         assert!(events.contains(&('a', CableEvent::Up)), "{events:?}");
         assert!(events.contains(&('b', CableEvent::Up)), "{events:?}");
+    }
+
+    #[test]
+    fn a_stalled_end_does_not_judge_its_peer_silent() {
+        let mut now = Instant::now();
+        let (mut a, mut b) = pair(now);
+        run(&mut a, &mut b, &mut now, Duration::from_millis(10), 10);
+        assert_eq!(b.state(), PhysState::LinkUp);
+        // b's loop stalls for three link timeouts; a is paused too (nothing sent). The gap
+        // counts at most MAX_COUNTED_GAP, so b does not drop the link on its next look.
+        now += LINK_TIMEOUT * 3;
+        assert_eq!(b.poll(now), None);
+        assert_eq!(b.state(), PhysState::LinkUp);
+        // A frame from the peer is hearing it.
+        now += MAX_COUNTED_GAP;
+        b.poll(now);
+        assert!(b.heard_frame());
+        // But a peer that stays silent while b keeps looking is gone after LINK_TIMEOUT.
+        let mut down = false;
+        for _ in 0..(LINK_TIMEOUT.as_millis() / 100 + 2) {
+            now += Duration::from_millis(100);
+            down |= b.poll(now) == Some(CableEvent::Down);
+        }
+        assert!(down, "b never noticed the silent peer");
+        assert_eq!(b.state(), PhysState::Polling);
     }
 
     #[test]
