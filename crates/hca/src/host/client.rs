@@ -223,3 +223,93 @@ impl Client {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use softib_engine::AddressVector;
+    use softib_proto::{Request, Response};
+    use softib_wire::Lid;
+
+    use super::*;
+    use crate::host::testing::{eventfd, TestHost};
+
+    #[test]
+    fn a_client_that_goes_leaves_nothing_behind_in_the_engine() {
+        let mut t = TestHost::new();
+        let (a, b) = (t.client(), t.client());
+        let (pd, cq, _) = t.qp(a);
+        let srq = t.handle(
+            a,
+            Request::CreateSrq {
+                dev: 0,
+                pd,
+                max_wr: 4,
+                max_sge: 1,
+            },
+        );
+        let av = AddressVector {
+            dlid: Lid(1),
+            port_num: 1,
+            ..Default::default()
+        };
+        let ah = t.handle(a, Request::CreateAh { dev: 0, pd, av });
+        let map = SharedRegion::create("softib-unit-reclaim", 4096).unwrap();
+        let fd = map.fd().try_clone_to_owned().unwrap();
+        let Some(Response::Handle(buffer)) =
+            t.call_with(a, vec![fd], Request::AttachBuffer { len: 4096, addr: 0 })
+        else {
+            panic!("not attached");
+        };
+        let Response::Mr { lkey, .. } = t.ok(
+            a,
+            Request::RegMr {
+                dev: 0,
+                pd,
+                buffer,
+                addr: 0,
+                len: 4096,
+                access: Default::default(),
+            },
+        ) else {
+            panic!("no MR");
+        };
+        let region = t.clients[&a].owned.mrs[&(0, lkey)];
+        t.call_with(a, vec![eventfd()], Request::CreateCompChannel);
+        t.ok(
+            a,
+            Request::OpenMad {
+                dev: 0,
+                port: 1,
+                sm: true,
+            },
+        );
+        let (_, _, b_qpn) = t.qp(b);
+
+        t.drop_client(a);
+        let hca = t.hca();
+        assert_eq!(
+            hca.qpns().collect::<Vec<_>>(),
+            [b_qpn],
+            "only B's QP is left"
+        );
+        assert!(hca.mr(lkey).is_none());
+        assert!(
+            hca.memory().borrow(region, 0, 1).is_none(),
+            "its memory is still reachable"
+        );
+        // Everything it held was destroyed, the PD last (it is refused while in use).
+        assert!(hca.destroy_srq(SrqHandle(srq)).is_err());
+        assert!(hca.destroy_ah(AhHandle(ah)).is_err());
+        assert!(hca.destroy_cq(CqHandle(cq)).is_err());
+        assert!(hca.dealloc_pd(PdHandle(pd)).is_err());
+        // The port it was the SM on is free for another SM.
+        t.ok(
+            b,
+            Request::OpenMad {
+                dev: 0,
+                port: 1,
+                sm: true,
+            },
+        );
+    }
+}

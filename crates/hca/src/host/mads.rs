@@ -42,6 +42,12 @@ impl TidOwners {
     pub fn forget(&mut self, client: u64) {
         self.0.retain(|_, owner| *owner != client);
     }
+
+    /// Whether no request is outstanding.
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// Hands a MAD that arrived on `dev` to the agents that want it: a response to the agent that

@@ -41,6 +41,8 @@ mod mads;
 mod parked;
 mod rings;
 mod switch_rt;
+#[cfg(test)]
+mod testing;
 
 pub use assembly::{host_dir, CablePlan, CableSpec, HostSpec, SwitchSpec};
 pub use event_loop::{Daemon, DaemonThread, Waker};

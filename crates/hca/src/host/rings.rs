@@ -122,3 +122,62 @@ pub(super) fn feed_ring(hca: &mut Hca<ShmMemory>, cq: u32, ring: &Ring) -> Resul
     }
     Ok(fed)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant as StdInstant;
+
+    use softib_net::shm::SharedRegion;
+    use softib_proto::{Request, Response, CQ_RING_SLOT_LEN};
+
+    use super::*;
+    use crate::host::testing::TestHost;
+
+    #[test]
+    fn a_full_ring_leaves_the_rest_in_the_cq_and_a_scribbled_ring_breaks_its_client() {
+        let mut t = TestHost::new();
+        let a = t.client();
+        let (_, cq, qpn) = t.qp(a);
+        let ring = Ring::create("softib-unit-cq", 2, CQ_RING_SLOT_LEN).unwrap();
+        let fd = ring.fd().try_clone_to_owned().unwrap();
+        let r = t.call_with(
+            a,
+            vec![fd],
+            Request::AttachCqRing {
+                dev: 0,
+                cq,
+                slots: 2,
+            },
+        );
+        assert!(matches!(r, Some(Response::Ok)), "{r:?}");
+        for wr_id in 0..3 {
+            t.recv(a, qpn, wr_id);
+        }
+        t.fail_qp(a, qpn);
+        t.deliver(StdInstant::now());
+        assert_eq!((ring.len(), t.hca().cq_len(CqHandle(cq))), (Ok(2), 1));
+        let mut entry = Vec::new();
+        assert!(ring.pop(&mut entry).unwrap());
+        t.deliver(StdInstant::now());
+        assert_eq!((ring.len(), t.hca().cq_len(CqHandle(cq))), (Ok(2), 0));
+        // In order, none lost.
+        let mut ids = vec![proto::decode_completion(&entry).unwrap().wr_id];
+        while ring.pop(&mut entry).unwrap() {
+            ids.push(proto::decode_completion(&entry).unwrap().wr_id);
+        }
+        assert_eq!(ids, [0, 1, 2]);
+        assert!(!t.clients[&a].broken);
+        // The client claims to have consumed more than was ever produced.
+        let raw = SharedRegion::from_fd(
+            ring.fd().try_clone_to_owned().unwrap(),
+            Ring::bytes_for(2, CQ_RING_SLOT_LEN),
+        )
+        .unwrap();
+        raw.write(64, &1000u64.to_ne_bytes()).unwrap();
+        // A receive posted to a QP in error completes at once, for the ring.
+        t.recv(a, qpn, 9);
+        assert_eq!(t.hca().cq_len(CqHandle(cq)), 1);
+        t.deliver(StdInstant::now());
+        assert!(t.clients[&a].broken);
+    }
+}

@@ -182,3 +182,201 @@ fn no_channel(channel: u64) -> Refused {
         format!("no completion channel {channel} belongs to this client"),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration as StdDuration, Instant as StdInstant};
+
+    use softib_engine::verbs::WcStatus;
+    use softib_proto::{decode_completion, Request};
+
+    use super::*;
+    use crate::host::testing::{eventfd, eventfd_count, TestHost};
+
+    fn poll(cq: u32, wait_us: u32) -> Request {
+        Request::PollCq {
+            dev: 0,
+            cq,
+            max: 8,
+            wait_us,
+        }
+    }
+
+    #[test]
+    fn another_clients_cq_is_refused() {
+        let mut t = TestHost::new();
+        let (a, b) = (t.client(), t.client());
+        let cq = t.handle(a, Request::CreateCq { dev: 0, cqe: 4 });
+        let foreign = (
+            ErrorKind::NotFound,
+            format!("no CQ {cq} on device 0 belongs to this client"),
+        );
+        assert_eq!(t.refused(b, poll(cq, 0)), foreign);
+        assert_eq!(t.refused(b, Request::DestroyCq { dev: 0, cq }), foreign);
+        assert_eq!(
+            t.refused(
+                b,
+                Request::ReqNotifyCq {
+                    dev: 0,
+                    cq,
+                    channel: 1
+                }
+            ),
+            foreign
+        );
+        assert_eq!(
+            t.refused_with(
+                b,
+                vec![eventfd()],
+                Request::AttachCqRing {
+                    dev: 0,
+                    cq,
+                    slots: 8
+                }
+            ),
+            foreign
+        );
+        // The owner still polls it.
+        assert!(matches!(t.ok(a, poll(cq, 0)), Response::Completions(v) if v.is_empty()));
+    }
+
+    #[test]
+    fn a_poll_that_waits_is_answered_by_a_completion_or_its_deadline() {
+        let mut t = TestHost::new();
+        let a = t.client();
+        let (_, cq, qpn) = t.qp(a);
+        t.recv(a, qpn, 41);
+        t.parks(a, poll(cq, 5_000_000));
+        assert!(t.deliver(StdInstant::now()).is_empty());
+        t.fail_qp(a, qpn);
+        let answers = t.deliver(StdInstant::now());
+        let [(who, Response::Completions(wcs))] = &answers[..] else {
+            panic!("{answers:?}");
+        };
+        assert_eq!((*who, wcs.len()), (a, 1));
+        assert_eq!((wcs[0].wr_id, wcs[0].status), (41, WcStatus::WrFlushErr));
+        assert!(t.clients[&a].parked.is_none());
+        // Nothing comes: the wait runs out with no completions.
+        t.parks(a, poll(cq, 1000));
+        assert!(t.deliver(StdInstant::now()).is_empty());
+        let late = StdInstant::now() + StdDuration::from_millis(5);
+        assert!(matches!(
+            &t.deliver(late)[..],
+            [(_, Response::Completions(v))] if v.is_empty()
+        ));
+    }
+
+    #[test]
+    fn an_armed_cq_signals_its_channel_once() {
+        let mut t = TestHost::new();
+        let a = t.client();
+        let (_, cq, qpn) = t.qp(a);
+        let ours = eventfd();
+        let theirs = ours.try_clone().unwrap();
+        let Some(Response::Handle(channel)) =
+            t.call_with(a, vec![theirs], Request::CreateCompChannel)
+        else {
+            panic!("no channel");
+        };
+        // The daemon never blocks on a descriptor a client passed.
+        let fl = rustix::fs::fcntl_getfl(&t.clients[&a].channels[&channel]).unwrap();
+        assert!(fl.contains(rustix::fs::OFlags::NONBLOCK));
+        assert_eq!(
+            t.refused(
+                a,
+                Request::ReqNotifyCq {
+                    dev: 0,
+                    cq,
+                    channel: channel + 1
+                }
+            ),
+            (
+                ErrorKind::NotFound,
+                format!(
+                    "no completion channel {} belongs to this client",
+                    channel + 1
+                )
+            )
+        );
+        t.ok(
+            a,
+            Request::ReqNotifyCq {
+                dev: 0,
+                cq,
+                channel,
+            },
+        );
+        assert_eq!(
+            t.refused(a, Request::DestroyCompChannel { channel }),
+            (
+                ErrorKind::Busy,
+                "a CQ is still armed on this completion channel".into()
+            )
+        );
+        t.deliver(StdInstant::now());
+        assert_eq!(eventfd_count(&ours), 0, "signalled with an empty CQ");
+        t.recv(a, qpn, 1);
+        t.fail_qp(a, qpn);
+        t.deliver(StdInstant::now());
+        assert_eq!(eventfd_count(&ours), 1);
+        // Disarmed: the completion still waiting signals nothing more.
+        t.deliver(StdInstant::now());
+        assert_eq!(eventfd_count(&ours), 0);
+        t.ok(a, Request::DestroyCompChannel { channel });
+        assert_eq!(
+            t.refused(a, Request::DestroyCompChannel { channel }).0,
+            ErrorKind::NotFound
+        );
+    }
+
+    #[test]
+    fn a_ring_cq_gets_its_completions_in_the_ring_and_the_sleeper_is_woken() {
+        let mut t = TestHost::new();
+        let a = t.client();
+        let (_, cq, qpn) = t.qp(a);
+        let ring = Ring::create("softib-unit-cq", 8, CQ_RING_SLOT_LEN).unwrap();
+        let ring_fd = || ring.fd().try_clone_to_owned().unwrap();
+        let attach = |slots| Request::AttachCqRing { dev: 0, cq, slots };
+        assert_eq!(
+            t.refused(a, attach(8)),
+            (
+                ErrorKind::Protocol,
+                "AttachCqRing arrived without its memfd".into()
+            )
+        );
+        assert_eq!(
+            t.refused_with(a, vec![ring_fd()], attach(0)),
+            (
+                ErrorKind::Invalid,
+                format!("a completion ring has 1 to {CQ_RING_SLOTS_MAX} slots")
+            )
+        );
+        assert!(matches!(
+            t.call_with(a, vec![ring_fd()], attach(8)),
+            Some(Response::Ok)
+        ));
+        let wakeup = eventfd();
+        t.call_with(a, vec![wakeup.try_clone().unwrap()], Request::AttachWakeup);
+        // The client goes to sleep on it: not polling, and waiting in a PollCq.
+        ring.set_polling(false).unwrap();
+        t.parks(a, poll(cq, 5_000_000));
+        t.recv(a, qpn, 9);
+        t.fail_qp(a, qpn);
+        let answers = t.deliver(StdInstant::now());
+        // The answer only says "look": the completion is in the ring.
+        assert!(
+            matches!(&answers[..], [(_, Response::Completions(v))] if v.is_empty()),
+            "{answers:?}"
+        );
+        assert_eq!(eventfd_count(&wakeup), 1);
+        let mut entry = Vec::new();
+        assert!(ring.pop(&mut entry).unwrap());
+        let wc = decode_completion(&entry).unwrap();
+        assert_eq!((wc.wr_id, wc.status), (9, WcStatus::WrFlushErr));
+        assert_eq!(t.hca().cq_len(CqHandle(cq)), 0);
+        // Destroying the CQ unmaps its ring.
+        t.ok(a, Request::DestroyQp { dev: 0, qpn });
+        t.ok(a, Request::DestroyCq { dev: 0, cq });
+        assert!(t.clients[&a].cq_rings.is_empty());
+    }
+}

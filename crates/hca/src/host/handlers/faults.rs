@@ -47,3 +47,78 @@ pub(super) fn capture(h: &mut Host, dev: u32, path: Option<String>) -> Handled {
 pub(super) fn capture_count(h: &mut Host, dev: u32) -> Handled {
     Ok(Response::Handle(h.dev(dev)?.captured().unwrap_or(0)))
 }
+
+#[cfg(test)]
+mod tests {
+    use softib_proto::Request;
+
+    use super::*;
+    use crate::host::testing::TestHost;
+
+    #[test]
+    fn faults_are_set_per_existing_port_and_reported() {
+        let mut t = TestHost::new();
+        let a = t.client();
+        let spec = FaultSpec {
+            loss: 0.25,
+            seed: 3,
+            ..Default::default()
+        };
+        assert_eq!(
+            t.refused(
+                a,
+                Request::SetFaults {
+                    dev: 0,
+                    port: 9,
+                    spec
+                }
+            ),
+            (ErrorKind::NotFound, "device 0 has no port 9".into())
+        );
+        t.ok(
+            a,
+            Request::SetFaults {
+                dev: 0,
+                port: 2,
+                spec,
+            },
+        );
+        let Response::Faults(ports) = t.ok(a, Request::Faults { dev: 0 }) else {
+            panic!("no faults");
+        };
+        let specs: Vec<_> = ports.iter().map(|(p, s, _)| (*p, *s)).collect();
+        assert_eq!(specs, [(1, FaultSpec::default()), (2, spec)]);
+    }
+
+    #[test]
+    fn a_capture_goes_to_an_absolute_path_and_stops_with_its_count() {
+        let mut t = TestHost::new();
+        let a = t.client();
+        let capture = |path: Option<&str>| Request::Capture {
+            dev: 0,
+            path: path.map(Into::into),
+        };
+        assert_eq!(
+            t.refused(a, capture(Some("relative.pcap"))),
+            (
+                ErrorKind::Invalid,
+                "the capture file must be an absolute path (the daemon writes it)".into()
+            )
+        );
+        assert!(matches!(
+            t.ok(a, Request::CaptureCount { dev: 0 }),
+            Response::Handle(0)
+        ));
+        let file = std::env::temp_dir().join(format!("softib-unit-{}.pcap", std::process::id()));
+        t.ok(a, capture(file.to_str()));
+        assert!(t.host.devs[0].captured().is_some(), "no capture runs");
+        assert!(matches!(t.ok(a, capture(None)), Response::Handle(0)));
+        assert!(
+            t.host.devs[0].captured().is_none(),
+            "the capture still runs"
+        );
+        // The pcap header was written.
+        assert!(std::fs::metadata(&file).unwrap().len() >= 24);
+        let _ = std::fs::remove_file(&file);
+    }
+}

@@ -118,3 +118,131 @@ fn save_links(h: &Host) {
         let _ = std::fs::rename(&tmp, path);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use softib_proto::Request;
+
+    use super::*;
+    use crate::host::testing::TestHost;
+
+    /// A RoCE device on the loopback interface, on a port the kernel picks (it sends nothing).
+    fn lo(name: &str) -> Request {
+        Request::LinkAdd(LinkConfig {
+            name: name.into(),
+            netdev: "lo".into(),
+            addr: "127.0.0.1".parse().unwrap(),
+            udp_port: 0,
+        })
+    }
+
+    fn saved(path: &std::path::Path) -> Vec<String> {
+        let text = std::fs::read_to_string(path).unwrap();
+        let links: Vec<LinkConfig> = serde_json::from_str(&text).unwrap();
+        links.into_iter().map(|l| l.name).collect()
+    }
+
+    #[test]
+    fn a_link_needs_a_new_valid_name_and_is_persisted() {
+        let mut t = TestHost::new();
+        let file =
+            std::env::temp_dir().join(format!("softib-unit-links-{}.json", std::process::id()));
+        t.host.links_file = Some(file.clone());
+        let a = t.client();
+        assert_eq!(
+            t.refused(a, lo("mlx4_0")),
+            (
+                ErrorKind::Busy,
+                "a device named mlx4_0 exists already".into()
+            )
+        );
+        for bad in ["", "a b", &"x".repeat(64)] {
+            assert_eq!(
+                t.refused(a, lo(bad)),
+                (
+                    ErrorKind::Invalid,
+                    format!("device name {bad:?}: use 1 to 63 letters, digits, '_' or '-'")
+                )
+            );
+        }
+        t.ok(a, lo("rxe0"));
+        t.ok(a, lo("rxe1"));
+        assert_eq!(saved(&file), ["rxe0", "rxe1"]);
+        let Response::Links(links) = t.ok(a, Request::LinkShow) else {
+            panic!("no links");
+        };
+        let names: Vec<_> = links.iter().map(|(l, _)| l.name.as_str()).collect();
+        assert_eq!(names, ["rxe0", "rxe1"]);
+        let _ = std::fs::remove_file(&file);
+    }
+
+    #[test]
+    fn only_the_last_unused_roce_link_can_be_deleted() {
+        let mut t = TestHost::new();
+        let file =
+            std::env::temp_dir().join(format!("softib-unit-del-{}.json", std::process::id()));
+        t.host.links_file = Some(file.clone());
+        let a = t.client();
+        t.ok(a, lo("rxe0"));
+        t.ok(a, lo("rxe1"));
+        let del = |name: &str| Request::LinkDel { name: name.into() };
+        assert_eq!(
+            t.refused(a, del("nope")),
+            (ErrorKind::NotFound, "no device nope".into())
+        );
+        assert_eq!(
+            t.refused(a, del("mlx4_0")),
+            (
+                ErrorKind::Invalid,
+                "mlx4_0 is an IB HCA of the fabric; only RoCE links can be deleted".into()
+            )
+        );
+        let (kind, message) = t.refused(a, del("rxe0"));
+        assert_eq!(kind, ErrorKind::Busy);
+        assert!(
+            message.starts_with("rxe0 is not the last device"),
+            "{message}"
+        );
+        // rxe1 is device 2.
+        let pd = t.handle(a, Request::AllocPd { dev: 2 });
+        assert_eq!(
+            t.refused(a, del("rxe1")),
+            (
+                ErrorKind::Busy,
+                "rxe1 is in use by a client (its PDs or QPs exist)".into()
+            )
+        );
+        t.ok(a, Request::DeallocPd { dev: 2, pd });
+        t.ok(a, del("rxe1"));
+        assert_eq!(t.host.devs.len(), 2);
+        assert_eq!(saved(&file), ["rxe0"]);
+        let _ = std::fs::remove_file(&file);
+    }
+
+    #[test]
+    fn only_a_cabled_ib_port_can_be_pulled() {
+        let mut t = TestHost::new();
+        let a = t.client();
+        t.ok(a, lo("rxe0"));
+        let pull = |dev| Request::SetPortEnabled {
+            dev,
+            port: 1,
+            enabled: false,
+        };
+        // The test host's HCA has no cables.
+        assert_eq!(
+            t.refused(a, pull(0)),
+            (
+                ErrorKind::NotFound,
+                "port 1 has no cable to pull or plug".into()
+            )
+        );
+        assert_eq!(
+            t.refused(a, pull(1)),
+            (
+                ErrorKind::Invalid,
+                "device 1 is a RoCE device: it has no subnet management (QP0/QP1)".into()
+            )
+        );
+    }
+}

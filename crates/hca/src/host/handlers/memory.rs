@@ -208,3 +208,154 @@ pub(super) fn dereg_mr(h: &mut Host, c: &mut Client, dev: u32, lkey: u32) -> Han
     c.owned.mrs.remove(&(dev, lkey));
     Ok(Response::Ok)
 }
+
+#[cfg(test)]
+mod tests {
+    use softib_proto::Request;
+
+    use super::*;
+    use crate::host::testing::TestHost;
+
+    fn buffer(len: usize) -> (SharedRegion, OwnedFd) {
+        let map = SharedRegion::create("softib-unit-buffer", len).unwrap();
+        let fd = map.fd().try_clone_to_owned().unwrap();
+        (map, fd)
+    }
+
+    fn reg_mr(buffer: u64, addr: u64, len: u64) -> Request {
+        Request::RegMr {
+            dev: 0,
+            pd: 1,
+            buffer,
+            addr,
+            len,
+            access: AccessFlags::LOCAL_WRITE,
+        }
+    }
+
+    #[test]
+    fn a_pd_is_only_its_allocators() {
+        let mut t = TestHost::new();
+        let (a, b) = (t.client(), t.client());
+        let pd = t.handle(a, Request::AllocPd { dev: 0 });
+        let foreign = format!("no PD {pd} on device 0 belongs to this client");
+        assert_eq!(
+            t.refused(b, Request::DeallocPd { dev: 0, pd }),
+            (ErrorKind::NotFound, foreign.clone())
+        );
+        assert_eq!(
+            t.refused(
+                b,
+                Request::CreateAh {
+                    dev: 0,
+                    pd,
+                    av: Default::default()
+                }
+            ),
+            (ErrorKind::NotFound, foreign)
+        );
+        // Still there for its owner, once.
+        t.ok(a, Request::DeallocPd { dev: 0, pd });
+        assert_eq!(
+            t.refused(a, Request::DeallocPd { dev: 0, pd }).0,
+            ErrorKind::NotFound
+        );
+    }
+
+    #[test]
+    fn a_region_lies_inside_its_buffer_which_outlives_it() {
+        let mut t = TestHost::new();
+        let (a, b) = (t.client(), t.client());
+        assert_eq!(
+            t.refused(a, Request::AttachBuffer { len: 4096, addr: 0 }),
+            (
+                ErrorKind::Protocol,
+                "AttachBuffer arrived without its memfd".into()
+            )
+        );
+        let (_map, fd) = buffer(4096);
+        let attach = Request::AttachBuffer {
+            len: 4096,
+            addr: 0x10000,
+        };
+        let Some(Response::Handle(buf)) = t.call_with(a, vec![fd], attach) else {
+            panic!("not attached");
+        };
+        assert_eq!(t.handle(a, Request::AllocPd { dev: 0 }), 1);
+        assert_eq!(
+            t.refused(a, reg_mr(buf, 0x10000 + 4000, 200)),
+            (
+                ErrorKind::Invalid,
+                format!("the region [0x10fa0, +200) is not inside buffer {buf} ([0x10000, +4096))")
+            )
+        );
+        assert_eq!(
+            t.refused(a, reg_mr(buf + 1, 0x10000, 64)),
+            (ErrorKind::NotFound, format!("no buffer {}", buf + 1))
+        );
+        let Response::Mr { lkey, .. } = t.ok(a, reg_mr(buf, 0x10800, 0x800)) else {
+            panic!("no MR");
+        };
+        assert!(t.hca().mr(lkey).is_some());
+        assert_eq!(
+            t.refused(a, Request::DetachBuffer { buffer: buf }),
+            (
+                ErrorKind::Busy,
+                "memory regions still use this buffer".into()
+            )
+        );
+        // Another client can neither deregister it nor see the buffer.
+        assert_eq!(
+            t.refused(b, Request::DeregMr { dev: 0, lkey }),
+            (ErrorKind::NotFound, format!("no MR {lkey:#x}"))
+        );
+        assert_eq!(
+            t.refused(b, Request::DetachBuffer { buffer: buf }).0,
+            ErrorKind::NotFound
+        );
+        t.ok(a, Request::DeregMr { dev: 0, lkey });
+        assert!(t.hca().mr(lkey).is_none());
+        // The engine's memory let go of the mapping: the buffer may go now.
+        t.ok(a, Request::DetachBuffer { buffer: buf });
+    }
+
+    #[test]
+    fn a_process_region_is_reached_in_the_process_the_kernel_names() {
+        let mut t = TestHost::new();
+        let a = t.client();
+        let pd = t.handle(a, Request::AllocPd { dev: 0 });
+        let mine = vec![7u8; 256];
+        let region = |addr: u64, len: u64| Request::RegMrProcess {
+            dev: 0,
+            pd,
+            addr,
+            len,
+            access: AccessFlags::LOCAL_WRITE,
+        };
+        let addr = mine.as_ptr() as u64;
+        assert!(matches!(t.ok(a, region(addr, 256)), Response::Mr { .. }));
+        assert_eq!(
+            t.refused(a, region(addr, 0)),
+            (
+                ErrorKind::Invalid,
+                format!("a region of 0 bytes at {addr:#x} is not a region")
+            )
+        );
+        // Nothing is mapped at page 0 of any process.
+        let (kind, message) = t.refused(a, region(8, 16));
+        assert_eq!(kind, ErrorKind::Invalid);
+        let pid = std::process::id();
+        assert!(
+            message.starts_with(&format!("cannot reach [0x8, +16) of pid {pid}: ")),
+            "{message}"
+        );
+        // A client the kernel could not name gets no region at all.
+        t.clients.get_mut(&a).unwrap().peer_pid = 0;
+        let (kind, message) = t.refused(a, region(addr, 256));
+        assert_eq!(kind, ErrorKind::Invalid);
+        assert!(
+            message.starts_with("cannot tell which process the client is"),
+            "{message}"
+        );
+    }
+}

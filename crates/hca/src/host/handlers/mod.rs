@@ -249,3 +249,69 @@ fn hello(h: &Host, c: &mut Client, req: Request) -> Response {
         _ => refused(ErrorKind::Protocol, "the first request must be Hello").into(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::testing::TestHost;
+
+    #[test]
+    fn a_session_starts_with_one_hello_of_this_protocol_version() {
+        let mut t = TestHost::new();
+        let id = t.connect();
+        assert_eq!(
+            t.refused(id, Request::ListDevices),
+            (
+                ErrorKind::Protocol,
+                "the first request must be Hello".into()
+            )
+        );
+        let old = Request::Hello {
+            version: proto::VERSION + 1,
+            pid: 1,
+            program: "old".into(),
+        };
+        let (kind, message) = t.refused(id, old);
+        assert_eq!(kind, ErrorKind::Protocol);
+        assert!(
+            message.contains(&format!("speaks control protocol {}", proto::VERSION)),
+            "{message}"
+        );
+        // Refused twice, still not in session.
+        assert!(!t.clients[&id].hello);
+        let hello = Request::Hello {
+            version: proto::VERSION,
+            pid: 77,
+            program: "prog".into(),
+        };
+        let Some(Response::Hello { host, .. }) = t.call(id, hello.clone()) else {
+            panic!("no Hello answer");
+        };
+        assert_eq!(host, "unit");
+        assert_eq!((t.clients[&id].pid, &*t.clients[&id].program), (77, "prog"));
+        assert_eq!(
+            t.refused(id, hello),
+            (ErrorKind::Protocol, "Hello was already sent".into())
+        );
+        assert!(matches!(
+            t.call(id, Request::ListDevices),
+            Some(Response::Devices(d)) if d.len() == 1
+        ));
+    }
+
+    #[test]
+    fn a_request_for_a_missing_device_names_how_many_there_are() {
+        let mut t = TestHost::new();
+        let a = t.client();
+        for req in [
+            Request::AllocPd { dev: 3 },
+            Request::CreateCq { dev: 3, cqe: 4 },
+            Request::Faults { dev: 3 },
+        ] {
+            assert_eq!(
+                t.refused(a, req),
+                (ErrorKind::NotFound, "no device 3 (this host has 1)".into())
+            );
+        }
+    }
+}

@@ -158,3 +158,223 @@ fn post_list<W>(wrs: Vec<W>, mut post: impl FnMut(W) -> Result<(), String>) -> R
         error: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant as StdInstant;
+
+    use softib_engine::verbs::{QpType, Sge, UdDest, WrOpcode};
+    use softib_engine::{AddressVector, AhHandle, CqHandle, QpInitAttr};
+    use softib_proto::{Request, SubmitRef, SUBMIT_ENTRY_MAX, SUBMIT_SLOT_LEN};
+    use softib_wire::Lid;
+
+    use super::*;
+    use crate::host::rings::drain_submit;
+    use crate::host::testing::{eventfd, qp_init, TestHost};
+
+    fn empty_recv(wr_id: u64) -> RecvWr {
+        RecvWr {
+            wr_id,
+            sg_list: Vec::new(),
+        }
+    }
+
+    /// How many of `qpn`'s receives were posted: flushed by an error, they complete.
+    fn posted_receives(t: &mut TestHost, id: u64, qpn: Qpn, cq: u32) -> usize {
+        t.fail_qp(id, qpn);
+        t.deliver(StdInstant::now());
+        let mut n = 0;
+        while t.hca().poll_cq(CqHandle(cq)).is_some() {
+            n += 1;
+        }
+        n
+    }
+
+    #[test]
+    fn posting_to_another_clients_qp_posts_nothing() {
+        let mut t = TestHost::new();
+        let (a, b) = (t.client(), t.client());
+        let (_, cq, qpn) = t.qp(a);
+        let wrs = vec![empty_recv(1)];
+        assert_eq!(
+            t.refused(b, Request::PostRecv { dev: 0, qpn, wrs }),
+            (
+                ErrorKind::NotFound,
+                format!("no QP {qpn} on device 0 belongs to this client")
+            )
+        );
+        assert_eq!(posted_receives(&mut t, a, qpn, cq), 0);
+    }
+
+    #[test]
+    fn a_list_stops_at_the_first_wr_that_fails() {
+        let mut t = TestHost::new();
+        let a = t.client();
+        let (_, cq, qpn) = t.qp(a);
+        let two_sges = RecvWr {
+            wr_id: 2,
+            sg_list: vec![
+                Sge {
+                    addr: 0,
+                    length: 0,
+                    lkey: 0,
+                };
+                2
+            ],
+        };
+        let wrs = vec![empty_recv(1), two_sges, empty_recv(3)];
+        let Response::Posted { posted, error } = t.ok(a, Request::PostRecv { dev: 0, qpn, wrs })
+        else {
+            panic!("not posted");
+        };
+        assert_eq!(posted, 1);
+        assert!(error.is_some());
+        assert_eq!(posted_receives(&mut t, a, qpn, cq), 1);
+    }
+
+    #[test]
+    fn a_ud_send_through_another_clients_address_handle_is_refused() {
+        let mut t = TestHost::new();
+        let (a, b) = (t.client(), t.client());
+        let pd = t.handle(a, Request::AllocPd { dev: 0 });
+        let cq = t.handle(a, Request::CreateCq { dev: 0, cqe: 4 });
+        let init = QpInitAttr {
+            qp_type: QpType::Ud,
+            ..qp_init(pd, cq)
+        };
+        let Response::Qp(qpn) = t.ok(a, Request::CreateQp { dev: 0, init }) else {
+            panic!("no QP");
+        };
+        let b_pd = t.handle(b, Request::AllocPd { dev: 0 });
+        let av = AddressVector {
+            dlid: Lid(1),
+            port_num: 1,
+            ..Default::default()
+        };
+        let b_ah = t.handle(
+            b,
+            Request::CreateAh {
+                dev: 0,
+                pd: b_pd,
+                av,
+            },
+        );
+        let send = |ah| SendWr {
+            wr_id: 1,
+            opcode: WrOpcode::Send,
+            sg_list: Vec::new(),
+            flags: Default::default(),
+            inline_data: None,
+            ud: Some(UdDest {
+                ah: AhHandle(ah),
+                remote_qpn: Qpn::new(0x11),
+                remote_qkey: 0x1111,
+            }),
+        };
+        let r = t.ok(
+            a,
+            Request::PostSend {
+                dev: 0,
+                qpn,
+                wrs: vec![send(b_ah)],
+            },
+        );
+        let Response::Posted {
+            posted: 0,
+            error: Some(e),
+        } = r
+        else {
+            panic!("{r:?}");
+        };
+        assert_eq!(e, format!("no AH {b_ah} belongs to this client"));
+        // Its own AH passes the check (and meets the engine's: the QP is not ready to send).
+        let a_ah = t.handle(a, Request::CreateAh { dev: 0, pd, av });
+        let r = t.ok(
+            a,
+            Request::PostSend {
+                dev: 0,
+                qpn,
+                wrs: vec![send(a_ah)],
+            },
+        );
+        let Response::Posted { error: Some(e), .. } = r else {
+            panic!("{r:?}");
+        };
+        assert!(!e.contains("belongs to this client"), "{e}");
+    }
+
+    #[test]
+    fn a_ring_entry_is_checked_as_a_request_is() {
+        let mut t = TestHost::new();
+        let (a, b) = (t.client(), t.client());
+        let (_, cq, qpn) = t.qp(a);
+        let ring = |t: &mut TestHost, id| {
+            let ring = Ring::create("softib-unit-submit", 8, SUBMIT_SLOT_LEN).unwrap();
+            let fds = vec![ring.fd().try_clone_to_owned().unwrap(), eventfd()];
+            let r = t.call_with(id, fds, Request::AttachSubmitRing { slots: 8 });
+            assert!(matches!(r, Some(Response::Ok)), "{r:?}");
+            ring
+        };
+        let (a_ring, b_ring) = (ring(&mut t, a), ring(&mut t, b));
+        let wr = empty_recv(5);
+        let mut buf = [0u8; SUBMIT_ENTRY_MAX];
+        let entry = SubmitRef::Recv {
+            dev: 0,
+            qpn,
+            wr: &wr,
+        }
+        .encode(&mut buf)
+        .unwrap()
+        .to_vec();
+        // B's ring names A's QP: refused and counted.
+        assert!(b_ring.push(&entry).unwrap());
+        drain_submit(&mut t.host, t.clients.get_mut(&b).unwrap());
+        assert_eq!(t.clients[&b].submit_errors, 1);
+        // A's own ring: posted.
+        assert!(a_ring.push(&entry).unwrap());
+        drain_submit(&mut t.host, t.clients.get_mut(&a).unwrap());
+        assert_eq!(t.clients[&a].submit_errors, 0);
+        assert_eq!(posted_receives(&mut t, a, qpn, cq), 1);
+        // Garbage in a ring breaks it (the client is then dropped), it is not followed.
+        assert!(a_ring.push(&[0xff; 40]).unwrap());
+        drain_submit(&mut t.host, t.clients.get_mut(&a).unwrap());
+        assert!(t.clients[&a].broken);
+    }
+
+    #[test]
+    fn a_submission_ring_needs_its_descriptors_and_a_size() {
+        let mut t = TestHost::new();
+        let a = t.client();
+        let ring = Ring::create("softib-unit-submit", 8, SUBMIT_SLOT_LEN).unwrap();
+        let fds = || vec![ring.fd().try_clone_to_owned().unwrap(), eventfd()];
+        let attach = |slots| Request::AttachSubmitRing { slots };
+        assert_eq!(
+            t.refused(a, attach(8)),
+            (
+                ErrorKind::Protocol,
+                "AttachSubmitRing arrived without its memfd and doorbell".into()
+            )
+        );
+        assert_eq!(
+            t.refused_with(a, fds(), attach(0)),
+            (
+                ErrorKind::Invalid,
+                format!(
+                    "a submission ring has 1 to {} slots",
+                    proto::SUBMIT_SLOTS_MAX
+                )
+            )
+        );
+        assert!(matches!(
+            t.call_with(a, fds(), attach(8)),
+            Some(Response::Ok)
+        ));
+        assert_eq!(
+            t.refused_with(a, fds(), attach(8)),
+            (
+                ErrorKind::Busy,
+                "a submission ring is attached already".into()
+            )
+        );
+    }
+}

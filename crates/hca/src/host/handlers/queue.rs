@@ -154,3 +154,172 @@ pub(super) fn detach_mcast(h: &mut Host, c: &mut Client, dev: u32, qpn: Qpn, gid
     hca.detach_mcast(qpn, gid)?;
     Ok(Response::Ok)
 }
+
+#[cfg(test)]
+mod tests {
+    use softib_engine::verbs::QpState;
+    use softib_engine::{CqHandle, QpAttr};
+    use softib_proto::Request;
+
+    use super::*;
+    use crate::host::testing::{qp_init, TestHost};
+
+    fn foreign(what: &str, key: impl std::fmt::Display) -> (ErrorKind, String) {
+        (
+            ErrorKind::NotFound,
+            format!("no {what} {key} on device 0 belongs to this client"),
+        )
+    }
+
+    #[test]
+    fn a_qp_is_made_of_its_creators_own_pd_cqs_and_srq() {
+        let mut t = TestHost::new();
+        let (a, b) = (t.client(), t.client());
+        let a_pd = t.handle(a, Request::AllocPd { dev: 0 });
+        let a_cq = t.handle(a, Request::CreateCq { dev: 0, cqe: 4 });
+        let a_srq = t.handle(
+            a,
+            Request::CreateSrq {
+                dev: 0,
+                pd: a_pd,
+                max_wr: 4,
+                max_sge: 1,
+            },
+        );
+        let b_pd = t.handle(b, Request::AllocPd { dev: 0 });
+        let b_cq = t.handle(b, Request::CreateCq { dev: 0, cqe: 4 });
+        let create = |pd, send_cq, recv_cq, srq: Option<u32>| Request::CreateQp {
+            dev: 0,
+            init: QpInitAttr {
+                send_cq: CqHandle(send_cq),
+                recv_cq: CqHandle(recv_cq),
+                srq: srq.map(SrqHandle),
+                ..qp_init(pd, send_cq)
+            },
+        };
+        assert_eq!(
+            t.refused(b, create(a_pd, b_cq, b_cq, None)),
+            foreign("PD", a_pd)
+        );
+        assert_eq!(
+            t.refused(b, create(b_pd, a_cq, b_cq, None)),
+            foreign("CQ", a_cq)
+        );
+        assert_eq!(
+            t.refused(b, create(b_pd, b_cq, a_cq, None)),
+            foreign("CQ", a_cq)
+        );
+        assert_eq!(
+            t.refused(b, create(b_pd, b_cq, b_cq, Some(a_srq))),
+            foreign("SRQ", a_srq)
+        );
+        assert!(t.hca().qpns().next().is_none(), "a QP was made");
+        assert!(matches!(
+            t.ok(b, create(b_pd, b_cq, b_cq, None)),
+            Response::Qp(_)
+        ));
+        assert!(matches!(
+            t.ok(a, create(a_pd, a_cq, a_cq, Some(a_srq))),
+            Response::Qp(_)
+        ));
+    }
+
+    #[test]
+    fn another_clients_qp_cannot_be_modified_queried_attached_or_destroyed() {
+        let mut t = TestHost::new();
+        let (a, b) = (t.client(), t.client());
+        let (_, _, qpn) = t.qp(a);
+        let to_error = QpAttr {
+            qp_state: QpState::Err,
+            ..Default::default()
+        };
+        for req in [
+            Request::ModifyQp {
+                dev: 0,
+                qpn,
+                attr: Box::new(to_error),
+                mask: AttrMask::STATE,
+            },
+            Request::QueryQp { dev: 0, qpn },
+            Request::AttachMcast {
+                dev: 0,
+                qpn,
+                gid: Gid::default(),
+                lid: Lid(0xc001),
+            },
+            Request::DetachMcast {
+                dev: 0,
+                qpn,
+                gid: Gid::default(),
+            },
+            Request::DestroyQp { dev: 0, qpn },
+        ] {
+            assert_eq!(t.refused(b, req), foreign("QP", qpn));
+        }
+        // Untouched: still INIT, and its owner may destroy it.
+        let Response::QpAttr(attr, _) = t.ok(a, Request::QueryQp { dev: 0, qpn }) else {
+            panic!("no attributes");
+        };
+        assert_eq!(attr.qp_state, QpState::Init);
+        t.ok(a, Request::DestroyQp { dev: 0, qpn });
+        assert_eq!(
+            t.refused(a, Request::QueryQp { dev: 0, qpn }),
+            foreign("QP", qpn)
+        );
+    }
+
+    #[test]
+    fn address_handles_and_srqs_are_their_creators() {
+        let mut t = TestHost::new();
+        let (a, b) = (t.client(), t.client());
+        let pd = t.handle(a, Request::AllocPd { dev: 0 });
+        let av = AddressVector {
+            dlid: Lid(1),
+            port_num: 1,
+            ..Default::default()
+        };
+        let ah = t.handle(a, Request::CreateAh { dev: 0, pd, av });
+        let srq = t.handle(
+            a,
+            Request::CreateSrq {
+                dev: 0,
+                pd,
+                max_wr: 4,
+                max_sge: 1,
+            },
+        );
+        assert_eq!(
+            t.refused(b, Request::DestroyAh { dev: 0, ah }),
+            foreign("AH", ah)
+        );
+        assert_eq!(
+            t.refused(
+                b,
+                Request::ModifySrq {
+                    dev: 0,
+                    srq,
+                    limit: 1
+                }
+            ),
+            foreign("SRQ", srq)
+        );
+        assert_eq!(
+            t.refused(b, Request::DestroySrq { dev: 0, srq }),
+            foreign("SRQ", srq)
+        );
+        t.ok(
+            a,
+            Request::ModifySrq {
+                dev: 0,
+                srq,
+                limit: 1,
+            },
+        );
+        t.ok(a, Request::DestroyAh { dev: 0, ah });
+        t.ok(a, Request::DestroySrq { dev: 0, srq });
+        assert_eq!(
+            t.refused(a, Request::DestroyAh { dev: 0, ah }),
+            foreign("AH", ah)
+        );
+    }
+}
