@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use softib_hca::host::host_dir;
 
 mod common;
-use common::{start_topology, Agent, Running, TOPO_A};
+use common::{start_topology, Agent, Running, RATES, TOPO_A};
 
 fn start(topo: &str, name: &str) -> Running {
     start_topology(topo, name, 7)
@@ -90,19 +90,6 @@ fn a_client_cannot_use_another_clients_objects_and_bad_requests_get_errors() {
         .unwrap();
 }
 
-/// One switch whose ports link at different rates: 4X EDR to h1, 1X SDR to h2.
-const MIXED_RATES: &str = "\
-Switch 3 \"sw\"
-[1] \"h1\"[1] # lid 0 4xEDR
-[2] \"h2\"[1] # lid 0 1xSDR
-
-Ca 1 \"h1\"
-[1] \"sw\"[1] # lid 0 4xEDR
-
-Ca 1 \"h2\"
-[1] \"sw\"[2] # lid 0 1xSDR
-";
-
 /// PortInfo of `port` of the node at the end of `path`, once its link is up.
 fn trained_port(agent: &mut Agent, path: &[u8], port: u8) -> softib_wire::mad::attr::PortInfo {
     use softib_wire::mad::attr::PortPhysicalState;
@@ -125,7 +112,7 @@ fn trained_port(agent: &mut Agent, path: &[u8], port: u8) -> softib_wire::mad::a
 #[test]
 fn every_port_trains_to_the_rate_of_its_link_in_the_topology() {
     use softib_fabric::{LinkSpeed, LinkWidth};
-    let f = start(MIXED_RATES, "rates");
+    let f = start(RATES, "rates");
     let mut h1 = Agent::open(&f, "h1", false);
     let mut h2 = Agent::open(&f, "h2", false);
     let rate = |pi: &softib_wire::mad::attr::PortInfo| {

@@ -395,21 +395,11 @@ fn bind_listener(dir: &Path) -> io::Result<UnixListener> {
 mod tests {
     use super::*;
 
-    const MIXED: &str = "\
-Switch 3 \"sw\"
-[1] \"h1\"[1] # lid 0 4xEDR
-[2] \"h2\"[1] # lid 0 1xSDR
-
-Ca 1 \"h1\"
-[1] \"sw\"[1] # lid 0 4xEDR
-
-Ca 1 \"h2\"
-[1] \"sw\"[2] # lid 0 1xSDR
-";
+    const RATES: &str = include_str!("../../../../topologies/rates.net");
 
     #[test]
     fn each_switch_port_takes_the_rate_of_its_own_link() {
-        let t = Topology::parse(MIXED).expect("topology parses");
+        let t = Topology::parse(RATES).expect("topology parses");
         let sw = t
             .nodes()
             .iter()

@@ -226,9 +226,7 @@ impl Client {
 
 #[cfg(test)]
 mod tests {
-    use softib_engine::AddressVector;
     use softib_proto::{Request, Response};
-    use softib_wire::Lid;
 
     use super::*;
     use crate::host::testing::{eventfd, TestHost};
@@ -238,21 +236,8 @@ mod tests {
         let mut t = TestHost::new();
         let (a, b) = (t.client(), t.client());
         let (pd, cq, _) = t.qp(a);
-        let srq = t.handle(
-            a,
-            Request::CreateSrq {
-                dev: 0,
-                pd,
-                max_wr: 4,
-                max_sge: 1,
-            },
-        );
-        let av = AddressVector {
-            dlid: Lid(1),
-            port_num: 1,
-            ..Default::default()
-        };
-        let ah = t.handle(a, Request::CreateAh { dev: 0, pd, av });
+        let srq = t.srq(a, pd);
+        let ah = t.ah(a, pd);
         let map = SharedRegion::create("softib-unit-reclaim", 4096).unwrap();
         let fd = map.fd().try_clone_to_owned().unwrap();
         let Some(Response::Handle(buffer)) =

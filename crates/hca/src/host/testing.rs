@@ -8,10 +8,10 @@ use std::os::fd::OwnedFd;
 use std::time::Instant as StdInstant;
 
 use softib_engine::verbs::{QpState, QpType, RecvWr};
-use softib_engine::{CqHandle, Hca, PdHandle, QpCap, QpInitAttr};
+use softib_engine::{AddressVector, CqHandle, Hca, PdHandle, QpCap, QpInitAttr};
 use softib_fabric::LinkRate;
 use softib_proto::{self as proto, ErrorKind, Request, Response};
-use softib_wire::{Guid, Qpn};
+use softib_wire::{Guid, Lid, Qpn};
 
 use super::assembly::ib_device;
 use super::client::Client;
@@ -157,6 +157,29 @@ impl TestHost {
         (pd, cq, qpn)
     }
 
+    /// An SRQ of 4 WRs of one SGE in `pd` of client `id`.
+    pub fn srq(&mut self, id: u64, pd: u32) -> u32 {
+        let req = Request::CreateSrq {
+            dev: 0,
+            pd,
+            max_wr: 4,
+            max_sge: 1,
+        };
+        self.handle(id, req)
+    }
+
+    /// An address handle (to LID 1 from port 1) in `pd` of client `id`.
+    pub fn ah(&mut self, id: u64, pd: u32) -> u32 {
+        self.handle(
+            id,
+            Request::CreateAh {
+                dev: 0,
+                pd,
+                av: av(),
+            },
+        )
+    }
+
     /// Posts an empty receive `wr_id` to `qpn` of client `id`.
     pub fn recv(&mut self, id: u64, qpn: Qpn, wr_id: u64) {
         let wrs = vec![RecvWr {
@@ -241,6 +264,15 @@ pub(super) fn qp_init(pd: u32, cq: u32) -> QpInitAttr {
             max_inline_data: 0,
         },
         sq_sig_all: false,
+    }
+}
+
+/// An address vector to LID 1 from port 1.
+pub(super) fn av() -> AddressVector {
+    AddressVector {
+        dlid: Lid(1),
+        port_num: 1,
+        ..Default::default()
     }
 }
 

@@ -12,6 +12,8 @@ use softib_wire::mad::attr::{PortInfo, SmpAttribute};
 use softib_wire::mad::{smp, AttrId, Method, MAD_LEN};
 
 pub const TOPO_A: &str = include_str!("../../../../topologies/topoA.net");
+/// One switch, a 4X EDR link to h1 and a 1X SDR link to h2.
+pub const RATES: &str = include_str!("../../../../topologies/rates.net");
 
 /// A daemon running for one test.
 pub struct Running {

@@ -75,15 +75,7 @@ mod tests {
         let (a, b) = (t.client(), t.client());
         let pd = t.handle(a, Request::AllocPd { dev: 0 });
         let cq = t.handle(a, Request::CreateCq { dev: 0, cqe: 4 });
-        let srq = t.handle(
-            a,
-            Request::CreateSrq {
-                dev: 0,
-                pd,
-                max_wr: 4,
-                max_sge: 1,
-            },
-        );
+        let srq = t.srq(a, pd);
         let init = QpInitAttr {
             srq: Some(SrqHandle(srq)),
             ..qp_init(pd, cq)

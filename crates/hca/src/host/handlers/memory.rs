@@ -6,16 +6,17 @@ use std::os::fd::OwnedFd;
 use std::rc::Rc;
 
 use softib_engine::verbs::AccessFlags;
-use softib_engine::PdHandle;
+use softib_engine::{PdHandle, RegionId};
 use softib_net::procmem::ProcessMemory;
 use softib_net::shm::SharedRegion;
 use softib_proto::{ErrorKind, Response};
 
-use super::{passed_fd, refused, Handled};
+use super::{passed_fd, refused, Handled, Refused};
 use crate::host::client::{
     owns, Client, MAX_BUFFERS_PER_CLIENT, MAX_MRS_PER_CLIENT, MAX_PDS_PER_CLIENT,
 };
 use crate::host::host_rt::Host;
+use crate::shm_memory::ShmMemory;
 
 /// Where a region lies in the client's address space, and what it allows.
 pub(in crate::host) struct Span {
@@ -95,18 +96,11 @@ pub(super) fn reg_mr(
     buffer: u64,
     span: Span,
 ) -> Handled {
-    h.dev(dev)?;
-    owns(&c.owned.pds, dev, pd, "PD")?;
-    if c.owned.mrs.len() >= MAX_MRS_PER_CLIENT {
-        return Err(refused(
-            ErrorKind::Exhausted,
-            format!("a client may register at most {MAX_MRS_PER_CLIENT} MRs"),
-        ));
-    }
+    may_register(h, c, dev, pd)?;
     let Some((map, base)) = c.owned.buffers.get(&buffer) else {
         return Err(refused(ErrorKind::NotFound, format!("no buffer {buffer}")));
     };
-    let Span { addr, len, access } = span;
+    let Span { addr, len, .. } = span;
     let inside = addr
         .checked_sub(*base)
         .and_then(|off| off.checked_add(len))
@@ -121,14 +115,9 @@ pub(super) fn reg_mr(
             ),
         ));
     }
-    let region = h.new_region();
-    let hca = h.dev(dev)?.hca_mut();
-    let key = hca.reg_mr(PdHandle(pd), addr, len, access, region)?;
-    hca.memory_mut().add(region, *base, Rc::clone(map));
-    c.owned.mrs.insert((dev, key), region);
-    Ok(Response::Mr {
-        lkey: key,
-        rkey: key,
+    let (map, base) = (Rc::clone(map), *base);
+    register(h, c, dev, pd, span, |memory, region| {
+        memory.add(region, base, map)
     })
 }
 
@@ -141,15 +130,8 @@ pub(super) fn reg_mr_process(
     pd: u32,
     span: Span,
 ) -> Handled {
-    h.dev(dev)?;
-    owns(&c.owned.pds, dev, pd, "PD")?;
-    if c.owned.mrs.len() >= MAX_MRS_PER_CLIENT {
-        return Err(refused(
-            ErrorKind::Exhausted,
-            format!("a client may register at most {MAX_MRS_PER_CLIENT} MRs"),
-        ));
-    }
-    let Span { addr, len, access } = span;
+    may_register(h, c, dev, pd)?;
+    let Span { addr, len, .. } = span;
     if len == 0 || addr.checked_add(len).is_none() {
         return Err(refused(
             ErrorKind::Invalid,
@@ -186,10 +168,39 @@ pub(super) fn reg_mr_process(
             ),
         ));
     }
+    register(h, c, dev, pd, span, |memory, region| {
+        memory.add_process(region, mem)
+    })
+}
+
+/// What a region of either kind is checked for first: the device, the client's own PD, and
+/// room under the client's MR limit.
+fn may_register(h: &mut Host, c: &Client, dev: u32, pd: u32) -> Result<(), Refused> {
+    h.dev(dev)?;
+    owns(&c.owned.pds, dev, pd, "PD")?;
+    if c.owned.mrs.len() >= MAX_MRS_PER_CLIENT {
+        return Err(refused(
+            ErrorKind::Exhausted,
+            format!("a client may register at most {MAX_MRS_PER_CLIENT} MRs"),
+        ));
+    }
+    Ok(())
+}
+
+/// Registers `span` with the engine for client `c` and lets `reach` tell the engine's memory
+/// where the new region's bytes are.
+fn register(
+    h: &mut Host,
+    c: &mut Client,
+    dev: u32,
+    pd: u32,
+    span: Span,
+    reach: impl FnOnce(&mut ShmMemory, RegionId),
+) -> Handled {
     let region = h.new_region();
     let hca = h.dev(dev)?.hca_mut();
-    let key = hca.reg_mr(PdHandle(pd), addr, len, access, region)?;
-    hca.memory_mut().add_process(region, mem);
+    let key = hca.reg_mr(PdHandle(pd), span.addr, span.len, span.access, region)?;
+    reach(hca.memory_mut(), region);
     c.owned.mrs.insert((dev, key), region);
     Ok(Response::Mr {
         lkey: key,

@@ -24,6 +24,7 @@ use softib_proto::{self as proto, ErrorKind, Request, Response};
 use super::client::Client;
 use super::host_rt::Host;
 use memory::Span;
+use post::Post;
 
 pub(super) mod completion;
 mod device;
@@ -181,8 +182,8 @@ pub(in crate::host) fn handle(
         R::AttachMcast { dev, qpn, gid, lid } => queue::attach_mcast(h, c, dev, qpn, gid, lid),
         R::DetachMcast { dev, qpn, gid } => queue::detach_mcast(h, c, dev, qpn, gid),
         // Work requests.
-        R::PostSend { dev, qpn, wrs } => post::post_send(h, c, dev, qpn, wrs),
-        R::PostRecv { dev, qpn, wrs } => post::post_recv(h, c, dev, qpn, wrs),
+        R::PostSend { dev, qpn, wrs } => post::post_to_qp(h, c, dev, qpn, wrs, Post::Send),
+        R::PostRecv { dev, qpn, wrs } => post::post_to_qp(h, c, dev, qpn, wrs, Post::Recv),
         R::PostSrqRecv { dev, srq, wrs } => post::post_srq_recv(h, c, dev, srq, wrs),
         R::AttachSubmitRing { slots } => post::attach_submit_ring(c, fds, slots),
         // MADs and the SM.

@@ -15,33 +15,19 @@ use crate::host::client::{owns, Client, Owned};
 use crate::host::host_rt::Host;
 use crate::shm_memory::ShmMemory;
 
-/// `PostSend` to one of the client's QPs.
-pub(super) fn post_send(
+/// `PostSend` or `PostRecv` (`post` says which) to one of the client's QPs.
+pub(super) fn post_to_qp<W>(
     h: &mut Host,
     c: &mut Client,
     dev: u32,
     qpn: Qpn,
-    wrs: Vec<SendWr>,
+    wrs: Vec<W>,
+    post: fn(Qpn, W) -> Post,
 ) -> Handled {
     let hca = h.dev(dev)?.hca_mut();
     owns(&c.owned.qps, dev, qpn, "QP")?;
     Ok(post_list(wrs, |wr| {
-        post_owned(hca, &c.owned, dev, Post::Send(qpn, wr))
-    }))
-}
-
-/// `PostRecv` to one of the client's QPs.
-pub(super) fn post_recv(
-    h: &mut Host,
-    c: &mut Client,
-    dev: u32,
-    qpn: Qpn,
-    wrs: Vec<RecvWr>,
-) -> Handled {
-    let hca = h.dev(dev)?.hca_mut();
-    owns(&c.owned.qps, dev, qpn, "QP")?;
-    Ok(post_list(wrs, |wr| {
-        post_owned(hca, &c.owned, dev, Post::Recv(qpn, wr))
+        post_owned(hca, &c.owned, dev, post(qpn, wr))
     }))
 }
 
@@ -164,9 +150,8 @@ mod tests {
     use std::time::Instant as StdInstant;
 
     use softib_engine::verbs::{QpType, Sge, UdDest, WrOpcode};
-    use softib_engine::{AddressVector, AhHandle, CqHandle, QpInitAttr};
+    use softib_engine::{AhHandle, CqHandle, QpInitAttr};
     use softib_proto::{Request, SubmitRef, SUBMIT_ENTRY_MAX, SUBMIT_SLOT_LEN};
-    use softib_wire::Lid;
 
     use super::*;
     use crate::host::rings::drain_submit;
@@ -246,19 +231,7 @@ mod tests {
             panic!("no QP");
         };
         let b_pd = t.handle(b, Request::AllocPd { dev: 0 });
-        let av = AddressVector {
-            dlid: Lid(1),
-            port_num: 1,
-            ..Default::default()
-        };
-        let b_ah = t.handle(
-            b,
-            Request::CreateAh {
-                dev: 0,
-                pd: b_pd,
-                av,
-            },
-        );
+        let b_ah = t.ah(b, b_pd);
         let send = |ah| SendWr {
             wr_id: 1,
             opcode: WrOpcode::Send,
@@ -288,7 +261,7 @@ mod tests {
         };
         assert_eq!(e, format!("no AH {b_ah} belongs to this client"));
         // Its own AH passes the check (and meets the engine's: the QP is not ready to send).
-        let a_ah = t.handle(a, Request::CreateAh { dev: 0, pd, av });
+        let a_ah = t.ah(a, pd);
         let r = t.ok(
             a,
             Request::PostSend {

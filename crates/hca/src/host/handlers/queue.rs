@@ -177,15 +177,7 @@ mod tests {
         let (a, b) = (t.client(), t.client());
         let a_pd = t.handle(a, Request::AllocPd { dev: 0 });
         let a_cq = t.handle(a, Request::CreateCq { dev: 0, cqe: 4 });
-        let a_srq = t.handle(
-            a,
-            Request::CreateSrq {
-                dev: 0,
-                pd: a_pd,
-                max_wr: 4,
-                max_sge: 1,
-            },
-        );
+        let a_srq = t.srq(a, a_pd);
         let b_pd = t.handle(b, Request::AllocPd { dev: 0 });
         let b_cq = t.handle(b, Request::CreateCq { dev: 0, cqe: 4 });
         let create = |pd, send_cq, recv_cq, srq: Option<u32>| Request::CreateQp {
@@ -273,21 +265,8 @@ mod tests {
         let mut t = TestHost::new();
         let (a, b) = (t.client(), t.client());
         let pd = t.handle(a, Request::AllocPd { dev: 0 });
-        let av = AddressVector {
-            dlid: Lid(1),
-            port_num: 1,
-            ..Default::default()
-        };
-        let ah = t.handle(a, Request::CreateAh { dev: 0, pd, av });
-        let srq = t.handle(
-            a,
-            Request::CreateSrq {
-                dev: 0,
-                pd,
-                max_wr: 4,
-                max_sge: 1,
-            },
-        );
+        let ah = t.ah(a, pd);
+        let srq = t.srq(a, pd);
         assert_eq!(
             t.refused(b, Request::DestroyAh { dev: 0, ah }),
             foreign("AH", ah)
