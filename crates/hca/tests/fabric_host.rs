@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use softib_hca::host::host_dir;
 
 mod common;
-use common::{start_topology, Running, TOPO_A};
+use common::{start_topology, Agent, Running, RATES, TOPO_A};
 
 fn start(topo: &str, name: &str) -> Running {
     start_topology(topo, name, 7)
@@ -88,6 +88,57 @@ fn a_client_cannot_use_another_clients_objects_and_bad_requests_get_errors() {
     assert!(err.contains("not inside buffer"), "{err}");
     b.reg_mr(0, pd, &buf, 0, 4096, softib::AccessFlags::LOCAL_WRITE)
         .unwrap();
+}
+
+/// PortInfo of `port` of the node at the end of `path`, once its link is up.
+fn trained_port(agent: &mut Agent, path: &[u8], port: u8) -> softib_wire::mad::attr::PortInfo {
+    use softib_wire::mad::attr::PortPhysicalState;
+    let t0 = Instant::now();
+    loop {
+        if let Some((softib_wire::mad::status::SUCCESS, pi)) = agent.get_port_info_of(path, port, 0)
+        {
+            if pi.port_physical_state == PortPhysicalState::LinkUp {
+                return pi;
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "port {port} at the end of {path:?} never trained"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn every_port_trains_to_the_rate_of_its_link_in_the_topology() {
+    use softib_fabric::{LinkSpeed, LinkWidth};
+    let f = start(RATES, "rates");
+    let mut h1 = Agent::open(&f, "h1", false);
+    let mut h2 = Agent::open(&f, "h2", false);
+    let rate = |pi: &softib_wire::mad::attr::PortInfo| {
+        (
+            pi.link_width_active,
+            pi.link_speed_active,
+            pi.link_speed_ext_active,
+        )
+    };
+    let edr_4x = (
+        LinkWidth::X4.bit(),
+        LinkSpeed::Edr.speed_active(),
+        LinkSpeed::Edr.ext_speed_active(),
+    );
+    let sdr_1x = (
+        LinkWidth::X1.bit(),
+        LinkSpeed::Sdr.speed_active(),
+        LinkSpeed::Sdr.ext_speed_active(),
+    );
+    assert_ne!(edr_4x, sdr_1x);
+    // The switch, one hop from h1: port 1 faces h1, port 2 faces h2.
+    assert_eq!(rate(&trained_port(&mut h1, &[1], 1)), edr_4x);
+    assert_eq!(rate(&trained_port(&mut h1, &[1], 2)), sdr_1x);
+    // Each CA's own port, as its SMA answers (hop count 0).
+    assert_eq!(rate(&trained_port(&mut h1, &[], 1)), edr_4x);
+    assert_eq!(rate(&trained_port(&mut h2, &[], 1)), sdr_1x);
 }
 
 /// A host daemon in a thread with two RoCEv2 devices on loopback addresses.

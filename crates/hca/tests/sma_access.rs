@@ -9,83 +9,21 @@
 use std::time::{Duration, Instant};
 
 use softib::{
-    AccessFlags, AddressVector, AhHandle, AttrMask, Context, CqHandle, MadQp, QpAttr, QpState,
-    QpType, Qpn, RecvWr, SendFlags, SendWr, Sge, UdDest, WcStatus, WrOpcode,
+    AccessFlags, AddressVector, AhHandle, AttrMask, Context, CqHandle, QpAttr, QpState, QpType,
+    Qpn, RecvWr, SendFlags, SendWr, Sge, UdDest, WcStatus, WrOpcode,
 };
 use softib_hca::host::host_dir;
 use softib_wire::mad::attr::{
     PKeyTable, PortInfo, PortPhysicalState, PortState, SmInfo, SmState, SmpAttribute,
 };
-use softib_wire::mad::{smp, status, AttrId, Method, MAD_LEN};
+use softib_wire::mad::{smp, status, AttrId};
 use softib_wire::{Guid, Lid, PKey};
 
 mod common;
-use common::{start_topology, Running, TOPO_A};
+use common::{start_topology, Agent, Running, TOPO_A};
 
 fn start(name: &str) -> Running {
     start_topology(TOPO_A, name, 11)
-}
-
-/// A MAD agent on port 1 of one host.
-struct Agent {
-    ctx: Context,
-    tid: u64,
-    /// Traps that arrived (an SM's agent receives them).
-    traps: Vec<smp::Repr>,
-}
-
-impl Agent {
-    fn open(f: &Running, host: &str, sm: bool) -> Agent {
-        let mut ctx = Context::open_at(&host_dir(&f.dir, host)).unwrap();
-        ctx.open_mad(0, 1, sm).unwrap();
-        Agent {
-            ctx,
-            tid: u64::from(sm) << 32 | 0x100,
-            traps: Vec::new(),
-        }
-    }
-
-    /// Sends a directed-route SMP along `path` and returns the response, or `None` when
-    /// none comes within `wait`.
-    fn ask(&mut self, req: smp::Repr, wait: Duration) -> Option<smp::Repr> {
-        let mut b = [0u8; MAD_LEN];
-        req.emit(&mut smp::Packet::new_unchecked(&mut b[..]));
-        self.ctx.send_smp(0, 1, None, &b).unwrap();
-        let t0 = Instant::now();
-        while t0.elapsed() < wait {
-            for m in self.ctx.recv_mads(16, Duration::from_millis(50)).unwrap() {
-                if m.qp != MadQp::Smi {
-                    continue;
-                }
-                let r = smp::Repr::parse(&smp::Packet::new_unchecked(&m.mad[..])).unwrap();
-                if r.header.method == Method::Trap {
-                    self.traps.push(r);
-                } else if r.header.tid == req.header.tid {
-                    return Some(r);
-                }
-            }
-        }
-        None
-    }
-
-    fn next_tid(&mut self) -> u64 {
-        self.tid += 1;
-        self.tid
-    }
-
-    fn get_port_info(&mut self, path: &[u8], m_key: u64) -> Option<(u16, PortInfo)> {
-        let tid = self.next_tid();
-        let req = smp::Repr::dr_get(tid, AttrId::PORT_INFO, 0, m_key, path).unwrap();
-        self.ask(req, Duration::from_secs(1))
-            .map(|r| (r.header.status, PortInfo::parse(&r.data).unwrap()))
-    }
-
-    fn set_port_info(&mut self, path: &[u8], m_key: u64, pi: &PortInfo) -> Option<u16> {
-        let tid = self.next_tid();
-        let req = smp::Repr::dr_set(tid, AttrId::PORT_INFO, 0, m_key, path, pi.to_data()).unwrap();
-        self.ask(req, Duration::from_secs(1))
-            .map(|r| r.header.status)
-    }
 }
 
 /// PortInfo as read, with the states left alone (what an SM sends to change other fields).

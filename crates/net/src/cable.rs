@@ -196,13 +196,11 @@ impl Cable {
         if let Some(last) = self.last_poll.replace(now) {
             self.silent += now.saturating_duration_since(last).min(MAX_COUNTED_GAP);
         }
-        if self.heard {
-            if self.silent >= LINK_TIMEOUT {
-                let old = self.state;
-                self.state = PhysState::Polling;
-                self.forget_peer();
-                event = self.went_down(old);
-            }
+        if self.heard && self.silent >= LINK_TIMEOUT {
+            let old = self.state;
+            self.state = PhysState::Polling;
+            self.forget_peer();
+            event = self.went_down(old);
         }
         if now >= self.next_beacon {
             self.send_beacon();

@@ -1,0 +1,120 @@
+//! MADs for a host's local agents: a response goes to the agent whose request it answers
+//! (by TID), SMPs and SA requests to the SM, PerfMgt requests to the PMA, the rest to every
+//! agent on the port.
+
+use std::collections::BTreeMap;
+
+use softib_proto::{Mad, MadQp};
+use softib_wire::mad;
+use softib_wire::mad::attr::{capability_mask, SmInfo};
+
+use super::client::Client;
+use super::host_rt::Host;
+use crate::device::Device;
+use crate::ib::MadIn;
+
+/// MADs queued for an agent that does not read them are dropped beyond this.
+const MAX_QUEUED_MADS: usize = 4096;
+/// Outstanding requests remembered per host; beyond this the oldest are forgotten (their
+/// responses then go to every agent on the port, which filter by TID).
+const MAX_TIDS: usize = 64 * 1024;
+
+/// Who sent each outstanding MAD request, so that its response goes back to that agent
+/// only: (device, port, TID) → client.
+#[derive(Debug, Default)]
+pub(super) struct TidOwners(BTreeMap<(u32, u8, u64), u64>);
+
+impl TidOwners {
+    /// Client `client` sent a request with `tid` from `port` of `dev`.
+    pub fn note(&mut self, dev: u32, port: u8, tid: u64, client: u64) {
+        if self.0.len() >= MAX_TIDS {
+            self.0.clear();
+        }
+        self.0.insert((dev, port, tid), client);
+    }
+
+    /// Who sent the request a response with `tid` answers (forgotten now).
+    fn take(&mut self, dev: u32, port: u8, tid: u64) -> Option<u64> {
+        self.0.remove(&(dev, port, tid))
+    }
+
+    /// Forgets the requests of a client that went away.
+    pub fn forget(&mut self, client: u64) {
+        self.0.retain(|_, owner| *owner != client);
+    }
+
+    /// Whether no request is outstanding.
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Hands a MAD that arrived on `dev` to the agents that want it: a response to the agent that
+/// asked, SMP and SA requests to the SM, PerfMgt requests to the PMA.
+pub(super) fn dispatch_mad(h: &mut Host, clients: &mut BTreeMap<u64, Client>, dev: u32, m: MadIn) {
+    let header = mad::Repr::parse(&mad::Packet::new_unchecked(&m.mad[..])).ok();
+    let is_response = header.is_some_and(|h| h.method.is_response());
+    let class = header.map(|h| h.mgmt_class);
+    let msg = || Mad {
+        dev,
+        port: m.port,
+        qp: m.qp,
+        slid: m.slid,
+        src_qpn: m.src_qpn,
+        mad: m.mad.to_vec(),
+    };
+    if let Some(hdr) = header.filter(|_| is_response) {
+        if let Some(owner) = h.tids.take(dev, m.port, hdr.tid) {
+            if let Some(c) = clients.get_mut(&owner) {
+                if c.mads.len() < MAX_QUEUED_MADS {
+                    c.mads.push_back(msg());
+                }
+                return;
+            }
+        }
+    }
+    if m.qp == MadQp::Gsi && !is_response && class == Some(mad::MgmtClass::PerfMgt) {
+        answer_pma(&mut h.devs, dev, &m);
+        return;
+    }
+    let to_sm_only = m.qp == MadQp::Smi || (!is_response && class == Some(mad::MgmtClass::SubnAdm));
+    let msg = msg();
+    let mut claimed = false;
+    for c in clients.values_mut() {
+        if c.is_agent(dev, m.port, to_sm_only) && c.mads.len() < MAX_QUEUED_MADS {
+            c.mads.push_back(msg.clone());
+            claimed = true;
+        }
+    }
+    if !claimed {
+        h.unclaimed_mads += 1;
+    }
+}
+
+/// The performance management agent (PMA, IBA §16.1) on QP1: PortCounters.
+fn answer_pma(devs: &mut [Device], dev: u32, m: &MadIn) {
+    let Some(ib) = devs.get_mut(dev as usize).and_then(Device::ib) else {
+        return;
+    };
+    if let Some(resp) = crate::pma::answer(&ib.ca, m.port, &m.mad) {
+        ib.ca.send_gmp(m.port, m.slid, m.src_qpn, &resp);
+    }
+}
+
+/// Sets (or clears) the SMInfo of `port`'s SMA and IsSM in its capability mask: an SM runs
+/// there (or no longer does).
+pub(super) fn set_sm(devs: &mut [Device], dev: u32, port: u8, info: Option<SmInfo>) {
+    let Some(ib) = devs.get_mut(dev as usize).and_then(Device::ib) else {
+        return;
+    };
+    let sma = ib.ca.sma_mut();
+    let mask = sma.port_info(port).map_or(0, |p| p.capability_mask);
+    let mask = if info.is_some() {
+        mask | capability_mask::IS_SM
+    } else {
+        mask & !capability_mask::IS_SM
+    };
+    sma.set_capability_mask(port, mask);
+    sma.set_sm_info(info);
+}

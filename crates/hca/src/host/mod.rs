@@ -1,0 +1,50 @@
+//! The daemon (`softibd`): simulated hosts (an HCA each, with its control socket) and soft
+//! switches, joined by cables, driven by one loop.
+//!
+//! One process can host a whole fabric — as ibsim does — while every node keeps its own ports,
+//! cables (real UDP associations, which may cross machines) and agents. Each host has a runtime
+//! directory holding `softibd.sock`; applications and tools of that host connect there.
+//!
+//! The loop is single-threaded: wait on every socket with `poll(2)` until something is
+//! readable or the next timer is due, then receive frames into nodes, serve control requests,
+//! fire timers, and send what the nodes have to send.
+//!
+//! # Where each part lives
+//!
+//! - `assembly`: building a daemon — hosts and switches from specs or from a topology (with
+//!   each cable's rate), cable plans, the control socket's directory.
+//! - `event_loop`: [`Daemon`] and its loop (`run`, `step`, `next_wait`, `wait`), [`Waker`],
+//!   [`DaemonThread`].
+//! - `switch_rt`: a soft switch's turn — frames in, forwarding by the LFT, frames out, link
+//!   state to its SMA.
+//! - `host_rt`: a host's turn — accepting clients, reading requests, replying, dropping
+//!   clients — and `Host`, the part of a host the control handlers work on.
+//! - `client`: a client — who it is, what it owns, what it waits for — and the reclamation of
+//!   what it owned when it goes.
+//! - `handlers`: the control requests, one named function each, grouped by concept; `handle`
+//!   is the dispatch table.
+//! - `rings`: the shared-memory rings — a client's submission ring drained into the engines,
+//!   completions moved into completion rings.
+//! - `events`: what clients learn without asking — asynchronous events of their objects,
+//!   completion channels of armed CQs.
+//! - `parked`: requests that wait (PollCq, RecvMads) and when they are answered.
+//! - `mads`: MADs for local agents — responses to the agent that asked (TID owners), requests
+//!   to the SM, the PMA, the SM's IsSM flag.
+
+mod assembly;
+mod client;
+mod event_loop;
+mod events;
+mod handlers;
+mod host_rt;
+mod mads;
+mod parked;
+mod rings;
+mod switch_rt;
+#[cfg(test)]
+mod testing;
+
+pub use assembly::{host_dir, CablePlan, CableSpec, HostSpec, SwitchSpec};
+pub use event_loop::{Daemon, DaemonThread, Waker};
+/// The name of the control socket in a runtime directory.
+pub use softib_proto::SOCKET_NAME;
