@@ -156,6 +156,8 @@ struct Client {
     /// Asynchronous events of its objects and of the ports, not yet asked for (the newest
     /// [`MAX_ASYNC_EVENTS`]).
     events: VecDeque<(u32, AsyncEvent)>,
+    /// The eventfd signalled when an event is queued ([`Request::AttachAsyncEvents`]).
+    events_fd: Option<OwnedFd>,
 }
 
 /// The most asynchronous events kept for a client that does not ask for them.
@@ -1037,6 +1039,7 @@ impl HostRt {
                             wakeup: None,
                             submit_errors: 0,
                             events: VecDeque::new(),
+                            events_fd: None,
                         },
                     );
                 }
@@ -2090,6 +2093,24 @@ impl HostRt {
                 Response::Ok
             }
             Request::AsyncEvents => Response::AsyncEvents(c.events.drain(..).collect()),
+            Request::AttachAsyncEvents => {
+                let Some(fd) = c.reader.fds.pop() else {
+                    return Some(err(
+                        ErrorKind::Protocol,
+                        "AttachAsyncEvents arrived without its eventfd",
+                    ));
+                };
+                match nonblocking(fd) {
+                    Ok(fd) => {
+                        if !c.events.is_empty() {
+                            let _ = rustix::io::write(&fd, &1u64.to_ne_bytes());
+                        }
+                        c.events_fd = Some(fd);
+                        Response::Ok
+                    }
+                    Err(e) => err(ErrorKind::Invalid, e),
+                }
+            }
             Request::AttachWakeup => {
                 let Some(fd) = c.reader.fds.pop() else {
                     return Some(err(
@@ -2233,6 +2254,10 @@ impl HostRt {
                         c.events.pop_front();
                     }
                     c.events.push_back((dev, e));
+                    if let Some(fd) = &c.events_fd {
+                        // An eventfd adds to its counter; a full counter is readable already.
+                        let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+                    }
                 }
             }
         }

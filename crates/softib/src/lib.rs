@@ -28,8 +28,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use softib_engine::verbs::{
-    AccessFlags, QpState, QpType, RecvWr, RemoteAddr, SendFlags, SendWr, Sge, UdDest, WcOpcode,
-    WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, AsyncEvent, QpState, QpType, RecvWr, RemoteAddr, SendFlags, SendWr, Sge, UdDest,
+    WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 pub use softib_engine::{
     AddressVector, AhHandle, AttrMask, CqHandle, DeviceAttr, GlobalRoute, PdHandle, QpAttr, QpCap,
@@ -50,6 +50,7 @@ pub mod embedded;
 mod objects;
 mod rdma_core;
 pub mod typed;
+pub mod verbs_attr;
 
 pub use channel::CompChannel;
 pub use objects::{
@@ -1034,6 +1035,87 @@ impl Context {
         let v = self.poll_cq_inner(dev, cq, max, wait)?;
         self.note_completions(dev, &v);
         Ok(v)
+    }
+
+    /// `ibv_poll_cq` as a C program calls it in a loop: appends up to `max` completions to
+    /// `out` and returns at once, never sleeping (an empty poll only yields the CPU, which the
+    /// daemon — the "hardware" — may need on a machine with fewer cores than spinners).
+    /// Returns how many it appended.
+    pub fn poll_cq_nowait(
+        &mut self,
+        dev: u32,
+        cq: CqHandle,
+        max: u32,
+        out: &mut Vec<WorkCompletion>,
+    ) -> Result<usize> {
+        let start = out.len();
+        if let Some(r) = self.rdma.as_mut() {
+            out.extend(r.poll_cq(dev, cq, max, Duration::ZERO)?);
+        } else if let Some(ring) = self.cq_rings.get(&(dev, cq.0)) {
+            // A full ring may have left completions in the daemon's CQ (see poll_cq_inner).
+            let was_full = ring.len().is_ok_and(|n| n == ring.capacity());
+            // `pop_ring` fills `out` up to a length.
+            self.pop_ring(dev, cq.0, (start as u32).saturating_add(max), out)?;
+            if was_full {
+                let left = max.saturating_sub((out.len() - start) as u32);
+                if let Response::Completions(mut direct) = self.call(&Request::PollCq {
+                    dev,
+                    cq: cq.0,
+                    max: left,
+                    wait_us: 0,
+                })? {
+                    out.append(&mut direct);
+                }
+            }
+            if out.len() == start {
+                std::thread::yield_now();
+            }
+        } else {
+            match self.call(&Request::PollCq {
+                dev,
+                cq: cq.0,
+                max,
+                wait_us: 0,
+            })? {
+                Response::Completions(mut v) => out.append(&mut v),
+                _ => return Err(Error::Unexpected("not completions")),
+            }
+        }
+        let n = out.len() - start;
+        if n > 0 {
+            self.note_completions(dev, &out[start..]);
+        }
+        Ok(n)
+    }
+
+    /// `ibv_get_async_event` without waiting: every asynchronous event of this context's
+    /// objects and of the ports since last asked, oldest first, with its device index.
+    pub fn async_events(&mut self) -> Result<Vec<(u32, softib_engine::verbs::AsyncEvent)>> {
+        if self.rdma.is_some() {
+            return Ok(Vec::new());
+        }
+        match self.call(&Request::AsyncEvents)? {
+            Response::AsyncEvents(all) => Ok(all),
+            _ => Err(Error::Unexpected("not events")),
+        }
+    }
+
+    /// Hands the daemon an eventfd it adds to whenever it queues an asynchronous event for
+    /// this context (what makes `ibv_context::async_fd` pollable). `false` when the daemon
+    /// cannot (an older one): events are then only seen when asked for.
+    pub fn attach_async_fd(&mut self, fd: std::os::fd::BorrowedFd<'_>) -> Result<bool> {
+        if self.rdma.is_some() {
+            return Ok(false);
+        }
+        match self.call_with_fds(&Request::AttachAsyncEvents, &[fd]) {
+            Ok(Response::Ok) => Ok(true),
+            Ok(_) => Err(Error::Unexpected("not Ok")),
+            Err(Error::Refused {
+                kind: ErrorKind::Protocol,
+                ..
+            }) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     fn poll_cq_inner(
