@@ -192,6 +192,7 @@ pub(crate) extern "C" fn ibv_open_device(device: *mut abi::IbvDevice) -> *mut ab
             magic: <Context as crate::objects::Object>::MAGIC,
             device: d,
             dev: dev as u32,
+            limits: infos[dev].attr.clone(),
             inner: Mutex::new(Inner {
                 ctx,
                 cqs: Default::default(),

@@ -102,6 +102,8 @@ pub(crate) struct Context {
     pub device: *const Device,
     /// The device's index in the daemon's list.
     pub dev: u32,
+    /// The device's limits, which do not change while it exists.
+    pub limits: softib::DeviceAttr,
     pub inner: Mutex<Inner>,
     pub events: crate::async_event::AsyncState,
 }

@@ -112,6 +112,19 @@ fn create(
     } else {
         Some(crate::srq::handle_of(a.srq, ctx)?)
     };
+    // Programs probe the limits by asking for more (libfabric searches for the largest
+    // inline size this way): beyond them is EINVAL, as a provider answers, and not worth a
+    // line on stderr.
+    let l = &ctx.limits;
+    let c = &a.cap;
+    if c.max_send_wr > l.max_qp_wr
+        || c.max_recv_wr > l.max_qp_wr
+        || c.max_send_sge > l.max_sge
+        || c.max_recv_sge > l.max_sge
+        || c.max_inline_data > l.max_inline_data
+    {
+        return Err(libc::EINVAL);
+    }
     let init = QpInitAttr {
         qp_type: ty,
         pd: p.handle,
