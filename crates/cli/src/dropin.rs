@@ -63,29 +63,38 @@ pub fn lib_dir() -> Result<PathBuf> {
             return Ok(installed);
         }
     }
-    // Cargo's layout: target/<profile>/libibverbs.so beside target/<profile>/softib. A
+    // Cargo's layout: target/<profile>/softib, and the library it was built with in
+    // target/<profile>/deps (and, when it was built for its own sake, a copy in
+    // target/<profile>, which a build of the tools alone leaves stale): the newer. A
     // directory of links gives it its soname.
-    let built = exe_dir.join("libibverbs.so");
-    if !built.exists() {
+    let built = ["deps/libibverbs.so", "libibverbs.so"]
+        .into_iter()
+        .filter_map(|rel| {
+            let m = std::fs::metadata(exe_dir.join(rel)).ok()?.modified().ok()?;
+            Some((m, rel))
+        })
+        .max();
+    let Some((_, rel)) = built else {
         bail!(
-            "softib's libibverbs.so.1 is not next to {} (looked for {} and {}); build it with \
-             `cargo build -p softib-ibverbs` (the same profile as softib), or point \
+            "softib's libibverbs.so.1 is not next to {} (looked for {}, {} and {}); build it \
+             with `cargo build -p softib-ibverbs` (the same profile as softib), or point \
              SOFTIB_LIB_DIR at a directory `softib install-libs` wrote",
             exe.display(),
-            built.display(),
+            exe_dir.join("deps/libibverbs.so").display(),
+            exe_dir.join("libibverbs.so").display(),
             exe_dir.join("../lib/softib/libibverbs.so.1").display()
         );
-    }
+    };
     let dir = exe_dir.join("softib-lib");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let link = dir.join("libibverbs.so.1");
-    let target = Path::new("../libibverbs.so");
-    if std::fs::read_link(&link).ok().as_deref() != Some(target) {
+    let target = Path::new("..").join(rel);
+    if std::fs::read_link(&link).ok().as_deref() != Some(target.as_path()) {
         // Made under another name and renamed into place, so that programs starting at the
         // same moment never see a missing or half-made link.
         let tmp = dir.join(format!(".libibverbs.so.1.{}", std::process::id()));
         let _ = std::fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(target, &tmp)
+        std::os::unix::fs::symlink(&target, &tmp)
             .with_context(|| format!("linking {}", tmp.display()))?;
         std::fs::rename(&tmp, &link).with_context(|| format!("making {}", link.display()))?;
     }

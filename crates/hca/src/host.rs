@@ -183,7 +183,15 @@ struct HostRt {
     /// their own).
     listener_ready: bool,
     ready_clients: BTreeSet<u64>,
+    /// The devices as sysfs-style files in the runtime directory, and when they are next
+    /// brought up to date.
+    sysfs: crate::sysfs::SysfsTree,
+    sysfs_due: StdInstant,
+    sysfs_failed: bool,
 }
+
+/// How often the sysfs-style files follow the devices.
+const SYSFS_EVERY: StdDuration = StdDuration::from_secs(1);
 
 /// Outstanding requests remembered per host; beyond this the oldest are forgotten (their
 /// responses then go to every agent on the port, which filter by TID).
@@ -562,6 +570,9 @@ impl Daemon {
             seed,
             listener_ready: true,
             ready_clients: BTreeSet::new(),
+            sysfs: crate::sysfs::SysfsTree::new(dir),
+            sysfs_due: StdInstant::now(),
+            sysfs_failed: false,
         });
         Ok((d, warnings))
     }
@@ -586,6 +597,7 @@ impl Daemon {
                 capture: None,
                 cables,
             };
+            let sysfs = crate::sysfs::SysfsTree::new(&h.dir);
             hrt.push(HostRt {
                 name: h.name,
                 dir: h.dir,
@@ -601,6 +613,9 @@ impl Daemon {
                 seed: h.seed,
                 listener_ready: true,
                 ready_clients: BTreeSet::new(),
+                sysfs,
+                sysfs_due: StdInstant::now(),
+                sysfs_failed: false,
             });
         }
         let mut srt = Vec::new();
@@ -745,6 +760,9 @@ impl Daemon {
             h.accept()?;
         }
         busy |= h.serve_clients(now);
+        if std_now >= h.sysfs_due {
+            h.sync_sysfs(std_now);
+        }
         // MADs for agents.
         for d in 0..h.devs.len() {
             while let Some(m) = h.devs[d].poll_mad() {
@@ -1050,6 +1068,23 @@ impl HostRt {
     }
 
     /// Executes what waits in the clients' submission rings.
+    /// Brings the sysfs-style files up to date (see [`crate::sysfs`]); a failure is said
+    /// once and the files are left as they are.
+    fn sync_sysfs(&mut self, now: StdInstant) {
+        self.sysfs_due = now + SYSFS_EVERY;
+        let infos: Vec<_> = self.devs.iter().map(Device::info).collect();
+        if let Err(e) = self.sysfs.sync(&infos) {
+            if !self.sysfs_failed {
+                eprintln!(
+                    "softibd[{}]: cannot write the device files under {}: {e}",
+                    self.name,
+                    self.dir.join("sys").display()
+                );
+                self.sysfs_failed = true;
+            }
+        }
+    }
+
     fn drain_submissions(&mut self) {
         let ids: Vec<u64> = self
             .clients

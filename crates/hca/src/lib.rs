@@ -16,6 +16,7 @@ pub mod pma;
 pub mod proto;
 pub mod roce;
 pub mod shm_memory;
+pub mod sysfs;
 
 /// The runtime directory of this host's daemon: `$SOFTIB_RUNTIME_DIR`, else `/run/softib` for
 /// root, else `$XDG_RUNTIME_DIR/softib`, else `/tmp/softib-<uid>`.

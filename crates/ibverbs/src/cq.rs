@@ -92,7 +92,7 @@ fn create(
     // SAFETY: the program passes a context it opened.
     let ctx = unsafe { Context::from_ibv(context)? };
     let cqe = u32::try_from(cqe).map_err(|_| libc::EINVAL)?;
-    if cqe == 0 || comp_vector != 0 {
+    if cqe == 0 || cqe > ctx.limits.max_cqe || comp_vector != 0 {
         // One completion vector (`num_comp_vectors` is 1).
         return Err(libc::EINVAL);
     }
@@ -102,6 +102,10 @@ fn create(
         // SAFETY: the program passes a channel it created.
         Some(unsafe { object::<Channel>(channel)? })
     };
+    // At least MIN_CQE entries, as providers round a CQ up (and report the size they made):
+    // a CQ the size of one WR (perftest's latency tests make them) would keep its completion
+    // ring full, and a full ring costs a request to the daemon at every poll.
+    let cqe = cqe.max(MIN_CQE.min(ctx.limits.max_cqe));
     let mut inner = ctx.lock();
     let handle = inner
         .ctx
@@ -355,7 +359,24 @@ pub(crate) unsafe extern "C" fn req_notify_cq(
         };
         // SAFETY: a CQ's context outlives it.
         let ctx = unsafe { ctx_of(o.ctx) };
+        // Verbs arm a CQ for its *next* completion (IBA 11.4.2.2); the daemon fires for any
+        // completion the CQ's ring holds. So the ring is emptied into the CQ's own queue first
+        // (where polls find them before the ring's): a program that arms before it polls, as
+        // perftest does, is not woken again for what it is about to poll.
+        let mut p = o.poll.lock().unwrap_or_else(|e| e.into_inner());
         let mut inner = ctx.lock();
+        let mut v = Vec::new();
+        loop {
+            let before = v.len();
+            inner
+                .ctx
+                .poll_cq_nowait(ctx.dev, o.handle, BATCH as u32, &mut v)
+                .map_err(|e| refused("ibv_req_notify_cq", &e))?;
+            if v.len() == before {
+                break;
+            }
+        }
+        p.pending.extend(v);
         inner
             .ctx
             .req_notify_cq(ctx.dev, o.handle, n)
@@ -461,6 +482,9 @@ pub(crate) extern "C" fn ibv_ack_cq_events(cq: *mut abi::IbvCq, nevents: u32) {
 
 /// How many completions an extended poll takes from the daemon at a time.
 const BATCH: usize = 32;
+
+/// The fewest entries a CQ is made with.
+const MIN_CQE: u32 = 256;
 
 fn ex<'a>(cq: *mut abi::IbvCqEx) -> Option<&'a Cq> {
     // SAFETY: the program passes a CQ it created.

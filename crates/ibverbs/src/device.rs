@@ -15,7 +15,9 @@ use softib_verbs_abi as abi;
 use crate::objects::{object, set_c_string, zeroed, Context, Device, Inner};
 use crate::{ffi_errno, ffi_neg, ffi_ptr, refused};
 
-/// Every device this process has listed, one per (runtime directory, name).
+/// Every device this process has listed, one per (runtime directory, name). Boxed: programs
+/// hold pointers to them, which must not move when the list grows.
+#[allow(clippy::vec_box)]
 static DEVICES: Mutex<Vec<Box<Device>>> = Mutex::new(Vec::new());
 
 /// The directory a device's sysfs-style files are in (`ibv_device::ibdev_path`): written

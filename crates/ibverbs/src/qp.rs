@@ -2,7 +2,7 @@
 //! query, destroy, `ibv_post_send` / `ibv_post_recv` (through `ibv_context_ops`),
 //! multicast attach, and the ECE calls softib does not have.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 use std::sync::{Condvar, Mutex};
 
 use softib::{
@@ -533,7 +533,7 @@ pub(crate) unsafe extern "C" fn post_send(
                 Err(e) if list.is_empty() => return Err((e, p)),
                 Err(e) => {
                     // Post the ones before the bad one, as the verb does.
-                    post(q, list, wr).map_err(|(e2, b)| (e2, b))?;
+                    post(q, list, wr)?;
                     return Err((e, p));
                 }
             }
@@ -702,9 +702,4 @@ pub(crate) extern "C" fn ibv_query_qp_data_in_order(
     _flags: u32,
 ) -> c_int {
     0
-}
-
-/// A QP pointer's raw value for the map of a context (events).
-pub(crate) fn _qp_ptr(p: *mut Qp) -> *mut c_void {
-    p as *mut c_void
 }
