@@ -106,6 +106,24 @@ for tool in "ib_write_bw -s 64" "ib_read_bw -s 64" "ib_send_bw -c UD -a" "ib_wri
     cell "$name.softib-server" host $tool $PG $iters -- $tool $PH $iters
 done
 
+# The drop-in libibverbs.so.1: Debian's own perftest and pingpongs on the host, unmodified,
+# run on softib (`softib run`: softib's library first on their library path) against rxe.
+G="-d rxe0 -g 1"
+H="-d softib0 -g 1"
+for t in rc ud; do
+    extra="-n 100"
+    [ $t = ud ] && extra="-n 100 -s 512"
+    cell "dropin.ibv_${t}_pingpong.rxe-server" guest ibv_${t}_pingpong $G $extra -- run -- ibv_${t}_pingpong $H $extra
+    cell "dropin.ibv_${t}_pingpong.softib-server" host ibv_${t}_pingpong $G $extra -- run -- ibv_${t}_pingpong $H $extra
+done
+for tool in ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw "ib_send_bw -c UD" \
+    ib_send_lat ib_write_lat ib_read_lat ib_atomic_lat; do
+    iters="-n 200"
+    name=dropin.${tool// -c /.}
+    cell "$name.rxe-server" guest $tool $PG $iters -- run -- $tool $PH $iters
+    cell "$name.softib-server" host $tool $PG $iters -- run -- $tool $PH $iters
+done
+
 # RoCEv2 over IPv6: no IP Identification, so softib checks rxe's ICRCs at full strength.
 # A second softib device on the same tap with an IPv6 address; the guest's rxe0 gets a GID
 # for the guest's IPv6 address (its index is looked up). The TCP exchange stays on IPv4.

@@ -33,14 +33,18 @@ fn connections(tool: &str) -> &'static [&'static str] {
 
 /// Asserts both sides finished and the client measured `iters` iterations of its last size.
 fn moved(server: &Done, client: &Done, iters: f64) {
-    for d in [server, client] {
+    for (d, other) in [(server, client), (client, server)] {
         assert!(
             d.status.success(),
-            "{} failed ({:?}):\n{}\n{}",
+            "{} failed ({:?}):\n{}\n{}\n-- and {} ({:?}):\n{}\n{}",
             d.what,
             d.status,
             d.stdout,
-            d.stderr
+            d.stderr,
+            other.what,
+            other.status,
+            other.stdout,
+            other.stderr
         );
     }
     let r = perftest_result(&client.stdout)
@@ -50,8 +54,10 @@ fn moved(server: &Done, client: &Done, iters: f64) {
         "{}: iterations\n{}",
         client.what, client.stdout
     );
+    // Bandwidth tests: BW average; latency tests: t_max (perftest prints -nan for some
+    // deviations of few iterations, so only what must be there is looked at).
     assert!(
-        r[2..].iter().all(|v| *v >= 0.0) && r[3] > 0.0,
+        r.len() >= 4 && r[3] > 0.0,
         "{}: nothing measured\n{}",
         client.what,
         client.stdout
@@ -92,8 +98,10 @@ fn all_sizes_run() {
     if !have("ib_send_bw", "perftest") {
         return;
     }
-    // Atomics have one size ("Message size cannot be changed for Atomic tests").
-    for tool in TOOLS.iter().filter(|t| !t.starts_with("ib_atomic")) {
+    // Every size from 2 B to 8 MiB for a bandwidth and a latency test of each kind that has
+    // sizes (atomics have one: "Message size cannot be changed for Atomic tests"); three of
+    // the six, as each takes tens of seconds in a debug build.
+    for tool in ["ib_send_bw", "ib_write_lat", "ib_read_bw"] {
         run(tool, &["-a"], 5);
     }
 }
