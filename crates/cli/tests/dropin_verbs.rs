@@ -493,19 +493,34 @@ fn a_c_program_built_against_debians_headers_covers_the_rest() {
         .arg(&src)
         .arg("-L")
         .arg(&libs)
-        .arg("-libverbs")
+        .args(["-libverbs", "-lpthread"])
         .output()
         .unwrap();
     assert!(o.status.success(), "cc: {}", text(&o.stderr));
     let exe_s = exe.to_string_lossy().into_owned();
+    // Registered memory moved onto a memory file the daemon maps (the default), and reached
+    // by cross-memory attach (SOFTIB_SHARE_MR=0): the same program passes either way.
+    let process = Run::start(&h.a, &[&exe_s, "rxe0", "1"], &[("SOFTIB_SHARE_MR", "0")]).wait();
+    process.ok();
+    assert!(process.stdout.contains("shared 0"), "{}", process.stdout);
     let d = Run::start(&h.a, &[&exe_s, "rxe0", "1"], &[]).wait();
     d.ok();
+    assert!(d.stdout.contains("shared 1"), "{}", d.stdout);
+    assert!(
+        d.stdout
+            .contains("ok registration keeps the contents; fork gives the child its own copy"),
+        "{}",
+        d.stdout
+    );
     for check in [
         "ok query device ex",
         "ok wr_rdma_write, wr_rdma_write_imm, wr_rdma_read",
         "ok wr_atomic_fetch_add + wr_atomic_cmp_swp",
         "ok ibv_post_send atomics, completion channel",
         "ok srq with its limit event",
+        "ok last WQE reached when an SRQ's QP enters the error state",
+        "ok a CQ that overflows raises CQ error and QP fatal",
+        "ok threads posting and polling on one context",
         "ok bad input",
         "ok cleanup",
     ] {

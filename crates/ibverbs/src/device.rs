@@ -200,6 +200,7 @@ pub(crate) extern "C" fn ibv_open_device(device: *mut abi::IbvDevice) -> *mut ab
                 cqs: Default::default(),
                 qps: Default::default(),
                 srqs: Default::default(),
+                attached: Default::default(),
             }),
             events,
         }));

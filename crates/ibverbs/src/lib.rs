@@ -44,6 +44,7 @@ mod objects;
 mod private;
 mod qp;
 mod qp_ex;
+mod share;
 mod srq;
 mod sysfs;
 mod unsupported;

@@ -2,10 +2,12 @@
 //! `ibv_reg_mr_iova`, `ibv_reg_mr_iova2`, `ibv_dereg_mr`, `ibv_rereg_mr`,
 //! `ibv_reg_dmabuf_mr`.
 //!
-//! A region is the program's own memory, which the daemon reaches by cross-memory attach
-//! ([`softib::Context::reg_mr_process`]): nothing is copied or pinned at registration.
+//! A region is the program's own memory: where it is safe, its pages are moved onto a
+//! memory file the daemon maps ([`crate::share`]); otherwise the daemon reaches it by
+//! cross-memory attach ([`softib::Context::reg_mr_process`]).
 
 use std::ffi::{c_int, c_uint, c_void};
+use std::os::fd::AsFd;
 
 use softib::AccessFlags;
 use softib_verbs_abi as abi;
@@ -90,11 +92,30 @@ fn reg(
     }
     // SAFETY: a PD's context outlives it.
     let ctx = unsafe { ctx_of(p.ctx) };
-    let keys = ctx
-        .lock()
-        .ctx
-        .reg_mr_process(ctx.dev, p.handle, addr as u64, length, access)
-        .map_err(|e| refused(verb, &e))?;
+    let place = crate::share::segment(addr as usize, length);
+    let mut inner = ctx.lock();
+    let shared = place.and_then(|s| match inner.attached.get(&s.ino) {
+        Some(&id) => Some(id),
+        // An older daemon, or its limit of buffers: cross-memory attach instead.
+        None => {
+            let id = inner
+                .ctx
+                .attach_shared(s.fd.as_fd(), s.start as u64, s.len)
+                .ok()?;
+            inner.attached.insert(s.ino, id);
+            Some(id)
+        }
+    });
+    let keys = match shared {
+        Some(id) => inner
+            .ctx
+            .reg_mr_shared(ctx.dev, p.handle, id, addr as u64, length, access),
+        None => inner
+            .ctx
+            .reg_mr_process(ctx.dev, p.handle, addr as u64, length, access),
+    }
+    .map_err(|e| refused(verb, &e))?;
+    drop(inner);
     // SAFETY: `ibv_mr` is pointers and integers.
     let c = unsafe { zeroed::<abi::IbvMr>() };
     let mr = Box::into_raw(Box::new(Mr {

@@ -117,6 +117,9 @@ pub(crate) struct Inner {
     pub cqs: BTreeMap<u32, *mut Cq>,
     pub qps: BTreeMap<u32, *mut Qp>,
     pub srqs: BTreeMap<u32, *mut Srq>,
+    /// The daemon's handles of the shared segments ([`crate::share`]) this context has
+    /// attached, by the segment's memory-file inode.
+    pub attached: BTreeMap<u64, u64>,
 }
 
 impl Context {

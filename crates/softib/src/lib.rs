@@ -534,6 +534,60 @@ impl Context {
         }
     }
 
+    /// Shares `len` bytes of this process's memory at `addr` with the daemon as a buffer: a
+    /// memory file `fd` the caller has mapped there (`MAP_SHARED`, from offset 0), which the
+    /// daemon maps too, so that regions in it are reached as [`Buffer`]s are (directly, not
+    /// by cross-memory attach). Returns the handle [`Context::reg_mr_shared`] takes.
+    pub fn attach_shared(
+        &mut self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        addr: u64,
+        len: usize,
+    ) -> Result<u64> {
+        if self.rdma.is_some() {
+            return Err(Error::RdmaCore(
+                "shared buffers are a softib feature, not an rdma-core one".into(),
+            ));
+        }
+        let req = Request::AttachBuffer {
+            len: len as u64,
+            addr,
+        };
+        match self.call_with_fds(&req, &[fd])? {
+            Response::Handle(h) => Ok(h),
+            _ => Err(Error::Unexpected("not a handle")),
+        }
+    }
+
+    /// `ibv_reg_mr` of `len` bytes at `addr` inside memory shared with
+    /// [`Context::attach_shared`] (`buffer` its handle).
+    pub fn reg_mr_shared(
+        &mut self,
+        dev: u32,
+        pd: PdHandle,
+        buffer: u64,
+        addr: u64,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<MrKeys> {
+        match self.call(&Request::RegMr {
+            dev,
+            pd: pd.0,
+            buffer,
+            addr,
+            len: len as u64,
+            access,
+        })? {
+            Response::Mr { lkey, rkey } => Ok(MrKeys {
+                lkey,
+                rkey,
+                addr,
+                len: len as u64,
+            }),
+            _ => Err(Error::Unexpected("not an MR")),
+        }
+    }
+
     /// `ibv_dereg_mr`.
     pub fn dereg_mr(&mut self, dev: u32, mr: &MrKeys) -> Result<()> {
         if let Some(r) = self.rdma.as_mut() {

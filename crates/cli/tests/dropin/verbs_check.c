@@ -7,7 +7,9 @@
  * device and port queries (the inline functions through verbs_context), ibv_create_cq_ex and
  * extended polling (ibv_start_poll / ibv_next_poll / ibv_end_poll / ibv_wc_read_*),
  * ibv_create_qp_ex with send_ops_flags and the whole ibv_wr_* table, atomics through both
- * APIs, SRQ with its limit event, completion channels (poll(2) on the fd), and bad input.
+ * APIs, SRQ with its limit event, asynchronous events on async_fd (SRQ limit, last WQE
+ * reached, CQ error and QP fatal of an overflowing CQ), completion channels (poll(2) on the
+ * fd), threads sharing a context, and bad input.
  *
  * Prints "ok NAME" per check, "status NAME N" for the completion status of a bad work request
  * (the test compares them with what the Rust API gives), and "FAIL NAME: ..." then exits 1.
@@ -312,6 +314,57 @@ static void device(struct env *e, const char *name)
 	if (e->mra->addr != e->a || e->mra->length != BUF || e->mra->pd != e->pd)
 		fail("the MR's fields");
 	ok();
+}
+
+/* Whether some of this process's memory is a softib-shared segment (/proc/self/maps). */
+static int shared_segments(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	int n = 0;
+	while (f && fgets(line, sizeof line, f))
+		n += strstr(line, "softib-mr") != NULL;
+	if (f)
+		fclose(f);
+	return n;
+}
+
+/* Registration keeps the memory's contents, and a child of fork gets its own copy. */
+#include <sys/wait.h>
+#include <unistd.h>
+static void memory(struct env *e)
+{
+	check = "registration keeps the contents; fork gives the child its own copy";
+	size_t len = 256 * 1024;
+	unsigned char *m = malloc(len);
+	if (!m)
+		fail("malloc");
+	for (size_t i = 0; i < len; i++)
+		m[i] = (unsigned char)(i * 7 + 1);
+	struct ibv_mr *mr = ibv_reg_mr(e->pd, m, len, IBV_ACCESS_LOCAL_WRITE);
+	if (!mr)
+		fail("ibv_reg_mr");
+	for (size_t i = 0; i < len; i++)
+		if (m[i] != (unsigned char)(i * 7 + 1))
+			fail("byte %zu changed by the registration", i);
+	pid_t child = fork();
+	if (child == 0) {
+		/* The parent's bytes are here, and writing them is the child's business. */
+		int bad = m[1000] != (unsigned char)(1000 * 7 + 1);
+		memset(m, 0xee, len);
+		_exit(bad ? 2 : 0);
+	}
+	int st = 0;
+	if (child < 0 || waitpid(child, &st, 0) != child || !WIFEXITED(st) || WEXITSTATUS(st))
+		fail("the child did not see the parent's memory (status %d)", st);
+	for (size_t i = 0; i < len; i++)
+		if (m[i] != (unsigned char)(i * 7 + 1))
+			fail("byte %zu changed by the child's write", i);
+	if (ibv_dereg_mr(mr))
+		fail("ibv_dereg_mr");
+	printf("shared %d\n", shared_segments() > 0);
+	ok();
+	free(m);
 }
 
 static void wr_api(struct env *e)
@@ -624,6 +677,30 @@ static void legacy(struct env *e)
 		fail("ibv_destroy_comp_channel");
 }
 
+/* Waits (bounded) for an asynchronous event of `type`, acknowledging the others. */
+static struct ibv_async_event wait_event(struct env *e, enum ibv_event_type type)
+{
+	int fl = fcntl(e->ctx->async_fd, F_GETFL);
+	fcntl(e->ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
+	struct pollfd pfd = { .fd = e->ctx->async_fd, .events = POLLIN };
+	long t0 = now_ms();
+	struct ibv_async_event ev;
+	for (;;) {
+		if (poll(&pfd, 1, TIMEOUT_MS) != 1)
+			fail("async_fd not readable in %d ms (waiting for %s)", TIMEOUT_MS,
+			     ibv_event_type_str(type));
+		if (ibv_get_async_event(e->ctx, &ev) == 0) {
+			if (ev.event_type == type)
+				return ev;
+			ibv_ack_async_event(&ev);
+		} else if (errno != EAGAIN) {
+			fail("ibv_get_async_event");
+		}
+		if (now_ms() - t0 > TIMEOUT_MS)
+			fail("no %s event in %d ms", ibv_event_type_str(type), TIMEOUT_MS);
+	}
+}
+
 static void srq(struct env *e)
 {
 	check = "srq with its limit event";
@@ -664,24 +741,7 @@ static void srq(struct env *e)
 		if (w[i].status || (w[i].opcode == IBV_WC_RECV && w[i].wr_id < 100))
 			fail("completion %d", i);
 	/* Two of four receives taken, fewer than 3 left: the limit event. */
-	int fl = fcntl(e->ctx->async_fd, F_GETFL);
-	fcntl(e->ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
-	struct pollfd pfd = { .fd = e->ctx->async_fd, .events = POLLIN };
-	long t0 = now_ms();
-	struct ibv_async_event ev;
-	for (;;) {
-		if (poll(&pfd, 1, TIMEOUT_MS) != 1)
-			fail("async_fd not readable in %d ms", TIMEOUT_MS);
-		if (ibv_get_async_event(e->ctx, &ev) == 0) {
-			if (ev.event_type == IBV_EVENT_SRQ_LIMIT_REACHED)
-				break;
-			ibv_ack_async_event(&ev);
-		} else if (errno != EAGAIN) {
-			fail("ibv_get_async_event");
-		}
-		if (now_ms() - t0 > TIMEOUT_MS)
-			fail("no SRQ limit event in %d ms", TIMEOUT_MS);
-	}
+	struct ibv_async_event ev = wait_event(e, IBV_EVENT_SRQ_LIMIT_REACHED);
 	if (ev.element.srq != s)
 		fail("the event names another SRQ");
 	ibv_ack_async_event(&ev);
@@ -689,10 +749,122 @@ static void srq(struct env *e)
 	if (ibv_get_async_event(e->ctx, &ev) == 0 || errno != EAGAIN)
 		fail("a second event from nowhere (type %d)", ev.event_type);
 	ok();
+
+	check = "last WQE reached when an SRQ's QP enters the error state";
+	struct ibv_qp_attr err = { .qp_state = IBV_QPS_ERR };
+	if (ibv_modify_qp(qb, &err, IBV_QP_STATE))
+		fail("modify to ERR");
+	ev = wait_event(e, IBV_EVENT_QP_LAST_WQE_REACHED);
+	if (ev.element.qp != qb)
+		fail("the event names another QP");
+	ibv_ack_async_event(&ev);
+	ok();
 	ibv_destroy_qp(qa);
 	ibv_destroy_qp(qb);
 	ibv_destroy_srq(s);
 	ibv_destroy_cq(ibv_cq_ex_to_cq(cq));
+}
+
+static void overflow(struct env *e)
+{
+	check = "a CQ that overflows raises CQ error and QP fatal";
+	struct ibv_cq *cq = ibv_create_cq(e->ctx, 1, NULL, NULL, 0);
+	if (!cq)
+		fail("ibv_create_cq");
+	/* softib makes CQs of at least 256 entries (cq->cqe says what was asked); 300 receive
+	 * and 300 send completions left unpolled overflow it. */
+	struct ibv_qp_init_attr ia = {
+		.send_cq = cq, .recv_cq = cq,
+		.cap = { .max_send_wr = 300, .max_recv_wr = 300, .max_send_sge = 1,
+			 .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_RC, .sq_sig_all = 1,
+	};
+	struct ibv_qp *q = ibv_create_qp(e->pd, &ia);
+	if (!q)
+		fail("ibv_create_qp");
+	connect_qp(e, q, q->qp_num, IBV_QPT_RC);
+	for (int i = 0; i < 300; i++)
+		post_recv(q, e->mrb, e->b, i);
+	struct ibv_sge g = { (uintptr_t)e->a, 8, e->mra->lkey };
+	for (int i = 0; i < 300; i++) {
+		struct ibv_send_wr wr = { .wr_id = i, .sg_list = &g, .num_sge = 1,
+					  .opcode = IBV_WR_SEND }, *bad;
+		if (ibv_post_send(q, &wr, &bad))
+			break;
+	}
+	struct ibv_async_event ev = wait_event(e, IBV_EVENT_CQ_ERR);
+	if (ev.element.cq != cq)
+		fail("the CQ error names another CQ");
+	ibv_ack_async_event(&ev);
+	ev = wait_event(e, IBV_EVENT_QP_FATAL);
+	if (ev.element.qp != q)
+		fail("the QP fatal names another QP");
+	ibv_ack_async_event(&ev);
+	ok();
+	ibv_destroy_qp(q);
+	ibv_destroy_cq(cq);
+}
+
+/* Threads posting and polling at once on one context, each on its own QP and CQ. */
+struct worker {
+	struct env *e;
+	int id;
+	int done;
+};
+
+#include <pthread.h>
+#define THREADS 4
+#define THREAD_SENDS 200
+
+static void *work(void *arg)
+{
+	struct worker *w = arg;
+	struct env *e = w->e;
+	struct ibv_cq *cq = ibv_create_cq(e->ctx, 64, NULL, NULL, 0);
+	struct ibv_qp_init_attr ia = {
+		.send_cq = cq, .recv_cq = cq,
+		.cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_RC, .sq_sig_all = 1,
+	};
+	struct ibv_qp *q = cq ? ibv_create_qp(e->pd, &ia) : NULL;
+	if (!q)
+		return NULL;
+	connect_qp(e, q, q->qp_num, IBV_QPT_RC);
+	char *buf = e->b + 2048 + w->id * 256;
+	for (int i = 0; i < THREAD_SENDS; i++) {
+		post_recv(q, e->mrb, buf, i);
+		struct ibv_sge g = { (uintptr_t)e->a + w->id * 64, 8, e->mra->lkey };
+		struct ibv_send_wr wr = { .wr_id = i, .sg_list = &g, .num_sge = 1,
+					  .opcode = IBV_WR_SEND }, *bad;
+		if (ibv_post_send(q, &wr, &bad))
+			return NULL;
+		struct ibv_wc wc[2];
+		poll_legacy(cq, wc, 2);
+		if (wc[0].status || wc[1].status)
+			return NULL;
+	}
+	ibv_destroy_qp(q);
+	ibv_destroy_cq(cq);
+	w->done = 1;
+	return NULL;
+}
+
+static void threads(struct env *e)
+{
+	check = "threads posting and polling on one context";
+	pthread_t t[THREADS];
+	struct worker w[THREADS];
+	for (int i = 0; i < THREADS; i++) {
+		w[i] = (struct worker){ .e = e, .id = i };
+		if (pthread_create(&t[i], NULL, work, &w[i]))
+			fail("pthread_create");
+	}
+	for (int i = 0; i < THREADS; i++) {
+		pthread_join(t[i], NULL);
+		if (!w[i].done)
+			fail("thread %d did not finish its %d round trips", i, THREAD_SENDS);
+	}
+	ok();
 }
 
 int main(int argc, char **argv)
@@ -704,9 +876,12 @@ int main(int argc, char **argv)
 	}
 	e.gid_index = atoi(argv[2]);
 	device(&e, argv[1]);
+	memory(&e);
 	wr_api(&e);
 	legacy(&e);
 	srq(&e);
+	overflow(&e);
+	threads(&e);
 	check = "cleanup";
 	if (ibv_dereg_mr(e.mra) || ibv_dereg_mr(e.mrb) || ibv_dealloc_pd(e.pd) ||
 	    ibv_close_device(e.ctx))
