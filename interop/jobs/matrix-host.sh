@@ -31,7 +31,8 @@ cell() {
     local name=$1 server=$2; shift 2
     local gcmd="" hcmd=() seen=0 a
     for a in "$@"; do
-        if [ "$a" = "--" ]; then seen=1; continue; fi
+        # The first -- ends the guest's command (a host command may hold its own: run --).
+        if [ $seen = 0 ] && [ "$a" = "--" ]; then seen=1; continue; fi
         if [ $seen = 0 ]; then gcmd="$gcmd $a"; else hcmd+=("$a"); fi
     done
     if [ -n "$ONLY" ] && ! [[ "$name" =~ $ONLY ]]; then return; fi

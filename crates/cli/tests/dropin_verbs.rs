@@ -317,149 +317,37 @@ fn ibv_xsrq_pingpong_is_told_xrc_is_not_supported() {
 /// What softib's Rust API reports for the two bad work requests the C program posts: an
 /// RDMA WRITE whose SGE runs past its MR, and one that runs past the remote MR.
 fn rust_api_statuses(dir: &Path) -> (u8, u8) {
-    use softib::{
-        AccessFlags, AttrMask, Context, QpAttr, QpCap, QpInitAttr, QpState, QpType, RemoteAddr,
-        SendFlags, SendWr, Sge, WrOpcode,
-    };
-    let mut ctx = Context::open_at(dir).unwrap();
-    let dev = ctx.device_index("rxe0").unwrap();
-    let info = ctx.devices().unwrap().remove(dev as usize);
-    let pd = ctx.alloc_pd(dev).unwrap();
+    use softib::{AccessFlags, Device, Mtu, QpType, RemoteAddr, SendFlags, SendWr, WrOpcode};
+    let dev = Device::open_at(dir, Some("rxe0")).unwrap();
+    let pd = dev.alloc_pd().unwrap();
     let access = AccessFlags::LOCAL_WRITE
         .with(AccessFlags::REMOTE_WRITE)
         .with(AccessFlags::REMOTE_READ);
-    let mut a = vec![0u8; 4096];
-    let mut b = vec![0u8; 4096];
-    let ma = ctx
-        .reg_mr_process(dev, pd, a.as_mut_ptr() as u64, a.len(), access)
+    let (mut a, mut b) = (vec![0u8; 4096], vec![0u8; 4096]);
+    let ma = pd.register_slice(&mut a, access).unwrap();
+    let mb = pd.register_slice(&mut b, access).unwrap();
+    let cq = dev.create_cq(16).unwrap();
+    let status = |len: usize, remote: u64| {
+        let q = pd.create_qp(QpType::Rc, &cq, &cq, 8).unwrap();
+        let p = pd.create_qp(QpType::Rc, &cq, &cq, 8).unwrap();
+        q.connect(&p.endpoint().unwrap(), Mtu::Mtu1024).unwrap();
+        p.connect(&q.endpoint().unwrap(), Mtu::Mtu1024).unwrap();
+        q.post_send(vec![SendWr {
+            wr_id: 1,
+            opcode: WrOpcode::RdmaWrite(RemoteAddr {
+                addr: remote,
+                rkey: softib::RKey(mb.rkey()),
+            }),
+            sg_list: vec![ma.sge(0, len)],
+            flags: SendFlags::SIGNALED,
+            inline_data: None,
+            ud: None,
+        }])
         .unwrap();
-    let mb = ctx
-        .reg_mr_process(dev, pd, b.as_mut_ptr() as u64, b.len(), access)
-        .unwrap();
-    let cq = ctx.create_cq(dev, 16).unwrap();
-    let mk = |ctx: &mut Context| {
-        ctx.create_qp(
-            dev,
-            QpInitAttr {
-                qp_type: QpType::Rc,
-                pd,
-                send_cq: cq,
-                recv_cq: cq,
-                srq: None,
-                cap: QpCap {
-                    max_send_wr: 8,
-                    max_recv_wr: 8,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-                sq_sig_all: true,
-            },
-        )
-        .unwrap()
+        cq.wait(std::time::Duration::from_secs(10)).unwrap().status as u8
     };
-    let gid = info.ports[0].gids[1];
-    let connect = |ctx: &mut Context, q, peer| {
-        let mut at = QpAttr {
-            qp_state: QpState::Init,
-            qp_access_flags: access,
-            ..QpAttr::default()
-        };
-        ctx.modify_qp(
-            dev,
-            q,
-            &at,
-            AttrMask::STATE
-                .with(AttrMask::PKEY_INDEX)
-                .with(AttrMask::PORT)
-                .with(AttrMask::ACCESS_FLAGS),
-        )
-        .unwrap();
-        at.qp_state = QpState::Rtr;
-        at.dest_qp_num = peer;
-        at.ah_attr.grh = Some(softib::GlobalRoute {
-            dgid: gid,
-            flow_label: 0,
-            sgid_index: 1,
-            hop_limit: 64,
-            traffic_class: 0,
-        });
-        ctx.modify_qp(
-            dev,
-            q,
-            &at,
-            AttrMask::STATE
-                .with(AttrMask::AV)
-                .with(AttrMask::PATH_MTU)
-                .with(AttrMask::DEST_QPN)
-                .with(AttrMask::RQ_PSN)
-                .with(AttrMask::MAX_DEST_RD_ATOMIC)
-                .with(AttrMask::MIN_RNR_TIMER),
-        )
-        .unwrap();
-        at.qp_state = QpState::Rts;
-        ctx.modify_qp(
-            dev,
-            q,
-            &at,
-            AttrMask::STATE
-                .with(AttrMask::SQ_PSN)
-                .with(AttrMask::TIMEOUT)
-                .with(AttrMask::RETRY_CNT)
-                .with(AttrMask::RNR_RETRY)
-                .with(AttrMask::MAX_QP_RD_ATOMIC),
-        )
-        .unwrap();
-    };
-    let status = |ctx: &mut Context, sge: Sge, remote: u64| {
-        let (q, p) = (mk(ctx), mk(ctx));
-        connect(ctx, q, p);
-        connect(ctx, p, q);
-        ctx.post_send(
-            dev,
-            q,
-            vec![SendWr {
-                wr_id: 1,
-                opcode: WrOpcode::RdmaWrite(RemoteAddr {
-                    addr: remote,
-                    rkey: softib::RKey(mb.rkey),
-                }),
-                sg_list: vec![sge],
-                flags: SendFlags::SIGNALED,
-                inline_data: None,
-                ud: None,
-            }],
-        )
-        .unwrap();
-        let t0 = std::time::Instant::now();
-        loop {
-            let wc = ctx
-                .poll_cq(dev, cq, 1, std::time::Duration::from_millis(100))
-                .unwrap();
-            if let Some(w) = wc.first() {
-                return w.status as u8;
-            }
-            assert!(t0.elapsed() < std::time::Duration::from_secs(10));
-        }
-    };
-    let past_local = status(
-        &mut ctx,
-        Sge {
-            addr: ma.addr,
-            length: 4097,
-            lkey: ma.lkey,
-        },
-        mb.addr,
-    );
-    let past_remote = status(
-        &mut ctx,
-        Sge {
-            addr: ma.addr,
-            length: 64,
-            lkey: ma.lkey,
-        },
-        mb.addr + 4096 - 32,
-    );
+    let past_local = status(4097, mb.addr());
+    let past_remote = status(64, mb.addr() + 4096 - 32);
     (past_local, past_remote)
 }
 

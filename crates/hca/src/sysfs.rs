@@ -127,24 +127,8 @@ pub fn files(d: &DeviceInfo) -> Vec<(String, String)> {
     ];
     for p in &d.ports {
         let n = p.number;
-        let state = match p.state {
-            1 => "DOWN",
-            2 => "INIT",
-            3 => "ARMED",
-            4 => "ACTIVE",
-            5 => "ACTIVE_DEFER",
-            _ => "NOP",
-        };
-        let phys = match p.phys_state {
-            1 => "Sleep",
-            2 => "Polling",
-            3 => "Disabled",
-            4 => "PortConfigurationTraining",
-            5 => "LinkUp",
-            6 => "LinkErrorRecovery",
-            7 => "Phy Test",
-            _ => "<unknown>",
-        };
+        let state = softib_wire::mad::attr::PortState::from(p.state).sysfs_name();
+        let phys = softib_wire::mad::attr::PortPhysicalState::from(p.phys_state).sysfs_name();
         let port = |name: &str| format!("ports/{n}/{name}");
         f.push((port("state"), format!("{}: {state}\n", p.state)));
         f.push((port("phys_state"), format!("{}: {phys}\n", p.phys_state)));

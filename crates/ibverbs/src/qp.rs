@@ -645,21 +645,7 @@ pub(crate) extern "C" fn ibv_attach_mcast(
     gid: *const abi::IbvGid,
     lid: u16,
 ) -> c_int {
-    ffi_errno(|| {
-        let q = self::qp(qp)?;
-        if gid.is_null() {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: the caller passes a readable GID.
-        let g = softib::Gid(unsafe { (*gid).raw });
-        // SAFETY: a QP's context outlives it.
-        let ctx = unsafe { ctx_of(q.ctx) };
-        let r = ctx
-            .lock()
-            .ctx
-            .attach_mcast(ctx.dev, q.qpn, g, softib::Lid(lid));
-        r.map_err(|e| refused("ibv_attach_mcast", &e))
-    })
+    mcast("ibv_attach_mcast", qp, gid, Some(softib::Lid(lid)))
 }
 
 /// `ibv_detach_mcast`.
@@ -667,6 +653,16 @@ pub(crate) extern "C" fn ibv_detach_mcast(
     qp: *mut abi::IbvQp,
     gid: *const abi::IbvGid,
     _lid: u16,
+) -> c_int {
+    mcast("ibv_detach_mcast", qp, gid, None)
+}
+
+/// Attaches `qp` to the group `gid` (with its LID) or, given no LID, detaches it.
+fn mcast(
+    verb: &str,
+    qp: *mut abi::IbvQp,
+    gid: *const abi::IbvGid,
+    attach: Option<softib::Lid>,
 ) -> c_int {
     ffi_errno(|| {
         let q = self::qp(qp)?;
@@ -677,8 +673,12 @@ pub(crate) extern "C" fn ibv_detach_mcast(
         let g = softib::Gid(unsafe { (*gid).raw });
         // SAFETY: a QP's context outlives it.
         let ctx = unsafe { ctx_of(q.ctx) };
-        let r = ctx.lock().ctx.detach_mcast(ctx.dev, q.qpn, g);
-        r.map_err(|e| refused("ibv_detach_mcast", &e))
+        let mut inner = ctx.lock();
+        let r = match attach {
+            Some(lid) => inner.ctx.attach_mcast(ctx.dev, q.qpn, g, lid),
+            None => inner.ctx.detach_mcast(ctx.dev, q.qpn, g),
+        };
+        r.map_err(|e| refused(verb, &e))
     })
 }
 

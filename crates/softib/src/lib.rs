@@ -476,22 +476,7 @@ impl Context {
             }
             return r.reg_mr(dev, pd, addr, len, access);
         }
-        match self.call(&Request::RegMr {
-            dev,
-            pd: pd.0,
-            buffer: buffer.id,
-            addr,
-            len: len as u64,
-            access,
-        })? {
-            Response::Mr { lkey, rkey } => Ok(MrKeys {
-                lkey,
-                rkey,
-                addr,
-                len: len as u64,
-            }),
-            _ => Err(Error::Unexpected("not an MR")),
-        }
+        self.reg_mr_shared(dev, pd, buffer.id, addr, len, access)
     }
 
     /// `ibv_reg_mr` of this process's own memory — any `len` bytes at `addr`, not a buffer
