@@ -49,7 +49,7 @@ cell() {
         echo "== $id"
         if [ "$server" = guest ]; then
             guest "$id" "timeout $T$gcmd"
-            guest_run "$id-listen" 60 "until ss -Hltn 'sport = :$PORT' | grep -q .; do sleep 0.1; done"
+            guest_run "$id-listen" 60 "bash -c \"until ss -Hltn 'sport = :$PORT' | grep -q .; do sleep 0.1; done\""
             timeout "$T" "$SOFTIB" "${hcmd[@]}" "$GUEST_IP" >"$CELLS/$id.host.txt" 2>&1
             hrc=$?
             guest_wait "$id" $((T + 10)); grc=$?
