@@ -15,6 +15,9 @@
 #        over TCP on the same veth;
 # scale  aggregate ib_write_bw -q 1/16/256, the daemon's RSS with 1,000 RC QPs connected, and
 #        the CPU an idle daemon uses;
+# dropin Debian's own perftest (/usr/bin/ib_write_bw, ib_send_lat) on softib's drop-in
+#        libibverbs.so.1 (softib run) beside softib's own perftest, on the intra setup, runs
+#        interleaved (issue 18: the drop-in adds at most 5%);
 # ipoib  iperf3 (one TCP stream) between two hosts' ib0 on the softib fabric (topoA, a network
 #        namespace per host) beside iperf3 over a veth pair with ib0's MTU (issue 10: a figure,
 #        no target).
@@ -29,7 +32,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 RUNS=3
 QUICK=0
-ONLY=intra,inter,scale,ipoib
+ONLY=intra,inter,scale,ipoib,dropin
 MTUS="1500 9000"
 INSTALL=1
 BUILD=1
@@ -60,7 +63,7 @@ while [ $# -gt 0 ]; do
 done
 want() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 for p in ${ONLY//,/ }; do
-  case $p in intra|inter|scale|ipoib) ;; *) echo "--only: unknown phase $p" >&2; exit 2 ;; esac
+  case $p in intra|inter|scale|ipoib|dropin) ;; *) echo "--only: unknown phase $p" >&2; exit 2 ;; esac
 done
 [ "$(id -u)" = 0 ] || { echo "bench/run.sh needs root (network namespaces, veth)" >&2; exit 2; }
 
@@ -72,7 +75,7 @@ log() { printf '[%s] %s\n' "$(date -u +%T)" "$*" >&2; }
 need=()
 # ping: the IPoIB figure checks that ib0 carries traffic with it before iperf3.
 for c in ucx_perftest:ucx-utils iperf3:iperf3 qperf:qperf jq:jq gcc:gcc bc:bc ss:iproute2 ip:iproute2 \
-    ping:iputils-ping; do
+    ping:iputils-ping /usr/bin/ib_write_bw:perftest; do
   command -v "${c%%:*}" >/dev/null || need+=("${c#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -117,6 +120,9 @@ mkdir -p "$W/logs"
 # Run a private copy: a cargo build elsewhere replacing target/release/softib mid-run would
 # leave the daemons and the tools speaking different protocol versions.
 cp "$S" "$W/softib" || { echo "cannot copy $S" >&2; exit 2; }
+# and the drop-in library it runs programs on (softib run finds it beside the binary)
+DROPIN_LIB=$(ls -t "$(dirname "$S")/deps/libibverbs.so" "$(dirname "$S")/libibverbs.so" 2>/dev/null | head -1)
+[ -n "$DROPIN_LIB" ] && cp "$DROPIN_LIB" "$W/libibverbs.so"
 S_ORIG=$S
 S=$W/softib
 gcc -O2 -o "$W/memcpy_bw" "$ROOT/bench/memcpy_bw.c" || { echo "cannot compile memcpy_bw.c" >&2; exit 2; }
@@ -240,6 +246,22 @@ sib_pair() {
   wait_listen "$ns_s" $PORT $sp
   SOFTIB_RUNTIME_DIR=$dir_c fgwait ip netns exec "$ns_c" timeout $T_RUN "$S" "$@" -d "$dev_c" -F \
     -p $PORT --timeout=10 "$host" > "$L-c.txt" 2>&1
+  RC_C=$?
+  wait $sp
+  RC_S=$?
+}
+# up_pair: sib_pair for Debian's perftest TOOL (/usr/bin) on the drop-in library
+# (softib run), with the same flags but --timeout (perftest 4.5 has none)
+up_pair() {
+  local ns_s=$1 dir_s=$2 dev_s=$3 ns_c=$4 dir_c=$5 dev_c=$6 host=$7 tool=$8; shift 8
+  next
+  echo "softib run -- /usr/bin/$tool $* -d $dev_s / -d $dev_c $host" > "$L-cmd.txt"
+  ip netns exec "$ns_s" timeout $T_RUN "$S" run --no-dev --host "$dir_s" -- "/usr/bin/$tool" "$@" \
+    -d "$dev_s" -F -p $PORT > "$L-s.txt" 2>&1 &
+  local sp=$!
+  wait_listen "$ns_s" $PORT $sp
+  fgwait ip netns exec "$ns_c" timeout $T_RUN "$S" run --no-dev --host "$dir_c" -- "/usr/bin/$tool" \
+    "$@" -d "$dev_c" -F -p $PORT "$host" > "$L-c.txt" 2>&1
   RC_C=$?
   wait $sp
   RC_S=$?
@@ -390,6 +412,40 @@ if want intra; then
   row "intra RC ib_send_lat 8 B (median)" us intra.softib.ib_send_lat.RC.8 "$U tag_lat" intra.ucx_shm.tag_lat.8 le 2.0
   row "intra RC ib_write_lat 8 B (median)" us intra.softib.ib_write_lat.RC.8 "$U ucp_put_lat" intra.ucx_shm.ucp_put_lat.8 - -
   row "intra UD ib_send_bw 2 B msg rate" Mpps intra.softib.ib_send_bw.UD.2 "ConnectX-3 IB (seed)" const:8.24 ge 1.0
+fi
+
+# --- the drop-in libibverbs.so.1 ----------------------------------------------------------
+if want dropin; then
+  log "dropin: Debian's perftest on softib's libibverbs.so.1 beside softib's own (namespace $NSA)"
+  D=$W/dropin
+  start_daemon "$NSA" "$D"; DDPID=$DPID
+  sib "$NSA" "$D" link add rxe0 type rxe netdev lo --addr 127.0.0.2
+  sib "$NSA" "$D" link add rxe1 type rxe netdev lo --addr 127.0.0.3
+  P=("$NSA" "$D" rxe1 "$NSA" "$D" rxe0 127.0.0.1)
+  [ -f "$W/libibverbs.so" ] || echo "no drop-in library beside $S_ORIG: every dropin run fails" >&2
+  for r in $(seq 1 "$RUNS"); do
+    log "dropin run $r/$RUNS"
+    for s in 4096 65536; do
+      sib_bw "dropin.own.ib_write_bw.RC.$s" RC "$s" ib_write_bw "${P[@]}"
+      up_pair "${P[@]}" ib_write_bw -c RC -s "$s" -D $DUR
+      v=""; [ $RC_C = 0 ] && [ $RC_S = 0 ] && v=$(field "$L-c.txt" "$s" 4)
+      rec_num "dropin.upstream.ib_write_bw.RC.$s" MiB/s "$v" "$(why $RC_C "$L-c.txt"; echo -n ' | server '; why $RC_S "$L-s.txt")"
+      show "dropin.upstream.ib_write_bw.RC.$s"
+    done
+    sib_lat dropin.own.ib_send_lat.RC.8 ib_send_lat "${P[@]}"
+    up_pair "${P[@]}" ib_send_lat -s 8 -n $LAT_N
+    typ=""; avg=""
+    [ $RC_C = 0 ] && [ $RC_S = 0 ] && { typ=$(field "$L-c.txt" 8 5); avg=$(field "$L-c.txt" 8 6); }
+    msg="$(why $RC_C "$L-c.txt"; echo -n ' | server '; why $RC_S "$L-s.txt")"
+    rec_num dropin.upstream.ib_send_lat.RC.8 us "$typ" "$msg"
+    rec_num dropin.upstream.ib_send_lat.RC.8:avg us "$avg" "$msg"
+    show dropin.upstream.ib_send_lat.RC.8
+  done
+  stop_daemon "$DDPID"
+  for s in 4096 65536; do
+    row "dropin Debian ib_write_bw $(human "$s")" MiB/s "dropin.upstream.ib_write_bw.RC.$s" "softib's ib_write_bw" "dropin.own.ib_write_bw.RC.$s" ge 0.95
+  done
+  row "dropin Debian ib_send_lat 8 B (median)" us dropin.upstream.ib_send_lat.RC.8 "softib's ib_send_lat" dropin.own.ib_send_lat.RC.8 le 1.05
 fi
 
 # --- inter-host ---------------------------------------------------------------------------

@@ -31,7 +31,8 @@ cell() {
     local name=$1 server=$2; shift 2
     local gcmd="" hcmd=() seen=0 a
     for a in "$@"; do
-        if [ "$a" = "--" ]; then seen=1; continue; fi
+        # The first -- ends the guest's command (a host command may hold its own: run --).
+        if [ $seen = 0 ] && [ "$a" = "--" ]; then seen=1; continue; fi
         if [ $seen = 0 ]; then gcmd="$gcmd $a"; else hcmd+=("$a"); fi
     done
     if [ -n "$ONLY" ] && ! [[ "$name" =~ $ONLY ]]; then return; fi
@@ -48,7 +49,7 @@ cell() {
         echo "== $id"
         if [ "$server" = guest ]; then
             guest "$id" "timeout $T$gcmd"
-            guest_run "$id-listen" 60 "until ss -Hltn 'sport = :$PORT' | grep -q .; do sleep 0.1; done"
+            guest_run "$id-listen" 60 "bash -c \"until ss -Hltn 'sport = :$PORT' | grep -q .; do sleep 0.1; done\""
             timeout "$T" "$SOFTIB" "${hcmd[@]}" "$GUEST_IP" >"$CELLS/$id.host.txt" 2>&1
             hrc=$?
             guest_wait "$id" $((T + 10)); grc=$?
@@ -104,6 +105,24 @@ for tool in "ib_write_bw -s 64" "ib_read_bw -s 64" "ib_send_bw -c UD -a" "ib_wri
     name=$(echo "$tool" | sed 's/ -c / /; s/ -/./g; s/ /./g')
     cell "$name.rxe-server" guest $tool $PG $iters -- $tool $PH $iters
     cell "$name.softib-server" host $tool $PG $iters -- $tool $PH $iters
+done
+
+# The drop-in libibverbs.so.1: Debian's own perftest and pingpongs on the host, unmodified,
+# run on softib (`softib run`: softib's library first on their library path) against rxe.
+G="-d rxe0 -g 1"
+H="-d softib0 -g 1"
+for t in rc ud; do
+    extra="-n 100"
+    [ $t = ud ] && extra="-n 100 -s 512"
+    cell "dropin.ibv_${t}_pingpong.rxe-server" guest ibv_${t}_pingpong $G $extra -- run -- ibv_${t}_pingpong $H $extra
+    cell "dropin.ibv_${t}_pingpong.softib-server" host ibv_${t}_pingpong $G $extra -- run -- ibv_${t}_pingpong $H $extra
+done
+for tool in ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw "ib_send_bw -c UD" \
+    ib_send_lat ib_write_lat ib_read_lat ib_atomic_lat; do
+    iters="-n 200"
+    name=dropin.${tool// -c /.}
+    cell "$name.rxe-server" guest $tool $PG $iters -- run -- $tool $PH $iters
+    cell "$name.softib-server" host $tool $PG $iters -- run -- $tool $PH $iters
 done
 
 # RoCEv2 over IPv6: no IP Identification, so softib checks rxe's ICRCs at full strength.

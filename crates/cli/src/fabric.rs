@@ -541,6 +541,16 @@ fn exec(a: &ExecArgs) -> Result<u8> {
         cmd.arg(f);
     }
     cmd.args(rest).env("SOFTIB_RUNTIME_DIR", &hdir);
+    if first.is_none() && prog != "softib" {
+        // Any other program runs on the host's HCA through softib's libibverbs.
+        match crate::dropin::lib_dir() {
+            Ok(d) => {
+                cmd.env("LD_LIBRARY_PATH", crate::dropin::library_path(&d));
+                crate::dropin::device_files(&hdir, "softib fabric exec");
+            }
+            Err(e) => eprintln!("softib fabric exec: {e:#}; {prog} runs without it"),
+        }
+    }
     // An SM run as a host of this fabric keeps its guid2lid with the fabric.
     if std::env::var_os("OSM_CACHE_DIR").is_none() {
         cmd.env("OSM_CACHE_DIR", &dir);

@@ -5,6 +5,7 @@
 
 mod daemon;
 mod demo;
+mod dropin;
 mod exit;
 mod fabric;
 mod ipoib;
@@ -66,6 +67,16 @@ enum Command {
     Fabric {
         #[command(subcommand)]
         command: fabric::FabricCommand,
+    },
+    /// Run an unmodified RDMA program (perftest, ibv_*, UCX, ...) on softib: softib's
+    /// libibverbs.so.1 first on its library path, the host's daemon as its device.
+    Run(dropin::RunArgs),
+    /// Print the variables `softib run` sets, for a shell: eval "$(softib env)".
+    Env(dropin::EnvArgs),
+    /// Write softib's drop-in libraries (libibverbs.so.1) into a directory.
+    InstallLibs {
+        /// The directory (e.g. ~/.local/lib/softib).
+        dir: std::path::PathBuf,
     },
 }
 
@@ -171,6 +182,9 @@ fn main() -> ExitCode {
         Command::Ipoib { command } => ipoib::run(command),
         Command::Switch(args) => fabric::switch(&args),
         Command::InstallLinks { dir } => install_links(&dir),
+        Command::Run(args) => dropin::run(&args),
+        Command::Env(args) => dropin::env(&args),
+        Command::InstallLibs { dir } => dropin::install_libs(&dir),
     };
     exit::finish(result)
 }

@@ -569,33 +569,6 @@ pub fn ibstat_json(devs: &[DeviceView], args: &IbstatArgs) -> Result<Value, Diag
     Ok(Value::Array(cas))
 }
 
-/// The kernel's sysfs `state` names (`ib_port_state` order).
-fn sysfs_state(s: PortState) -> &'static str {
-    match u8::from(s) {
-        0 => "NOP",
-        1 => "DOWN",
-        2 => "INIT",
-        3 => "ARMED",
-        4 => "ACTIVE",
-        5 => "ACTIVE_DEFER",
-        _ => "UNKNOWN",
-    }
-}
-
-/// The kernel's sysfs `phys_state` names.
-fn sysfs_phys_state(s: PortPhysicalState) -> &'static str {
-    match u8::from(s) {
-        1 => "Sleep",
-        2 => "Polling",
-        3 => "Disabled",
-        4 => "PortConfigurationTraining",
-        5 => "LinkUp",
-        6 => "LinkErrorRecovery",
-        7 => "Phy Test",
-        _ => "<unknown>",
-    }
-}
-
 /// `ibstatus [devname[:port] ...]`: `targets` empty means every device (sorted by name, as the
 /// shell glob lists them), a `None` port means all ports of that device.
 pub fn ibstatus(
@@ -648,13 +621,13 @@ pub fn ibstatus(
                         out,
                         "\tstate:\t\t {}: {}",
                         u8::from(p.state),
-                        sysfs_state(p.state)
+                        p.state.sysfs_name()
                     );
                     let _ = writeln!(
                         out,
                         "\tphys state:\t {}: {}",
                         u8::from(p.phys_state),
-                        sysfs_phys_state(p.phys_state)
+                        p.phys_state.sysfs_name()
                     );
                     let _ = writeln!(out, "\trate:\t\t {rate}");
                     let _ = writeln!(out, "\tlink_layer:\t {}", p.link_layer_text());

@@ -17,3 +17,4 @@ pub mod ib;
 pub mod pma;
 pub mod shm_memory;
 pub mod switchboard;
+pub mod sysfs;

@@ -232,6 +232,7 @@ mod tests {
                 access: AccessFlags::LOCAL_WRITE.with(AccessFlags::REMOTE_READ),
             },
             Request::AttachWakeup,
+            Request::AttachAsyncEvents,
         ];
         for req in &reqs {
             send(&a, req, &[]).unwrap();

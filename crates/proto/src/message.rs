@@ -376,6 +376,10 @@ pub enum Request {
     /// (`Ring::set_polling`), it adds to the eventfd (once a turn). The library then waits on
     /// that instead of parking a `PollCq` here, and wakes for a completion on any of its CQs.
     AttachWakeup,
+    /// The eventfd that travels with this request is the client's asynchronous-event fd
+    /// (`ibv_context::async_fd`): the daemon adds to it whenever it queues an event for the
+    /// client, so the client can poll it and then ask with [`Request::AsyncEvents`].
+    AttachAsyncEvents,
 }
 
 /// The daemon's answer.

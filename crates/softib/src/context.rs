@@ -222,6 +222,34 @@ impl Context {
         }
     }
 
+    /// Shares `len` bytes of this process's memory at `addr` with the daemon as a buffer: a
+    /// memory file `fd` the caller has mapped there (`MAP_SHARED`, from offset 0), which the
+    /// daemon maps too, so that regions in it are reached as [`Buffer`]s are (directly, not by
+    /// cross-memory attach). Returns the handle [`Context::reg_mr_shared`] takes.
+    pub fn attach_shared(
+        &mut self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        addr: u64,
+        len: usize,
+    ) -> Result<u64> {
+        self.session("AttachBuffer")?.attach_shared(fd, addr, len)
+    }
+
+    /// `ibv_reg_mr` of `len` bytes at `addr` inside memory shared with
+    /// [`Context::attach_shared`] (`buffer` its handle).
+    pub fn reg_mr_shared(
+        &mut self,
+        dev: u32,
+        pd: PdHandle,
+        buffer: u64,
+        addr: u64,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<MrKeys> {
+        self.session("RegMr")?
+            .reg_mr(dev, pd, buffer, addr, len, access)
+    }
+
     /// `ibv_dereg_mr`.
     pub fn dereg_mr(&mut self, dev: u32, mr: &MrKeys) -> Result<()> {
         match &mut self.backend {
@@ -368,6 +396,26 @@ impl Context {
         }
     }
 
+    /// `ibv_poll_cq` as a C program calls it in a loop: appends up to `max` completions to
+    /// `out` and returns at once. An empty poll on softib yields the CPU, which the daemon —
+    /// the "hardware" — may need on a machine with fewer cores than spinners. Returns how
+    /// many it appended.
+    pub fn poll_cq_nowait(
+        &mut self,
+        dev: u32,
+        cq: CqHandle,
+        max: u32,
+        out: &mut Vec<WorkCompletion>,
+    ) -> Result<usize> {
+        let mut got = self.poll_cq(dev, cq, max, Duration::ZERO)?;
+        if got.is_empty() && matches!(self.backend, Backend::Daemon(_)) {
+            std::thread::yield_now();
+        }
+        let n = got.len();
+        out.append(&mut got);
+        Ok(n)
+    }
+
     /// `ibv_attach_mcast`: UD QP `qpn` receives what is sent to multicast group `gid`/`lid`.
     pub fn attach_mcast(&mut self, dev: u32, qpn: Qpn, gid: Gid, lid: Lid) -> Result<()> {
         self.session("AttachMcast")?
@@ -399,6 +447,16 @@ impl Context {
     /// objects and of the ports since it last asked, as (device index, event), oldest first.
     pub fn async_events(&mut self) -> Result<Vec<(u32, AsyncEvent)>> {
         self.session("AsyncEvents")?.async_events()
+    }
+
+    /// Hands the daemon an eventfd it adds to whenever it queues an asynchronous event for
+    /// this context (what makes `ibv_context::async_fd` pollable). `false` when it cannot (an
+    /// older daemon, or rdma-core): events are then only seen when asked for.
+    pub fn attach_async_fd(&mut self, fd: std::os::fd::BorrowedFd<'_>) -> Result<bool> {
+        match &mut self.backend {
+            Backend::Daemon(s) => s.attach_async_fd(fd),
+            Backend::RdmaCore(_) => Ok(false),
+        }
     }
 
     /// Becomes a MAD agent on `port` (`sm`: the subnet manager, which receives SMP responses

@@ -28,8 +28,8 @@ use std::path::PathBuf;
 use softib_net::shm::SharedRegion;
 
 pub use softib_engine::verbs::{
-    AccessFlags, QpState, QpType, RecvWr, RemoteAddr, SendFlags, SendWr, Sge, UdDest, WcOpcode,
-    WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, AsyncEvent, QpState, QpType, RecvWr, RemoteAddr, SendFlags, SendWr, Sge, UdDest,
+    WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 pub use softib_engine::{
     AddressVector, AhHandle, AttrMask, CqHandle, DeviceAttr, GlobalRoute, PdHandle, QpAttr, QpCap,
@@ -51,6 +51,7 @@ pub mod mad;
 mod objects;
 mod rdma_core;
 pub mod typed;
+pub mod verbs_attr;
 
 pub use channel::CompChannel;
 pub use context::Context;

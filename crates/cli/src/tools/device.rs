@@ -8,57 +8,45 @@ use softib_wire::mad::attr::{NodeType, PortPhysicalState, PortState};
 
 use super::{diag_result, print, Flags};
 
-/// Converts the daemon's view of a device into what the formatters print.
+/// Converts the daemon's view of a device into what the formatters print: the values
+/// `softib::verbs_attr` computes, which the drop-in libibverbs returns too.
 pub fn device_view(d: &DeviceInfo) -> DeviceView {
-    let a = &d.attr;
-    let mut attrs = softib_diag::device::DeviceAttrs {
-        // libibverbs shows 0.0.0 where the driver reports no firmware (rxe).
-        fw_ver: if d.fw_ver.is_empty() {
-            "0.0.0".into()
-        } else {
-            d.fw_ver.clone()
-        },
-        vendor_id: d.vendor_id,
-        vendor_part_id: d.vendor_part_id,
-        hw_ver: d.hw_ver,
-        phys_port_cnt: d.ports.len() as u8,
+    let v = softib::verbs_attr::device_attr(d);
+    let attrs = softib_diag::device::DeviceAttrs {
+        fw_ver: v.fw_ver,
+        vendor_id: v.vendor_id,
+        vendor_part_id: v.vendor_part_id,
+        hw_ver: v.hw_ver,
+        phys_port_cnt: v.phys_port_cnt,
+        max_mr_size: v.max_mr_size,
+        page_size_cap: v.page_size_cap,
+        max_qp: v.max_qp,
+        max_qp_wr: v.max_qp_wr,
+        device_cap_flags: v.device_cap_flags,
+        device_cap_flags_ex: u64::from(v.device_cap_flags),
+        max_sge: v.max_sge,
+        max_sge_rd: v.max_sge_rd,
+        max_cq: v.max_cq,
+        max_cqe: v.max_cqe,
+        max_mr: v.max_mr,
+        max_pd: v.max_pd,
+        max_qp_rd_atom: v.max_qp_rd_atom,
+        max_res_rd_atom: v.max_res_rd_atom,
+        max_qp_init_rd_atom: v.max_qp_init_rd_atom,
+        atomic_cap: v.atomic_cap,
+        max_mw: v.max_mw,
+        max_mcast_grp: v.max_mcast_grp,
+        max_mcast_qp_attach: v.max_mcast_qp_attach,
+        max_total_mcast_qp_attach: v.max_total_mcast_qp_attach,
+        max_ah: v.max_ah,
+        max_srq: v.max_srq,
+        max_srq_wr: v.max_srq_wr,
+        max_srq_sge: v.max_srq_sge,
+        max_pkeys: v.max_pkeys,
+        local_ca_ack_delay: v.local_ca_ack_delay,
+        num_comp_vectors: v.num_comp_vectors,
         ..Default::default()
     };
-    attrs.max_mr_size = a.max_mr_size;
-    attrs.page_size_cap = 0xffff_f000;
-    attrs.max_qp = i32::try_from(a.max_qp).unwrap_or(i32::MAX);
-    attrs.max_qp_wr = i32::try_from(a.max_qp_wr).unwrap_or(i32::MAX);
-    attrs.max_sge = i32::try_from(a.max_sge).unwrap_or(i32::MAX);
-    attrs.max_cq = i32::try_from(a.max_cq).unwrap_or(i32::MAX);
-    attrs.max_cqe = i32::try_from(a.max_cqe).unwrap_or(i32::MAX);
-    attrs.max_mr = i32::try_from(a.max_mr).unwrap_or(i32::MAX);
-    attrs.max_pd = i32::try_from(a.max_pd).unwrap_or(i32::MAX);
-    attrs.max_qp_rd_atom = i32::from(a.max_qp_rd_atom);
-    attrs.max_qp_init_rd_atom = i32::from(a.max_qp_init_rd_atom);
-    attrs.max_srq = i32::try_from(a.max_srq).unwrap_or(i32::MAX);
-    attrs.max_srq_wr = i32::try_from(a.max_srq_wr).unwrap_or(i32::MAX);
-    attrs.max_pkeys = 64;
-    attrs.max_ah = i32::MAX;
-    // The engine executes atomics itself, atomically with respect to the whole HCA.
-    attrs.atomic_cap = 1;
-    // A real device (the rdma-core backend) says what it has.
-    if let Some(v) = &d.verbs {
-        attrs.device_cap_flags = v.device_cap_flags;
-        attrs.device_cap_flags_ex = u64::from(v.device_cap_flags);
-        attrs.page_size_cap = v.page_size_cap;
-        attrs.max_sge_rd = v.max_sge_rd;
-        attrs.max_res_rd_atom = v.max_res_rd_atom;
-        attrs.atomic_cap = v.atomic_cap;
-        attrs.max_mw = v.max_mw;
-        attrs.max_mcast_grp = v.max_mcast_grp;
-        attrs.max_mcast_qp_attach = v.max_mcast_qp_attach;
-        attrs.max_total_mcast_qp_attach = v.max_total_mcast_qp_attach;
-        attrs.max_ah = v.max_ah;
-        attrs.max_srq_sge = v.max_srq_sge;
-        attrs.max_pkeys = v.max_pkeys;
-        attrs.local_ca_ack_delay = v.local_ca_ack_delay;
-        attrs.num_comp_vectors = v.num_comp_vectors;
-    }
     DeviceView {
         name: d.name.clone(),
         node_type: NodeType::Ca,
@@ -76,31 +64,35 @@ pub fn device_view(d: &DeviceInfo) -> DeviceView {
         ports: d
             .ports
             .iter()
-            .enumerate()
-            .map(|(i, p)| (p, d.verbs.as_ref().and_then(|v| v.ports.get(i))))
-            .map(|(p, vp)| PortView {
+            .filter_map(|p| Some((p, softib::verbs_attr::port_attr(d, p.number)?)))
+            .map(|(p, a)| PortView {
                 number: p.number,
-                state: PortState::from(p.state),
-                phys_state: PortPhysicalState::from(p.phys_state),
-                active_width: if p.width == 0 { 0x02 } else { p.width },
-                active_speed: if p.speed == 0 { 1 } else { p.speed },
-                lid: p.lid,
-                lmc: p.lmc,
-                sm_lid: p.sm_lid,
-                capability_mask: p.capability_mask,
+                state: PortState::from(a.state),
+                phys_state: PortPhysicalState::from(a.phys_state),
+                active_width: a.active_width,
+                active_speed: a.active_speed,
+                lid: a.lid,
+                lmc: a.lmc,
+                sm_lid: a.sm_lid,
+                sm_sl: a.sm_sl,
+                capability_mask: a.port_cap_flags,
+                capability_mask2: a.port_cap_flags2,
                 port_guid: p.port_guid,
-                link_layer: if p.link_layer_ib {
+                link_layer: if a.link_layer_ib {
                     LinkLayer::InfiniBand
                 } else {
                     LinkLayer::Ethernet
                 },
-                max_mtu: p.max_mtu,
-                active_mtu: p.active_mtu,
-                max_msg_sz: vp.map_or(0x8000_0000, |v| v.max_msg_sz),
-                max_vl_num: vp.map_or(4, |v| v.max_vl_num),
-                pkey_tbl_len: vp.map_or(64, |v| v.pkey_tbl_len),
-                gid_tbl_len: vp.map_or(128, |v| u32::try_from(v.gid_tbl_len).unwrap_or(0)),
-                subnet_timeout: vp.map_or(18, |v| v.subnet_timeout),
+                max_mtu: a.max_mtu,
+                active_mtu: a.active_mtu,
+                max_msg_sz: a.max_msg_sz,
+                max_vl_num: a.max_vl_num,
+                bad_pkey_cntr: a.bad_pkey_cntr,
+                qkey_viol_cntr: a.qkey_viol_cntr,
+                pkey_tbl_len: a.pkey_tbl_len,
+                gid_tbl_len: a.gid_tbl_len,
+                subnet_timeout: a.subnet_timeout,
+                init_type_reply: a.init_type_reply,
                 gids: p
                     .gids
                     .iter()
@@ -108,10 +100,9 @@ pub fn device_view(d: &DeviceInfo) -> DeviceView {
                     .map(|(i, g)| GidEntry {
                         index: i as u16,
                         gid: *g,
-                        gid_type: if p.link_layer_ib {
-                            GidType::IbRoceV1
-                        } else {
-                            GidType::RoceV2
+                        gid_type: match softib::verbs_attr::gid_type(p) {
+                            softib::verbs_attr::GidType::IbRoceV1 => GidType::IbRoceV1,
+                            softib::verbs_attr::GidType::RoceV2 => GidType::RoceV2,
                         },
                     })
                     .collect(),

@@ -171,6 +171,8 @@ pub(super) struct Client {
     /// Asynchronous events of its objects and of the ports, not yet asked for (the newest
     /// [`MAX_ASYNC_EVENTS`]).
     pub events: VecDeque<(u32, AsyncEvent)>,
+    /// The eventfd signalled when an event is queued (`AttachAsyncEvents`).
+    pub events_fd: Option<OwnedFd>,
 }
 
 impl Client {
@@ -194,6 +196,7 @@ impl Client {
             wakeup: None,
             submit_errors: 0,
             events: VecDeque::new(),
+            events_fd: None,
         }
     }
 

@@ -24,6 +24,10 @@ pub(super) fn route_events(clients: &mut BTreeMap<u64, Client>, devs: &mut [Devi
                     c.events.pop_front();
                 }
                 c.events.push_back((dev, e));
+                if let Some(fd) = &c.events_fd {
+                    // An eventfd adds to its counter; a full counter is readable already.
+                    let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+                }
             }
         }
     }

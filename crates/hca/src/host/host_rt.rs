@@ -119,12 +119,23 @@ pub(super) struct HostRt {
     /// their own).
     pub listener_ready: bool,
     pub ready_clients: BTreeSet<u64>,
+    /// The devices as sysfs-style files in the runtime directory, and when they are next
+    /// brought up to date.
+    sysfs: crate::sysfs::SysfsTree,
+    sysfs_due: StdInstant,
+    sysfs_failed: bool,
 }
+
+/// How often the sysfs-style files follow the devices.
+const SYSFS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl HostRt {
     pub fn new(host: Host, dir: PathBuf, listener: UnixListener) -> HostRt {
         HostRt {
             host,
+            sysfs: crate::sysfs::SysfsTree::new(&dir),
+            sysfs_due: StdInstant::now(),
+            sysfs_failed: false,
             dir,
             listener,
             clients: BTreeMap::new(),
@@ -155,6 +166,9 @@ impl HostRt {
             self.accept()?;
         }
         busy |= self.serve_clients();
+        if std_now >= self.sysfs_due {
+            self.sync_sysfs(std_now);
+        }
         for d in 0..self.host.devs.len() {
             while let Some(m) = self.host.devs[d].poll_mad() {
                 mads::dispatch_mad(&mut self.host, &mut self.clients, d as u32, m);
@@ -170,6 +184,23 @@ impl HostRt {
         // through its ring and then waits has its wait parked before the transmit).
         self.deliver_to_clients(StdInstant::now());
         Ok(busy)
+    }
+
+    /// Brings the sysfs-style files up to date (see [`crate::sysfs`]); a failure is said
+    /// once and the files are left as they are.
+    fn sync_sysfs(&mut self, now: StdInstant) {
+        self.sysfs_due = now + SYSFS_EVERY;
+        let infos: Vec<_> = self.host.devs.iter().map(Device::info).collect();
+        if let Err(e) = self.sysfs.sync(&infos) {
+            if !self.sysfs_failed {
+                eprintln!(
+                    "softibd[{}]: cannot write the device files under {}: {e}",
+                    self.host.name,
+                    self.dir.join("sys").display()
+                );
+                self.sysfs_failed = true;
+            }
+        }
     }
 
     fn accept(&mut self) -> io::Result<()> {

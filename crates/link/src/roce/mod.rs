@@ -406,6 +406,14 @@ impl<M: Memory> RoceCa<M> {
             } else {
                 None
             },
+            // RoCE has no SL on the wire. A UD completion's SL says what the GRH area holds
+            // instead, as ConnectX reports it (bit 3: a UDP header, bits 2:0: 1 IPv6, 2 IPv4),
+            // and UCX reads it to find the destination GID.
+            sl: match (ud, d.from) {
+                (true, SocketAddr::V4(_)) => 0b1010,
+                (true, SocketAddr::V6(_)) => 0b1001,
+                (false, _) => 0,
+            },
             in_process: d.in_process,
             ..RxMeta::default()
         };

@@ -191,6 +191,39 @@ impl Session {
         }
     }
 
+    /// Hands the daemon `len` bytes of this process's memory at `addr` that are a memory file
+    /// `fd` mapped there (`MAP_SHARED`, from offset 0): the daemon maps it too and reaches
+    /// regions in it directly, as it does a [`SharedRegion`]'s.
+    pub(crate) fn attach_shared(
+        &mut self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        addr: u64,
+        len: usize,
+    ) -> Result<u64> {
+        let req = Request::AttachBuffer {
+            len: len as u64,
+            addr,
+        };
+        match self.conn.call_with_fds(&req, &[fd])? {
+            Response::Handle(h) => Ok(h),
+            _ => Err(Error::Unexpected("not a handle")),
+        }
+    }
+
+    /// Hands the daemon an eventfd it adds to whenever it queues an asynchronous event for
+    /// this session; `false` when the daemon cannot (an older one).
+    pub(crate) fn attach_async_fd(&mut self, fd: std::os::fd::BorrowedFd<'_>) -> Result<bool> {
+        match self.conn.call_with_fds(&Request::AttachAsyncEvents, &[fd]) {
+            Ok(Response::Ok) => Ok(true),
+            Ok(_) => Err(Error::Unexpected("not Ok")),
+            Err(Error::Refused {
+                kind: ErrorKind::Protocol,
+                ..
+            }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     pub(crate) fn alloc_pd(&mut self, dev: u32) -> Result<PdHandle> {
         let h = self.conn.handle(&Request::AllocPd { dev })?;
         Ok(PdHandle(h as u32))

@@ -16,7 +16,7 @@ use softib_proto::{self as proto, Request, Response, SubmitRef};
 use super::{refused_at, ring_broken, Conn};
 use crate::{
     CompChannel, Error, ErrorKind, QpCap, QpInitAttr, QpState, QpType, Qpn, RecvWr, Result,
-    SendFlags, SendWr, WcOpcode, WorkCompletion,
+    SendFlags, SendWr, WcOpcode, WcStatus, WorkCompletion,
 };
 
 /// Slots of the submission ring.
@@ -148,7 +148,17 @@ impl Posting {
             };
             if matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm) {
                 t.rq = t.rq.saturating_sub(1);
-            } else if let Some(i) = t.sq.iter().position(|&(id, _)| id == wc.wr_id) {
+                continue;
+            }
+            // Send completions come in the order the WRs were posted, and a successful one
+            // stands for the unsignaled WRs before it: it is the oldest signaled WR with its
+            // wr_id (programs such as perftest give every WR the same wr_id, so the id alone
+            // would find an older, unsignaled one). Errors complete WRs one by one.
+            let ok = wc.status == WcStatus::Success;
+            if let Some(i) =
+                t.sq.iter()
+                    .position(|&(id, signaled)| id == wc.wr_id && (signaled || !ok))
+            {
                 t.sq.drain(..=i);
             }
         }

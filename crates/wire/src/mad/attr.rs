@@ -250,6 +250,20 @@ impl PortState {
             PortState::Unknown(_) => "Unknown",
         }
     }
+
+    /// The name Linux's sysfs `ports/N/state` prints after the number (`ib_port_state`
+    /// order: "NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER").
+    pub fn sysfs_name(self) -> &'static str {
+        match u8::from(self) {
+            0 => "NOP",
+            1 => "DOWN",
+            2 => "INIT",
+            3 => "ARMED",
+            4 => "ACTIVE",
+            5 => "ACTIVE_DEFER",
+            _ => "UNKNOWN",
+        }
+    }
 }
 
 enum_with_unknown! {
@@ -287,6 +301,21 @@ impl PortPhysicalState {
             PortPhysicalState::LinkErrorRecovery => "LinkErrorRecovery",
             PortPhysicalState::PhyTest => "PhyTest",
             PortPhysicalState::Unknown(_) => "Unknown",
+        }
+    }
+
+    /// The name Linux's sysfs `ports/N/phys_state` prints after the number ("Phy Test"
+    /// with its space, "<unknown>" beyond the table).
+    pub fn sysfs_name(self) -> &'static str {
+        match u8::from(self) {
+            1 => "Sleep",
+            2 => "Polling",
+            3 => "Disabled",
+            4 => "PortConfigurationTraining",
+            5 => "LinkUp",
+            6 => "LinkErrorRecovery",
+            7 => "Phy Test",
+            _ => "<unknown>",
         }
     }
 }

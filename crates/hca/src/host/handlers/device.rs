@@ -2,9 +2,11 @@
 //! (`softib res`), and the asynchronous events of the client's objects and of the ports.
 
 use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
 
 use softib_proto::{ClientResources, Response};
 
+use super::{nonblocking, passed_fd, Handled};
 use crate::device::Device;
 use crate::host::client::Client;
 use crate::host::host_rt::Host;
@@ -33,6 +35,18 @@ pub(super) fn resources(h: &Host, clients: &BTreeMap<u64, Client>) -> Response {
 /// `AsyncEvents`: the events `events::route_events` kept for the client since it last asked.
 pub(super) fn async_events(c: &mut Client) -> Response {
     Response::AsyncEvents(c.events.drain(..).collect())
+}
+
+/// `AttachAsyncEvents`: the eventfd that came with the request is signalled whenever an
+/// event is queued for the client (at once if some already wait).
+pub(super) fn attach_async_events(c: &mut Client, fds: &mut Vec<OwnedFd>) -> Handled {
+    let fd = passed_fd(fds, "AttachAsyncEvents arrived without its eventfd")?;
+    let fd = nonblocking(fd)?;
+    if !c.events.is_empty() {
+        let _ = rustix::io::write(&fd, &1u64.to_ne_bytes());
+    }
+    c.events_fd = Some(fd);
+    Ok(Response::Ok)
 }
 
 #[cfg(test)]

@@ -1,0 +1,371 @@
+//! What the drop-in tests share: two softib hosts on loopback (a daemon each, one RoCE device
+//! `rxe0` on 127.0.0.2 and 127.0.0.3), started once per test binary and stopped when it
+//! exits; running an unmodified program on one of them through `softib run`, with proof
+//! that it loaded softib's libibverbs.so.1 (the dynamic loader's own log); peer programs that
+//! may be missing (skipped with a message, except under `CI=true`).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+pub const SOFTIB: &str = env!("CARGO_BIN_EXE_softib");
+
+/// How long any one program may run.
+pub const BOUND: Duration = Duration::from_secs(90);
+
+/// A host: its runtime directory and its device's address.
+pub struct Host {
+    pub dir: PathBuf,
+    pub addr: &'static str,
+    /// Keeps the daemon's watchdog alive: when this process exits, the pipe closes and the
+    /// watchdog stops the daemon.
+    _watch: Child,
+}
+
+/// The two hosts of this test binary.
+pub struct Hosts {
+    pub a: Host,
+    pub b: Host,
+    pub udp_port: u16,
+}
+
+static HOSTS: OnceLock<Hosts> = OnceLock::new();
+
+/// The two hosts, started on first use.
+pub fn hosts() -> &'static Hosts {
+    HOSTS.get_or_init(|| {
+        let pid = std::process::id();
+        let udp_port = 20000 + (pid % 20000) as u16;
+        let a = start_host("a", "127.0.0.2", udp_port);
+        let b = start_host("b", "127.0.0.3", udp_port);
+        Hosts { a, b, udp_port }
+    })
+}
+
+fn start_host(name: &str, addr: &'static str, udp_port: u16) -> Host {
+    let dir = std::env::temp_dir().join(format!("softib-dropin-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // The daemon lives as long as the watchdog's stdin, which only this process holds.
+    let watch = Command::new("sh")
+        .arg("-c")
+        .arg(r#""$0" daemon </dev/null >"$1/softibd.log" 2>&1 & d=$!; read _; kill $d; wait $d"#)
+        .arg(SOFTIB)
+        .arg(&dir)
+        .env("SOFTIB_RUNTIME_DIR", &dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !dir.join("softibd.sock").exists() || softib::Context::open_at(&dir).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "softibd in {} did not start:\n{}",
+            dir.display(),
+            std::fs::read_to_string(dir.join("softibd.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let port = udp_port.to_string();
+    let out = Command::new(SOFTIB)
+        .args([
+            "link", "add", "rxe0", "type", "rxe", "netdev", "lo", "--addr", addr,
+        ])
+        .args(["--udp-port", &port])
+        .env("SOFTIB_RUNTIME_DIR", &dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "link add: {}", text(&out.stderr));
+    Host {
+        dir,
+        addr,
+        _watch: watch,
+    }
+}
+
+impl Host {
+    /// The daemon's log.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("softibd.log")).unwrap_or_default()
+    }
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A TCP port for one out-of-band exchange (perftest's, the pingpongs', UCX's), different
+/// for every call of this process and unlikely to be another process's.
+pub fn port() -> u16 {
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let base = 30000 + (std::process::id() % 400) as u16 * 80;
+    base + NEXT.fetch_add(1, Ordering::Relaxed) % 80
+}
+
+/// Whether `prog` is installed; if not, says why the test does nothing — or, under
+/// `CI=true` (where .ci/run installs it), fails.
+pub fn have(prog: &str, package: &str) -> bool {
+    let found = which(prog).is_some();
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none_or(|v| v != "true"),
+            "{prog} is missing under CI=true: .ci/run installs {package}"
+        );
+        eprintln!("skipped: {prog} is not installed (apt-get install {package})");
+    }
+    found
+}
+
+pub fn which(prog: &str) -> Option<PathBuf> {
+    if prog.contains('/') {
+        return Path::new(prog).exists().then(|| PathBuf::from(prog));
+    }
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(prog))
+            .find(|f| f.is_file())
+    })
+}
+
+/// A program run on a host through `softib run`, whose dynamic loader logs the libraries it
+/// initialises (LD_DEBUG=libs, into a file of its own).
+pub struct Run {
+    child: Option<Child>,
+    what: String,
+    debug: PathBuf,
+    started: Instant,
+}
+
+/// What a finished run printed.
+pub struct Done {
+    pub what: String,
+    pub status: std::process::ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    /// The loader's log.
+    pub loader: String,
+}
+
+impl Run {
+    /// Starts `args` on `host`, with `env` set.
+    pub fn start(host: &Host, args: &[&str], env: &[(&str, &str)]) -> Run {
+        static N: AtomicU16 = AtomicU16::new(0);
+        let debug = host
+            .dir
+            .join(format!("ld-{}", N.fetch_add(1, Ordering::Relaxed)));
+        let mut c = Command::new(SOFTIB);
+        c.args(["run", "--host"])
+            .arg(&host.dir)
+            .arg("--")
+            .args(args)
+            .env("LD_DEBUG", "libs")
+            .env("LD_DEBUG_OUTPUT", &debug)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let child = c.spawn().unwrap();
+        Run {
+            child: Some(child),
+            what: format!("{args:?} on {}", host.dir.display()),
+            debug,
+            started: Instant::now(),
+        }
+    }
+
+    /// Starts softib's own tool `args` (`ib_write_bw ...`) on `host`.
+    pub fn start_own(host: &Host, args: &[&str]) -> Run {
+        let child = Command::new(SOFTIB)
+            .args(args)
+            .env("SOFTIB_RUNTIME_DIR", &host.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        Run {
+            child: Some(child),
+            what: format!("softib {args:?} on {}", host.dir.display()),
+            debug: host.dir.join("ld-own"),
+            started: Instant::now(),
+        }
+    }
+
+    /// Waits (at most [`BOUND`] since it started) and collects what it printed.
+    pub fn wait(mut self) -> Done {
+        let mut child = self.child.take().unwrap();
+        let mut out = child.stdout.take().unwrap();
+        let mut err = child.stderr.take().unwrap();
+        let o = std::thread::spawn(move || {
+            let mut s = Vec::new();
+            let _ = out.read_to_end(&mut s);
+            s
+        });
+        let e = std::thread::spawn(move || {
+            let mut s = Vec::new();
+            let _ = err.read_to_end(&mut s);
+            s
+        });
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if self.started.elapsed() > BOUND {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "{} did not finish in {BOUND:?}; it printed:\n{}\n{}",
+                    self.what,
+                    text(&o.join().unwrap()),
+                    text(&e.join().unwrap())
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let loader = loader_log(&self.debug);
+        Done {
+            what: self.what.clone(),
+            status,
+            stdout: text(&o.join().unwrap()),
+            stderr: text(&e.join().unwrap()),
+            loader,
+        }
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The loader logs of a run (one file per process it became, `PATH.PID`).
+fn loader_log(prefix: &Path) -> String {
+    let (Some(dir), Some(name)) = (prefix.parent(), prefix.file_name()) else {
+        return String::new();
+    };
+    let name = name.to_string_lossy().into_owned() + ".";
+    let mut all = String::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.file_name().to_string_lossy().starts_with(&name) {
+            all.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    all
+}
+
+/// softib's library as the loader names it once found (`softib run`'s directory of links).
+pub fn our_library() -> PathBuf {
+    Path::new(SOFTIB)
+        .parent()
+        .unwrap()
+        .join("softib-lib/libibverbs.so.1")
+}
+
+impl Done {
+    /// Asserts the program exited 0 and initialised softib's libibverbs (not the system's).
+    pub fn ok(&self) -> &Done {
+        assert!(
+            self.status.success(),
+            "{} failed ({:?}):\n{}\n{}",
+            self.what,
+            self.status,
+            self.stdout,
+            self.stderr
+        );
+        self.loaded_ours()
+    }
+
+    /// Asserts the program initialised softib's libibverbs.so.1 and no other.
+    pub fn loaded_ours(&self) -> &Done {
+        let ours = our_library();
+        let init = format!("calling init: {}", ours.display());
+        assert!(
+            self.loader.contains(&init),
+            "{} did not load softib's libibverbs ({}); the loader said:\n{}",
+            self.what,
+            ours.display(),
+            self.loader
+                .lines()
+                .filter(|l| l.contains("calling init") || l.contains("ibverbs"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        let others: Vec<&str> = self
+            .loader
+            .lines()
+            .filter(|l| l.contains("calling init:") && l.trim_end().ends_with("/libibverbs.so.1"))
+            .filter(|l| !l.contains(&init))
+            .collect();
+        assert!(
+            others.is_empty(),
+            "{} also initialised another libibverbs: {others:?}",
+            self.what
+        );
+        self
+    }
+}
+
+/// Runs a client/server pair of `prog` between host B (server) and host A (client): the
+/// server gets `server_args`, the client `client_args` and B's address last.
+pub fn pair(server_args: &[&str], client_args: &[&str], env: &[(&str, &str)]) -> (Done, Done) {
+    let h = hosts();
+    let server = Run::start(&h.b, server_args, env);
+    // The server listens before the client connects; clients of perftest, the pingpongs and
+    // UCX retry or fail fast, so give it a moment and retry a refused connection once.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut ca: Vec<&str> = client_args.to_vec();
+    ca.push("127.0.0.1");
+    let client = Run::start(&h.a, &ca, env).wait();
+    let server = server.wait();
+    (server, client)
+}
+
+/// Runs a pair where each side is either the Debian program through `softib run`
+/// (`upstream`) or softib's own tool: server on host B, client on host A.
+pub fn mixed_pair(server_upstream: bool, client_upstream: bool, args: &[&str]) -> (Done, Done) {
+    let h = hosts();
+    let start = |host: &Host, upstream: bool, a: &[&str]| {
+        if upstream {
+            Run::start(host, a, &[])
+        } else {
+            Run::start_own(host, a)
+        }
+    };
+    let server = start(&h.b, server_upstream, args);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut ca: Vec<&str> = args.to_vec();
+    ca.push("127.0.0.1");
+    let client = start(&h.a, client_upstream, &ca).wait();
+    (server.wait(), client)
+}
+
+/// The numbers of a perftest result line (`#bytes #iterations ...`), for the last size.
+pub fn perftest_result(out: &str) -> Option<Vec<f64>> {
+    out.lines()
+        .rev()
+        .filter(|l| {
+            let t = l.trim_start();
+            t.chars().next().is_some_and(|c| c.is_ascii_digit())
+        })
+        .filter_map(|l| {
+            let v: Vec<f64> = l
+                .split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            (v.len() >= 3).then_some(v)
+        })
+        .next()
+}
