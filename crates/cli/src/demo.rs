@@ -37,11 +37,20 @@ struct Demo {
     exe: PathBuf,
     children: Vec<Child>,
     keep: bool,
+    /// Every step ran (a kept fabric's stop hint was printed).
+    finished: bool,
 }
 
 impl Drop for Demo {
     fn drop(&mut self) {
         if self.keep {
+            if !self.finished {
+                eprintln!(
+                    "softib demo: the fabric keeps running (--keep); stop it with \
+                     `softib fabric down --dir {}`",
+                    self.dir.display()
+                );
+            }
             return;
         }
         // SMs and servers first, the fabric daemon (the first child) last.
@@ -301,6 +310,7 @@ pub fn run(args: &DemoArgs) -> Result<u8> {
         exe: std::env::current_exe().context("finding the softib executable")?,
         children: Vec::new(),
         keep: args.keep,
+        finished: false,
     };
     let topo = dir.join("topoA.net");
     std::fs::write(&topo, TOPO_A)?;
@@ -329,6 +339,9 @@ pub fn run(args: &DemoArgs) -> Result<u8> {
         .stderr(log)
         .spawn()
         .context("starting the fabric daemon")?;
+    // Written at once, so that `fabric down` finds the daemon of a kept fabric even when a
+    // step below fails.
+    std::fs::write(dir.join("daemon.pid"), format!("{}\n", daemon.id()))?;
     demo.children.push(daemon);
     for h in ["test213", "test214"] {
         wait_for_socket(&demo.host(h).join(SOCKET_NAME), Duration::from_secs(10))?;
@@ -391,9 +404,8 @@ pub fn run(args: &DemoArgs) -> Result<u8> {
             "\nThe fabric keeps running: `softib fabric exec test213 --dir {dir_s} -- ibstat`; \
              stop it with `softib fabric down --dir {dir_s}`."
         );
-        let pid = demo.children.first().map_or(0, |c| c.id());
-        std::fs::write(dir.join("daemon.pid"), format!("{pid}\n"))?;
     }
+    demo.finished = true;
     banner(&format!("Done in {:.1} s", t_start.elapsed().as_secs_f64()));
     Ok(exit::OK)
 }
