@@ -437,7 +437,7 @@ fn main() -> Result<()> {
         ("SEND 8 B", Workload::Send(8)),
         ("RDMA WRITE 4 KiB", Workload::Write(4096)),
         ("RDMA WRITE 64 KiB", Workload::Write(64 * 1024)),
-        // Not asked for, but the READ path is where the completer used to allocate.
+        // Not asked for, but the READ path is where the completer could allocate.
         ("RDMA READ 64 KiB", Workload::Read(64 * 1024)),
     ];
     let mut breakdown = Vec::new();

@@ -31,8 +31,8 @@ pub enum Pushed {
 
 impl Cq {
     /// A CQ holding at most `capacity` completions. Its storage grows with what it holds: a
-    /// deep CQ that is never used costs nothing (each used to reserve up to 4096 entries, so
-    /// one client's share of CQs at the largest depth reserved 800 MB of the daemon's memory).
+    /// deep CQ that is never used costs nothing (reserving the depth up front would let one
+    /// client's share of CQs at the largest depth reserve 800 MB of the daemon's memory).
     pub fn new(capacity: usize) -> Cq {
         Cq {
             entries: VecDeque::new(),

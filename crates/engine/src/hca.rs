@@ -1159,8 +1159,8 @@ impl<M: Memory> Hca<M> {
             return;
         };
         // IBA §10.3.1 (SQD) and §11.6.3.1: when a QP entered SQD with work in progress, the SQ
-        // Drained event follows the completion of that work. It used to be raised only when
-        // SQD was entered with nothing outstanding, so it never came otherwise.
+        // Drained event follows the completion of that work, not only an SQD entered with
+        // nothing outstanding.
         if qp.state == QpState::Sqd && qp.sq.drained() {
             self.res.events.push_back(AsyncEvent::SqDrained(qpn));
         }

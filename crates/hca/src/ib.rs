@@ -247,8 +247,8 @@ impl<M: Memory> IbCa<M> {
                 info.master_sm_lid,
             );
             let idx = usize::from(port - 1);
-            // The P_Key table the SM wrote is the one the transport checks packets against
-            // (it used to stay the engine's default, so partitions were not enforced).
+            // The P_Key table the SM wrote is the one the transport checks packets against:
+            // without it the engine's default table would admit every partition.
             let pkeys = self.sma.pkeys(port).unwrap_or_default();
             let pkeys_changed = self
                 .hca

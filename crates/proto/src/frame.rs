@@ -175,8 +175,8 @@ mod tests {
 
     #[test]
     fn a_buffer_full_of_empty_frames_is_served_in_linear_time() {
-        // A client writing 4 MiB of zero-length frames: each frame used to drain the buffer
-        // in front of it, a million moves of up to 4 MiB that froze the daemon for minutes.
+        // A client writing 4 MiB of zero-length frames: draining the buffer in front of each
+        // frame would be a million moves of up to 4 MiB, freezing the daemon for minutes.
         let mut r = FrameReader::default();
         r.push(&vec![0u8; MAX_FRAME]);
         let t0 = std::time::Instant::now();

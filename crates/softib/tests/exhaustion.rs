@@ -205,8 +205,8 @@ fn absurd_sizes_and_more_than_a_share_are_refused_clearly_and_cost_the_daemon_no
         grown.0 / 1024,
         grown.1 / 1024
     );
-    // Each CQ used to reserve 4096 completions (~230 KiB): 4096 of them, almost a gigabyte
-    // of address space, which a daemon under strict overcommit could not get.
+    // Were each CQ to reserve 4096 completions (~230 KiB), 4096 of them would be almost a
+    // gigabyte of address space, which a daemon under strict overcommit could not get.
     assert!(
         grown.0 < 64 << 20,
         "4096 idle CQs took {} MiB",

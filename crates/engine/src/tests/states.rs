@@ -226,7 +226,7 @@ fn sqd_modify(p: &mut Pair, on_a: bool, qpn: Qpn, attr: QpAttr, mask: AttrMask) 
 fn sqd_making_an_infinite_ack_timeout_finite_starts_the_ack_timer() {
     // A's local ACK timeout is infinite (0) while a SEND is lost: nothing times it out. In
     // SQD the timeout becomes finite; the outstanding SEND must then time out and go again
-    // (the timer used to stay stopped until some later packet or acknowledgement).
+    // (not wait with a stopped timer for some later packet or acknowledgement).
     let (mut p, qa, qb) = qp_rts();
     p.a.modify_state(qa, QpState::Sqd);
     let infinite = QpAttr {
