@@ -51,6 +51,19 @@ pub(super) struct Owned {
     pub buffers: BTreeMap<u64, (Rc<SharedRegion>, u64)>,
 }
 
+/// Refuses one more object when the client already holds `max` of them (`what`, plural, as
+/// the refusal names them: "a client may hold at most 4096 QPs").
+pub(super) fn within_limit(held: usize, max: usize, what: &str) -> Result<(), Refused> {
+    if held < max {
+        Ok(())
+    } else {
+        Err(refused(
+            ErrorKind::Exhausted,
+            format!("a client may hold at most {max} {what}"),
+        ))
+    }
+}
+
 /// Refuses a request that names an object of `set` this client does not own.
 pub(super) fn owns<K: Ord + Copy + Display>(
     set: &BTreeSet<(u32, K)>,

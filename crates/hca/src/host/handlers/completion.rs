@@ -9,8 +9,8 @@ use softib_engine::{CqHandle, Hca};
 use softib_net::ring::Ring;
 use softib_proto::{ErrorKind, Response, CQ_RING_SLOTS_MAX, CQ_RING_SLOT_LEN};
 
-use super::{nonblocking, passed_fd, refused, Handled, Refused};
-use crate::host::client::{owns, Client, MAX_CQS_PER_CLIENT};
+use super::{destroy_owned, nonblocking, passed_fd, refused, Handled, Refused};
+use crate::host::client::{owns, within_limit, Client, MAX_CQS_PER_CLIENT};
 use crate::host::host_rt::Host;
 use crate::host::parked::{deadline, Parked};
 use crate::host::rings::feed_ring;
@@ -19,12 +19,7 @@ use crate::shm_memory::ShmMemory;
 /// `CreateCq`.
 pub(super) fn create_cq(h: &mut Host, c: &mut Client, dev: u32, cqe: u32) -> Handled {
     let hca = h.dev(dev)?.hca_mut();
-    if c.owned.cqs.len() >= MAX_CQS_PER_CLIENT {
-        return Err(refused(
-            ErrorKind::Exhausted,
-            format!("a client may create at most {MAX_CQS_PER_CLIENT} CQs"),
-        ));
-    }
+    within_limit(c.owned.cqs.len(), MAX_CQS_PER_CLIENT, "CQs")?;
     let cq = hca.create_cq(cqe)?;
     c.owned.cqs.insert((dev, cq.0));
     Ok(Response::Handle(u64::from(cq.0)))
@@ -32,10 +27,9 @@ pub(super) fn create_cq(h: &mut Host, c: &mut Client, dev: u32, cqe: u32) -> Han
 
 /// `DestroyCq` of one of the client's CQs; it is no longer armed and its ring is unmapped.
 pub(super) fn destroy_cq(h: &mut Host, c: &mut Client, dev: u32, cq: u32) -> Handled {
-    let hca = h.dev(dev)?.hca_mut();
-    owns(&c.owned.cqs, dev, cq, "CQ")?;
-    hca.destroy_cq(CqHandle(cq))?;
-    c.owned.cqs.remove(&(dev, cq));
+    destroy_owned(h, &mut c.owned.cqs, dev, cq, "CQ", |hca| {
+        hca.destroy_cq(CqHandle(cq))
+    })?;
     c.armed.remove(&(dev, cq));
     c.cq_rings.remove(&(dev, cq));
     Ok(Response::Ok)
@@ -123,12 +117,7 @@ pub(super) fn attach_cq_ring(
 
 /// `CreateCompChannel`: the eventfd that came with the request becomes a completion channel.
 pub(super) fn create_comp_channel(c: &mut Client, fds: &mut Vec<OwnedFd>) -> Handled {
-    if c.channels.len() >= MAX_CQS_PER_CLIENT {
-        return Err(refused(
-            ErrorKind::Exhausted,
-            "too many completion channels for one client",
-        ));
-    }
+    within_limit(c.channels.len(), MAX_CQS_PER_CLIENT, "completion channels")?;
     let fd = passed_fd(fds, "CreateCompChannel arrived without its eventfd")?;
     let fd = nonblocking(fd)?;
     let handle = c.channels.keys().next_back().map_or(1, |k| k + 1);

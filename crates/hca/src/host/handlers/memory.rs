@@ -11,9 +11,9 @@ use softib_net::procmem::ProcessMemory;
 use softib_net::shm::SharedRegion;
 use softib_proto::{ErrorKind, Response};
 
-use super::{passed_fd, refused, Handled, Refused};
+use super::{destroy_owned, passed_fd, refused, Handled, Refused};
 use crate::host::client::{
-    owns, Client, MAX_BUFFERS_PER_CLIENT, MAX_MRS_PER_CLIENT, MAX_PDS_PER_CLIENT,
+    owns, within_limit, Client, MAX_BUFFERS_PER_CLIENT, MAX_MRS_PER_CLIENT, MAX_PDS_PER_CLIENT,
 };
 use crate::host::host_rt::Host;
 use crate::shm_memory::ShmMemory;
@@ -33,12 +33,7 @@ pub(super) fn attach_buffer(
     len: u64,
     addr: u64,
 ) -> Handled {
-    if c.owned.buffers.len() >= MAX_BUFFERS_PER_CLIENT {
-        return Err(refused(
-            ErrorKind::Exhausted,
-            format!("a client may attach at most {MAX_BUFFERS_PER_CLIENT} buffers"),
-        ));
-    }
+    within_limit(c.owned.buffers.len(), MAX_BUFFERS_PER_CLIENT, "buffers")?;
     let fd = passed_fd(fds, "AttachBuffer arrived without its memfd")?;
     let len = usize::try_from(len)
         .map_err(|_| refused(ErrorKind::Invalid, "buffer length does not fit"))?;
@@ -67,12 +62,7 @@ pub(super) fn detach_buffer(c: &mut Client, buffer: u64) -> Handled {
 /// `AllocPd`.
 pub(super) fn alloc_pd(h: &mut Host, c: &mut Client, dev: u32) -> Handled {
     let hca = h.dev(dev)?.hca_mut();
-    if c.owned.pds.len() >= MAX_PDS_PER_CLIENT {
-        return Err(refused(
-            ErrorKind::Exhausted,
-            format!("a client may allocate at most {MAX_PDS_PER_CLIENT} PDs"),
-        ));
-    }
+    within_limit(c.owned.pds.len(), MAX_PDS_PER_CLIENT, "PDs")?;
     let pd = hca.alloc_pd()?;
     c.owned.pds.insert((dev, pd.0));
     Ok(Response::Handle(u64::from(pd.0)))
@@ -80,11 +70,9 @@ pub(super) fn alloc_pd(h: &mut Host, c: &mut Client, dev: u32) -> Handled {
 
 /// `DeallocPd` of one of the client's PDs.
 pub(super) fn dealloc_pd(h: &mut Host, c: &mut Client, dev: u32, pd: u32) -> Handled {
-    let hca = h.dev(dev)?.hca_mut();
-    owns(&c.owned.pds, dev, pd, "PD")?;
-    hca.dealloc_pd(PdHandle(pd))?;
-    c.owned.pds.remove(&(dev, pd));
-    Ok(Response::Ok)
+    destroy_owned(h, &mut c.owned.pds, dev, pd, "PD", |hca| {
+        hca.dealloc_pd(PdHandle(pd))
+    })
 }
 
 /// `RegMr`: a region inside one of the client's attached buffers, in one of its PDs.
@@ -178,12 +166,7 @@ pub(super) fn reg_mr_process(
 fn may_register(h: &mut Host, c: &Client, dev: u32, pd: u32) -> Result<(), Refused> {
     h.dev(dev)?;
     owns(&c.owned.pds, dev, pd, "PD")?;
-    if c.owned.mrs.len() >= MAX_MRS_PER_CLIENT {
-        return Err(refused(
-            ErrorKind::Exhausted,
-            format!("a client may register at most {MAX_MRS_PER_CLIENT} MRs"),
-        ));
-    }
+    within_limit(c.owned.mrs.len(), MAX_MRS_PER_CLIENT, "MRs")?;
     Ok(())
 }
 

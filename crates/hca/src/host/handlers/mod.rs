@@ -35,6 +35,26 @@ mod memory;
 pub(super) mod post;
 mod queue;
 
+/// Destroys one of the client's objects: `key` must be one of `set` (named `what` in the
+/// refusal), `destroy` tells the engine, and only when the engine agrees does the client stop
+/// owning it.
+fn destroy_owned<K: Ord + Copy + std::fmt::Display>(
+    h: &mut Host,
+    set: &mut std::collections::BTreeSet<(u32, K)>,
+    dev: u32,
+    key: K,
+    what: &str,
+    destroy: impl FnOnce(
+        &mut softib_engine::Hca<crate::shm_memory::ShmMemory>,
+    ) -> Result<(), VerbsError>,
+) -> Handled {
+    let hca = h.dev(dev)?.hca_mut();
+    super::client::owns(set, dev, key, what)?;
+    destroy(hca)?;
+    set.remove(&(dev, key));
+    Ok(Response::Ok)
+}
+
 /// A request refused: the error response it gets.
 #[derive(Debug)]
 pub(in crate::host) struct Refused {

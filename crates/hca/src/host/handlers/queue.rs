@@ -2,12 +2,12 @@
 //! receive queues, address handles, and a UD QP's multicast groups.
 
 use softib_engine::{AddressVector, AhHandle, AttrMask, PdHandle, QpAttr, QpInitAttr, SrqHandle};
-use softib_proto::{ErrorKind, Response};
+use softib_proto::Response;
 use softib_wire::{Gid, Lid, Qpn};
 
-use super::{refused, Handled};
+use super::{destroy_owned, Handled};
 use crate::host::client::{
-    owns, Client, MAX_AHS_PER_CLIENT, MAX_CQS_PER_CLIENT, MAX_QPS_PER_CLIENT,
+    owns, within_limit, Client, MAX_AHS_PER_CLIENT, MAX_CQS_PER_CLIENT, MAX_QPS_PER_CLIENT,
 };
 use crate::host::host_rt::Host;
 
@@ -20,12 +20,7 @@ pub(super) fn create_qp(h: &mut Host, c: &mut Client, dev: u32, init: QpInitAttr
     if let Some(srq) = init.srq {
         owns(&c.owned.srqs, dev, srq.0, "SRQ")?;
     }
-    if c.owned.qps.len() >= MAX_QPS_PER_CLIENT {
-        return Err(refused(
-            ErrorKind::Exhausted,
-            format!("a client may create at most {MAX_QPS_PER_CLIENT} QPs"),
-        ));
-    }
+    within_limit(c.owned.qps.len(), MAX_QPS_PER_CLIENT, "QPs")?;
     let qpn = hca.create_qp(init)?;
     c.owned.qps.insert((dev, qpn));
     Ok(Response::Qp(qpn))
@@ -56,11 +51,9 @@ pub(super) fn query_qp(h: &mut Host, c: &mut Client, dev: u32, qpn: Qpn) -> Hand
 
 /// `DestroyQp` of one of the client's QPs.
 pub(super) fn destroy_qp(h: &mut Host, c: &mut Client, dev: u32, qpn: Qpn) -> Handled {
-    let hca = h.dev(dev)?.hca_mut();
-    owns(&c.owned.qps, dev, qpn, "QP")?;
-    hca.destroy_qp(qpn)?;
-    c.owned.qps.remove(&(dev, qpn));
-    Ok(Response::Ok)
+    destroy_owned(h, &mut c.owned.qps, dev, qpn, "QP", |hca| {
+        hca.destroy_qp(qpn)
+    })
 }
 
 /// `CreateSrq` in one of the client's PDs.
@@ -74,12 +67,7 @@ pub(super) fn create_srq(
 ) -> Handled {
     let hca = h.dev(dev)?.hca_mut();
     owns(&c.owned.pds, dev, pd, "PD")?;
-    if c.owned.srqs.len() >= MAX_CQS_PER_CLIENT {
-        return Err(refused(
-            ErrorKind::Exhausted,
-            "too many SRQs for one client",
-        ));
-    }
+    within_limit(c.owned.srqs.len(), MAX_CQS_PER_CLIENT, "SRQs")?;
     let srq = hca.create_srq(PdHandle(pd), max_wr, max_sge)?;
     c.owned.srqs.insert((dev, srq.0));
     Ok(Response::Handle(u64::from(srq.0)))
@@ -95,11 +83,9 @@ pub(super) fn modify_srq(h: &mut Host, c: &mut Client, dev: u32, srq: u32, limit
 
 /// `DestroySrq` of one of the client's SRQs.
 pub(super) fn destroy_srq(h: &mut Host, c: &mut Client, dev: u32, srq: u32) -> Handled {
-    let hca = h.dev(dev)?.hca_mut();
-    owns(&c.owned.srqs, dev, srq, "SRQ")?;
-    hca.destroy_srq(SrqHandle(srq))?;
-    c.owned.srqs.remove(&(dev, srq));
-    Ok(Response::Ok)
+    destroy_owned(h, &mut c.owned.srqs, dev, srq, "SRQ", |hca| {
+        hca.destroy_srq(SrqHandle(srq))
+    })
 }
 
 /// `CreateAh` in one of the client's PDs.
@@ -112,12 +98,7 @@ pub(super) fn create_ah(
 ) -> Handled {
     let hca = h.dev(dev)?.hca_mut();
     owns(&c.owned.pds, dev, pd, "PD")?;
-    if c.owned.ahs.len() >= MAX_AHS_PER_CLIENT {
-        return Err(refused(
-            ErrorKind::Exhausted,
-            format!("a client may create at most {MAX_AHS_PER_CLIENT} AHs"),
-        ));
-    }
+    within_limit(c.owned.ahs.len(), MAX_AHS_PER_CLIENT, "AHs")?;
     let ah = hca.create_ah(PdHandle(pd), av)?;
     c.owned.ahs.insert((dev, ah.0));
     Ok(Response::Handle(u64::from(ah.0)))
@@ -125,11 +106,9 @@ pub(super) fn create_ah(
 
 /// `DestroyAh` of one of the client's address handles.
 pub(super) fn destroy_ah(h: &mut Host, c: &mut Client, dev: u32, ah: u32) -> Handled {
-    let hca = h.dev(dev)?.hca_mut();
-    owns(&c.owned.ahs, dev, ah, "AH")?;
-    hca.destroy_ah(AhHandle(ah))?;
-    c.owned.ahs.remove(&(dev, ah));
-    Ok(Response::Ok)
+    destroy_owned(h, &mut c.owned.ahs, dev, ah, "AH", |hca| {
+        hca.destroy_ah(AhHandle(ah))
+    })
 }
 
 /// `AttachMcast`: one of the client's (UD) QPs joins multicast group `gid` at `lid`.
@@ -159,7 +138,7 @@ pub(super) fn detach_mcast(h: &mut Host, c: &mut Client, dev: u32, qpn: Qpn, gid
 mod tests {
     use softib_engine::verbs::QpState;
     use softib_engine::{CqHandle, QpAttr};
-    use softib_proto::Request;
+    use softib_proto::{ErrorKind, Request};
 
     use super::*;
     use crate::host::testing::{qp_init, TestHost};
