@@ -111,6 +111,8 @@ pub(crate) fn errno_of(e: &softib::Error) -> c_int {
         Error::NoDaemon { .. } => libc::ENODEV,
         // The device went away under the program: rdma-core's disassociated device.
         Error::DaemonGone { .. } => libc::EIO,
+        // The device stopped responding: a hung adapter's ETIMEDOUT.
+        Error::DaemonUnresponsive { .. } => libc::ETIMEDOUT,
         Error::Refused { kind, .. } => match kind {
             ErrorKind::NotFound | ErrorKind::Invalid | ErrorKind::WrongState => libc::EINVAL,
             ErrorKind::Exhausted => libc::ENOMEM,

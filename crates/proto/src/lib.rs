@@ -17,12 +17,16 @@
 //!   work requests, completions and QP attributes are the engine's own types
 //!   (`softib_engine::verbs`), which is why this crate depends on `softib-engine`.
 //!
+//! - **Liveness** (`liveness`): the daemon's heartbeat file, which tells a waiting client a
+//!   busy daemon from one that stopped answering.
+//!
 //! This crate holds no policy of either side: the daemon's checks are in `softib-hca`, the
 //! library's in `softib`.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 mod frame;
+pub mod liveness;
 mod message;
 mod ring;
 mod types;

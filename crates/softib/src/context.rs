@@ -398,8 +398,9 @@ impl Context {
 
     /// `ibv_poll_cq` as a C program calls it in a loop: appends up to `max` completions to
     /// `out` and returns at once. An empty poll on softib yields the CPU, which the daemon —
-    /// the "hardware" — may need on a machine with fewer cores than spinners. Returns how
-    /// many it appended.
+    /// the "hardware" — may need on a machine with fewer cores than spinners, and fails with
+    /// [`Error::DaemonUnresponsive`] once the daemon has stopped answering (a spinning program
+    /// would otherwise spin forever). Returns how many it appended.
     pub fn poll_cq_nowait(
         &mut self,
         dev: u32,
@@ -408,8 +409,11 @@ impl Context {
         out: &mut Vec<WorkCompletion>,
     ) -> Result<usize> {
         let mut got = self.poll_cq(dev, cq, max, Duration::ZERO)?;
-        if got.is_empty() && matches!(self.backend, Backend::Daemon(_)) {
-            std::thread::yield_now();
+        if got.is_empty() {
+            if let Backend::Daemon(s) = &mut self.backend {
+                s.idle_poll()?;
+                std::thread::yield_now();
+            }
         }
         let n = got.len();
         out.append(&mut got);

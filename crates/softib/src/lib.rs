@@ -55,6 +55,7 @@ pub mod verbs_attr;
 
 pub use channel::CompChannel;
 pub use context::Context;
+pub use daemon::DaemonState;
 pub use objects::{
     AddressHandle, CompletionQueue, Device, Endpoint, MemoryRegion, ProtectionDomain, QueuePair,
     SharedReceiveQueue,
@@ -94,6 +95,15 @@ pub enum Error {
     DaemonGone {
         /// The daemon's process id.
         pid: u32,
+    },
+    /// The daemon stopped answering: its heartbeat has not changed for 4 s while this program
+    /// waited on it (the connection is open: a suspended, hung or dying daemon).
+    #[error("softibd (pid {pid}) has stopped answering (state: {state}); {hint}", hint = state.hint(*pid))]
+    DaemonUnresponsive {
+        /// The daemon's process id.
+        pid: u32,
+        /// What the kernel says of it.
+        state: DaemonState,
     },
     /// The connection failed.
     #[error("softibd connection: {0}")]

@@ -135,6 +135,8 @@ impl Daemon {
     pub fn run(&mut self, stop: &Arc<AtomicBool>) -> io::Result<()> {
         let mut busy = true;
         let mut last_busy = StdInstant::now();
+        let mut heartbeat =
+            super::liveness::Heartbeat::start(self.hosts.iter().map(|h| h.dir.as_path()));
         let spin = std::env::var("SOFTIB_DAEMON_SPIN_US")
             .ok()
             .and_then(|v| v.parse().ok())
@@ -162,7 +164,9 @@ impl Daemon {
             let timeout = if waiting { StdDuration::ZERO } else { timeout };
             self.wait(timeout)?;
             busy = self.step()?;
+            heartbeat.beat(StdInstant::now());
         }
+        heartbeat.stop();
         for h in &self.hosts {
             let _ = std::fs::remove_file(h.dir.join(SOCKET_NAME));
         }

@@ -28,6 +28,7 @@
 //! - `events`: what clients learn without asking — asynchronous events of their objects,
 //!   completion channels of armed CQs.
 //! - `parked`: requests that wait (PollCq, RecvMads) and when they are answered.
+//! - `liveness`: the heartbeat file that tells waiting clients the loop still turns.
 //! - `mads`: MADs for local agents — responses to the agent that asked (TID owners), requests
 //!   to the SM, the PMA, the SM's IsSM flag.
 
@@ -37,6 +38,7 @@ mod event_loop;
 mod events;
 mod handlers;
 mod host_rt;
+mod liveness;
 mod mads;
 mod parked;
 mod rings;

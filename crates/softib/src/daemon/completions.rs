@@ -131,11 +131,13 @@ impl CqRings {
             if left.is_zero() {
                 return Ok(v);
             }
-            self.sleep(conn, dev, cq, left)?;
+            // In slices, to notice a daemon that stopped answering.
+            self.sleep(conn, dev, cq, left.min(super::liveness::LOOK_EVERY))?;
             self.pop(dev, cq, max, &mut v)?;
             if !v.is_empty() {
                 return Ok(v);
             }
+            conn.check_alive()?;
         }
     }
 
@@ -228,6 +230,8 @@ mod tests {
         let conn = Conn {
             stream: ours,
             daemon_pid: 1,
+            watch: super::super::liveness::Watch::new(std::path::Path::new("/nonexistent")),
+            unresponsive: None,
         };
         let ring = Ring::create("softib-test-cq", 8, proto::CQ_RING_SLOT_LEN).unwrap();
         let daemon = Ring::from_fd(

@@ -7,6 +7,7 @@
 //! come back through a ring per CQ ([`completions`]).
 
 mod completions;
+mod liveness;
 mod posting;
 
 use std::os::fd::BorrowedFd;
@@ -24,6 +25,8 @@ use crate::{
     PdHandle, QpAttr, QpInitAttr, Qpn, RecvWr, Result, SendWr, SrqHandle, WorkCompletion,
 };
 use completions::CqRings;
+pub use liveness::DaemonState;
+use liveness::Watch;
 use posting::Posting;
 
 /// The control socket: each request is answered by exactly one response.
@@ -32,6 +35,11 @@ pub(crate) struct Conn {
     stream: UnixStream,
     /// The daemon's process id (0 until it said hello), for the error when it goes away.
     daemon_pid: u32,
+    /// The daemon's heartbeat, looked at while waiting for it.
+    watch: Watch,
+    /// The daemon stopped answering in the middle of a request: its answer may still come,
+    /// so nothing more can be read from this connection in order.
+    unresponsive: Option<(u32, DaemonState)>,
 }
 
 impl Conn {
@@ -46,6 +54,9 @@ impl Conn {
         fds: &[BorrowedFd<'_>],
     ) -> Result<Response> {
         let pid = self.daemon_pid;
+        if let Some((pid, state)) = self.unresponsive {
+            return Err(Error::DaemonUnresponsive { pid, state });
+        }
         let gone = |e: std::io::Error| match e.kind() {
             std::io::ErrorKind::UnexpectedEof
             | std::io::ErrorKind::BrokenPipe
@@ -53,6 +64,16 @@ impl Conn {
             _ => Error::Io(e),
         };
         proto::send(&self.stream, req, fds).map_err(gone)?;
+        // A parked request (a wait for a completion or a MAD) may be answered late; only a
+        // daemon whose heartbeat stopped is given up on.
+        while !readable(&self.stream, liveness::LOOK_EVERY).map_err(gone)? {
+            if let Err(e) = self.watch.check(std::time::Instant::now()) {
+                if let Error::DaemonUnresponsive { pid, state } = e {
+                    self.unresponsive = Some((pid, state));
+                }
+                return Err(e);
+            }
+        }
         let body = proto::recv_blocking(&mut self.stream).map_err(gone)?;
         match proto::decode::<Response>(&body) {
             Ok(Response::Error { kind, message }) => Err(Error::Refused { kind, message }),
@@ -62,6 +83,15 @@ impl Conn {
                 m,
             ))),
         }
+    }
+
+    /// Whether the daemon still beats (see [`liveness`]): for a client about to wait longer,
+    /// or spinning on its rings without a request.
+    pub(crate) fn check_alive(&mut self) -> Result<()> {
+        if let Some((pid, state)) = self.unresponsive {
+            return Err(Error::DaemonUnresponsive { pid, state });
+        }
+        self.watch.check(std::time::Instant::now())
     }
 
     pub(crate) fn ok(&mut self, req: &Request) -> Result<()> {
@@ -84,6 +114,21 @@ impl Conn {
             Response::Posted { posted, error } => Ok((posted, error)),
             _ => Err(Error::Unexpected("not Posted")),
         }
+    }
+}
+
+/// Whether `stream` has something to read within `timeout`.
+fn readable(stream: &UnixStream, timeout: Duration) -> std::io::Result<bool> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let mut fds = [PollFd::new(stream, PollFlags::IN)];
+    let ts = Timespec {
+        tv_sec: timeout.as_secs() as i64,
+        tv_nsec: i64::from(timeout.subsec_nanos()),
+    };
+    match poll(&mut fds, Some(&ts)) {
+        Ok(n) => Ok(n > 0),
+        Err(rustix::io::Errno::INTR) => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -133,6 +178,8 @@ impl Session {
         let mut conn = Conn {
             stream,
             daemon_pid: 0,
+            watch: Watch::new(dir),
+            unresponsive: None,
         };
         let program = std::env::args()
             .next()
@@ -418,6 +465,13 @@ impl Session {
 
     pub(crate) fn post_recv(&mut self, dev: u32, qpn: Qpn, wrs: Vec<RecvWr>) -> Result<()> {
         self.posts.post_recv(&mut self.conn, (dev, qpn), wrs)
+    }
+
+    /// An empty poll of a program that spins on its CQs without waiting (the drop-in's
+    /// `ibv_poll_cq`): the error once the daemon has stopped answering, so that the program
+    /// stops instead of spinning forever.
+    pub(crate) fn idle_poll(&mut self) -> Result<()> {
+        self.conn.check_alive()
     }
 
     /// `ibv_poll_cq`, and with a nonzero `wait` the waiting form (see [`CqRings::poll`]).
