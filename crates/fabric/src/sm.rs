@@ -46,6 +46,10 @@
 //! Not done: LMC > 0, M_Key protection, P_Key tables, SMInfo handover
 //! (a master that finds a higher SM simply goes Standby at its next heavy sweep), traps (the
 //! runtime calls [`SubnetManager::request_sweep`] for one).
+//!
+//! This file is the sweep's state machine and election (about 1,400 lines, one concept:
+//! the order of an SM's steps); routing (`sm/routing.rs`) and multicast (`sm/mcast.rs`)
+//! are their own files.
 
 pub mod mcast;
 mod routing;

@@ -72,6 +72,9 @@
 //! received SMP and says what leaves the node. Only purely directed routes are walked (DrSLID
 //! and DrDLID permissive, as opensm and the diagnostics send them); an SMP with a LID-routed
 //! part is dropped with [`DrDrop::LidRoutedPart`].
+//!
+//! About 1,600 lines, one concept: the agent's Get/Set of every SMP attribute (IBA §14.2.5)
+//! and the directed-route rules, which share the node's state; its tests are `sma/tests.rs`.
 
 use std::collections::VecDeque;
 

@@ -8,6 +8,9 @@
 //!
 //! Every upstream flag softib does not implement is refused by name
 //! ([`ArgsError::Unsupported`]) instead of being silently ignored.
+//!
+//! One file on purpose (about 1,200 lines): perftest's whole option table with each tool's
+//! checks, in upstream's order, so that the two can be compared flag by flag.
 
 use std::fmt;
 use std::time::Duration;

@@ -18,6 +18,9 @@
 //! string (upstream compares `atof(rem_version)` against thresholds); [`PeerVersion`] keeps
 //! those rules in one place. Older perftest (e.g. Debian's 4.5 package) differs only
 //! through those thresholds: it skips the steps its version predates.
+//!
+//! One file on purpose (about 1,400 lines): every message of the exchange and its version
+//! rules together, so that a byte-compatibility question has one place to look.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
