@@ -6,12 +6,15 @@
 use softib::{Context, PortInfo};
 
 /// What the HCA says about a stalled run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Stall {
     /// Why the port carries no data (`PortInfo::why_not_active`), when it is not Active.
     pub port_down: Option<String>,
     /// What the device dropped since it started, by reason (nonzero counts only).
     pub drops: Vec<(String, u64)>,
+    /// The faults set on the port (`softib link set DEV fault ...`) and what they did, when
+    /// any are set.
+    pub faults: Option<(softib::FaultSpec, softib::FaultStats)>,
 }
 
 impl Stall {
@@ -25,13 +28,25 @@ impl Stall {
 /// listed.
 pub fn diagnose(ctx: &mut Context, dev: &str, port: u8) -> softib::Result<Option<Stall>> {
     let devs = ctx.devices()?;
-    Ok(devs.into_iter().find(|d| d.name == dev).map(|d| Stall {
+    let Some(index) = devs.iter().position(|d| d.name == dev) else {
+        return Ok(None);
+    };
+    // Faults are softib's: an rdma-core device has none to report.
+    let faults = ctx
+        .faults(index as u32)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|(p, spec, _)| *p == port && !spec.is_none())
+        .map(|(_, spec, stats)| (spec, stats));
+    let d = &devs[index];
+    Ok(Some(Stall {
         port_down: d
             .ports
             .iter()
             .find(|p| p.number == port)
             .and_then(|p| p.why_not_active(&d.name)),
-        drops: d.drops,
+        drops: d.drops.clone(),
+        faults,
     }))
 }
 

@@ -595,7 +595,7 @@ impl Local {
     fn poll(&mut self, wait: Duration, side: &str) -> Result<Vec<WorkCompletion>> {
         let wcs = self.ctx.poll_cq(self.dev, self.cq, 256, wait)?;
         if let Some(bad) = wcs.iter().find(|w| w.status != WcStatus::Success) {
-            return fail(format!(
+            let mut msg = format!(
                 " Completion with error at {side}:\n Failed status {}: wr_id {} syndrom 0x{:x}\n \
                  ({}: {})",
                 wc_code(bad.status),
@@ -603,7 +603,12 @@ impl Local {
                 bad.vendor_err,
                 bad.status,
                 explain_status(bad.status)
-            ));
+            );
+            // A peer that stopped answering: what this side's port can tell about why.
+            if matches!(bad.status, WcStatus::RetryExcErr | WcStatus::RnrRetryExcErr) {
+                msg.push_str(&self.findings(false));
+            }
+            return fail(msg);
         }
         Ok(wcs)
     }
@@ -614,14 +619,38 @@ impl Local {
             " No progress for {} s while {what}: {done} of {need} done.",
             self.timeout.as_secs()
         );
+        msg.push_str(&self.findings(true));
+        RunError(msg)
+    }
+
+    /// What the HCA can say about a transfer that stopped: the port's state, the faults set
+    /// on it, what it dropped (`nothing_dropped`: whether to say so when it dropped nothing).
+    fn findings(&mut self, nothing_dropped: bool) -> String {
+        let mut msg = String::new();
         match crate::port::diagnose(&mut self.ctx, &self.info.name, self.port.number) {
             Ok(Some(stall)) => {
                 if let Some(why) = &stall.port_down {
-                    msg.push('\n');
-                    msg.push_str(&format!(" {why}"));
+                    msg.push_str(&format!("\n {why}"));
+                }
+                if let Some((spec, stats)) = &stall.faults {
+                    msg.push_str(&format!(
+                        "\n Faults are set on port {} of {}: {spec} (so far lost {}, duplicated \
+                         {}, reordered {}, corrupted {}, delayed {}); `softib link set {} fault \
+                         none` removes them.",
+                        self.port.number,
+                        self.info.name,
+                        stats.lost,
+                        stats.duplicated,
+                        stats.reordered,
+                        stats.corrupted,
+                        stats.delayed,
+                        self.info.name
+                    ));
                 }
                 if stall.drops.is_empty() {
-                    msg.push_str("\n This HCA dropped nothing: the peer did not send (is it running, is its port Active?).");
+                    if nothing_dropped {
+                        msg.push_str("\n This HCA dropped nothing: the peer did not send (is it running, is its port Active?).");
+                    }
                 } else {
                     msg.push_str("\n This HCA dropped packets:");
                     for (r, n) in &stall.drops {
@@ -641,7 +670,7 @@ impl Local {
             Ok(None) => {}
             Err(e) => msg.push_str(&format!("\n (could not ask the HCA why: {e})")),
         }
-        RunError(msg)
+        msg
     }
 
     /// One BW measurement at `size`; prints the row(s). Returns the report for JSON.
