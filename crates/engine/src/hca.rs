@@ -278,8 +278,10 @@ impl<M: Memory> Hca<M> {
 
     /// Appends a [`Transmit`]'s payload left in memory to its headers in `buf` (where
     /// `poll_transmit` wrote them) with its pad, so that the packet is whole: for a link that
-    /// carries it rather than handing it over. Returns false, and changes nothing, when the
-    /// memory is gone or `buf` is too short; the packet is then lost, as on a wire.
+    /// carries it rather than handing it over. Returns false when the memory is gone or `buf`
+    /// is too short; the packet is then lost, as on a wire — except that a request whose own
+    /// payload can no longer be read fails its work request with a local protection error,
+    /// as the gather would have had the engine copied it.
     pub fn materialize(&mut self, t: &mut Transmit, buf: &mut [u8]) -> bool {
         let Some(p) = t.payload else {
             return true;
@@ -291,6 +293,16 @@ impl<M: Memory> Hca<M> {
         };
         let (body, tail) = out.split_at_mut(n);
         if self.res.mem.read(p.region, p.addr, body).is_err() {
+            let request = t.opcode.info().is_some_and(|i| i.kind.is_request());
+            let psn = buf
+                .get(..softib_wire::bth::HEADER_LEN)
+                .and_then(|b| softib_wire::BthPacket::new_checked(b).ok())
+                .map(|b| b.psn());
+            if let (true, Some(psn)) = (request, psn) {
+                if let Some(qp) = self.qps.get_mut(&t.src_qpn) {
+                    qp.local_read_failed(psn, &mut self.res);
+                }
+            }
             return false;
         }
         tail.fill(0);

@@ -115,3 +115,81 @@ fn a_thousand_clients_that_vanish_leave_nothing_behind_and_nobody_waiting() {
     let d = Device::open_at(&dir, Some("rxe0")).unwrap();
     d.alloc_pd().unwrap();
 }
+
+/// A client registers its own memory (reached by cross-memory attach) and then unmaps it:
+/// the operations that touch it fail with the spec's statuses — the peer's WRITE into it with
+/// a remote operational error, its own SEND from it with a local protection error — and the
+/// daemon goes on serving both.
+#[test]
+#[allow(unsafe_code)]
+fn memory_unmapped_under_a_region_fails_the_operation_not_the_daemon() {
+    use rustix::mm::{mmap_anonymous, munmap, MapFlags, ProtFlags};
+    const LEN: usize = 64 << 10;
+    let (_hca, a, b) = common::loopback_pair();
+    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
+    // SAFETY: a fresh anonymous private mapping; nothing else refers to it.
+    let p = unsafe {
+        mmap_anonymous(
+            std::ptr::null_mut(),
+            LEN,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::PRIVATE,
+        )
+    }
+    .unwrap();
+    // SAFETY: the mapping is LEN bytes, readable and writable, and this slice is its only
+    // reference; it lives only for the registration call (the region keeps the address,
+    // not the reference).
+    let victim = unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), LEN) };
+    let mr_b = pd_b.register_slice(victim, all()).unwrap();
+    let buf_a = a.alloc_buffer(LEN).unwrap();
+    let mr_a = pd_a.register(&buf_a, all()).unwrap();
+    let qp_a = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 8).unwrap();
+    let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 8).unwrap();
+    let (ea, eb) = connect_regions(&qp_a, &mr_a, &qp_b, &mr_b);
+    // Mapped: a WRITE into it works.
+    qp_a.write(&mr_a, 0, 4096, eb.addr, eb.rkey, 1).unwrap();
+    let wcs = cq_a.poll_wait(1, Duration::from_secs(10)).unwrap();
+    assert_eq!(wcs[0].status, WcStatus::Success);
+    // SAFETY: no reference into the mapping is alive (the slice was consumed above); what
+    // still names it is the region's address, which is the point of the test.
+    unsafe { munmap(p, LEN) }.unwrap();
+    qp_a.write(&mr_a, 0, 4096, eb.addr, eb.rkey, 2).unwrap();
+    let wcs = cq_a.poll_wait(1, Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        wcs.len(),
+        1,
+        "no completion for the WRITE into unmapped memory"
+    );
+    // The key, access and bounds were right; the memory itself failed: the responder NAKs
+    // with a Remote Operational Error (not an access error).
+    assert_eq!(wcs[0].status, WcStatus::RemOpErr, "{:?}", wcs[0]);
+    // B's own SEND from the unmapped region, on a fresh pair (A's QP is in error now).
+    let qp_a2 = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 8).unwrap();
+    let qp_b2 = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 8).unwrap();
+    connect_regions(&qp_a2, &mr_a, &qp_b2, &mr_b);
+    qp_a2.recv(&mr_a, 0, 4096, 3).unwrap();
+    qp_b2.send(&mr_b, 0, 4096, None, 4).unwrap();
+    let wcs = cq_b.poll_wait(1, Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        wcs.len(),
+        1,
+        "no completion for the SEND from unmapped memory"
+    );
+    assert_eq!(wcs[0].status, WcStatus::LocProtErr, "{:?}", wcs[0]);
+    let _ = ea;
+    // The daemon lives and serves: a WRITE between shared buffers on a new pair.
+    let buf_b = b.alloc_buffer(LEN).unwrap();
+    let mr_b3 = pd_b.register(&buf_b, all()).unwrap();
+    let qp_a3 = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 8).unwrap();
+    let qp_b3 = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 8).unwrap();
+    let (_, eb3) = connect_regions(&qp_a3, &mr_a, &qp_b3, &mr_b3);
+    buf_a.write(0, &[7u8; 4096]);
+    qp_a3.write(&mr_a, 0, 4096, eb3.addr, eb3.rkey, 5).unwrap();
+    let wcs = cq_a.poll_wait(1, Duration::from_secs(10)).unwrap();
+    assert_eq!(wcs[0].status, WcStatus::Success);
+    let mut got = [0u8; 4096];
+    assert!(buf_b.read(0, &mut got));
+    assert_eq!(got, [7u8; 4096]);
+}

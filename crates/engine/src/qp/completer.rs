@@ -27,6 +27,9 @@ pub mod vendor_err {
     pub const SEQUENCE: u32 = 0x300;
     /// A response of the wrong kind or length.
     pub const BAD_RESPONSE: u32 = 0x400;
+    /// The payload of a request could not be read from local memory when its packet left
+    /// (the memory under the region went away after the checks).
+    pub const LOCAL_READ: u32 = 0x500;
 }
 
 impl Qp {
@@ -167,6 +170,12 @@ impl Qp {
             Some(i) => self.fail_wqe(i, status, vendor, res),
             None => self.enter_error(res, None),
         }
+    }
+
+    /// The payload of request packet `psn` could not be read from local memory: its WQE
+    /// completes with a local protection error, as a requester's gather does.
+    pub(crate) fn local_read_failed<M: Memory>(&mut self, psn: Psn, res: &mut Resources<M>) {
+        self.fail_at(psn, WcStatus::LocProtErr, vendor_err::LOCAL_READ, res);
     }
 
     /// Completes WQE `i` with an error status and moves the QP to the error state (RC) or
