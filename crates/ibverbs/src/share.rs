@@ -175,8 +175,15 @@ fn publish(segs: &[Segment]) {
 /// Moves the pages of `[start, start + len)` onto a new memory file, contents and all.
 fn move_pages(start: usize, len: usize) -> Option<Segment> {
     use rustix::mm::{MapFlags, MremapFlags, ProtFlags};
-    let fd = rustix::fs::memfd_create("softib-mr", rustix::fs::MemfdFlags::CLOEXEC).ok()?;
+    let fd = rustix::fs::memfd_create(
+        "softib-mr",
+        rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
+    )
+    .ok()?;
     rustix::fs::ftruncate(&fd, len as u64).ok()?;
+    // The daemon maps only files that cannot shrink under it (a shrunk file would fault its
+    // accesses with SIGBUS), and refuses the others.
+    rustix::fs::fcntl_add_seals(&fd, rustix::fs::SealFlags::SHRINK).ok()?;
     let ino = rustix::fs::fstat(&fd).ok()?.st_ino;
     // SAFETY: a new mapping of our own file at an address the kernel picks.
     let tmp = unsafe {
@@ -288,5 +295,35 @@ mod tests {
         assert!(!covered(&maps, 0x6000, 0x8000, plain), "a shared mapping");
         assert!(!covered(&maps, 0x9000, 0xa000, plain), "nothing mapped");
         assert!(covered(&maps, 0x7000, 0x8000, |m| m.inode == 42));
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn moved_pages_keep_their_contents_and_pass_the_daemons_check() {
+        use rustix::mm::{MapFlags, ProtFlags};
+        let len = 4 * rustix::param::page_size();
+        // SAFETY: a fresh anonymous mapping that only this test uses.
+        let p = unsafe {
+            rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE,
+            )
+        }
+        .unwrap();
+        // SAFETY: the mapping is `len` bytes, readable and writable, and ours alone.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) };
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = (i % 251) as u8;
+        }
+        let seg = move_pages(p as usize, len).unwrap();
+        // SAFETY: as above: the same addresses, now backed by the memory file.
+        let moved = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) };
+        assert!(moved.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
+        // The daemon maps a buffer only if it cannot shrink under it.
+        softib_net::shm::SharedRegion::from_fd(seg.fd.try_clone().unwrap(), len).unwrap();
+        // SAFETY: nothing refers to the mapping any more.
+        unsafe { rustix::mm::munmap(p, len) }.unwrap();
     }
 }
