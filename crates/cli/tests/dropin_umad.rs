@@ -1,0 +1,347 @@
+//! The drop-in libibumad.so.3 under Debian's unmodified infiniband-diags (through the real
+//! libibmad and libibnetdisc) and opensm (through libosmvendor): its symbols and their
+//! versions, every consumer binding to it under BIND_NOW, and the real tools on softib
+//! fabrics — byte for byte what they print on ibsim where the team's goldens have it, and
+//! what the topology file says elsewhere.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{repo, text, Fabric, SOFTIB};
+use softib_fabric::Topology;
+
+/// Whether Debian's `prog` (an absolute path) is installed; if not, says why the test does
+/// nothing — or, under `CI=true` (where .ci/run installs it), fails.
+fn have(prog: &str, package: &str) -> bool {
+    let found = Path::new(prog).exists();
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none_or(|v| v != "true"),
+            "{prog} is missing under CI=true: .ci/run installs {package}"
+        );
+        eprintln!("skipped: {prog} is not installed (apt-get install {package})");
+    }
+    found
+}
+
+/// The directory `softib run` puts first on a program's library path (made on first use).
+fn lib_dir() -> PathBuf {
+    let out = Command::new(SOFTIB)
+        .args(["run", "--no-dev", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "softib run: {}", text(&out.stderr));
+    Path::new(SOFTIB).parent().unwrap().join("softib-lib")
+}
+
+fn readelf(args: &[&str], file: &Path) -> String {
+    let o = Command::new("readelf")
+        .args(args)
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "readelf {args:?} {}", file.display());
+    text(&o.stdout)
+}
+
+#[test]
+fn the_library_exports_its_table_and_every_consumer_binds_to_it() {
+    if !have("/usr/bin/readelf", "binutils") || !have("/usr/sbin/smpquery", "infiniband-diags") {
+        return;
+    }
+    let dir = lib_dir();
+    let lib = std::fs::canonicalize(dir.join("libibumad.so.3")).unwrap();
+    let d = readelf(&["-d"], &lib);
+    assert!(d.contains("Library soname: [libibumad.so.3]"), "{d}");
+    assert!(d.contains("BIND_NOW"), "{d}");
+    let table: BTreeSet<String> = std::fs::read_to_string(repo("crates/umad/exports.txt"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("IBUMAD"))
+        .map(|l| {
+            let mut f = l.split_whitespace();
+            let node = f.next().unwrap();
+            format!("{}@@{node}", f.next().unwrap())
+        })
+        .collect();
+    let defined: BTreeSet<String> = readelf(&["--dyn-syms", "-W"], &lib)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 8 && f[6] != "UND" && f[4] == "GLOBAL" && f[7].contains("@@"))
+                .then(|| f[7].to_string())
+                .filter(|s| !s.starts_with("IBUMAD"))
+        })
+        .collect();
+    assert_eq!(
+        defined, table,
+        "the library's symbols are not exports.txt's"
+    );
+    // rdma-core's own has exactly these (39 symbols): nothing missing, nothing extra.
+    let real = Path::new("/usr/lib/x86_64-linux-gnu/libibumad.so.3");
+    if real.exists() {
+        let theirs: BTreeSet<String> = readelf(&["--dyn-syms", "-W"], real)
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() >= 8 && f[6] != "UND" && f[7].starts_with("umad_"))
+                    .then(|| f[7].to_string())
+            })
+            .collect();
+        assert_eq!(defined, theirs);
+    }
+    // Every consumer loads with ours under BIND_NOW: no symbol or version missing.
+    let mut consumers: Vec<&str> = vec![
+        "/usr/sbin/ibstat",
+        "/usr/sbin/ibnetdiscover",
+        "/usr/sbin/smpquery",
+        "/usr/sbin/perfquery",
+        "/usr/sbin/saquery",
+        "/usr/sbin/sminfo",
+        "/usr/sbin/ibping",
+        "/usr/sbin/iblinkinfo",
+        "/usr/sbin/ibroute",
+        "/usr/lib/x86_64-linux-gnu/libibmad.so.5",
+        "/usr/lib/x86_64-linux-gnu/libibnetdisc.so.5",
+    ];
+    for optional in [
+        "/usr/sbin/opensm",
+        "/usr/lib/x86_64-linux-gnu/libosmvendor.so.5",
+        "/usr/bin/ib_send_bw",
+    ] {
+        if Path::new(optional).exists() {
+            consumers.push(optional);
+        }
+    }
+    for c in consumers {
+        let out = Command::new("ldd")
+            .arg("-r")
+            .arg(c)
+            .env("LD_LIBRARY_PATH", &dir)
+            .env("LD_BIND_NOW", "1")
+            .output()
+            .unwrap();
+        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "ldd -r {c}:\n{all}");
+        assert!(
+            !all.contains("undefined symbol") && !all.contains("not found"),
+            "{c} does not bind to softib's libibumad.so.3:\n{all}"
+        );
+        let line = all
+            .lines()
+            .find(|l| l.trim_start().starts_with("libibumad.so.3 =>"))
+            .unwrap_or_else(|| panic!("{c} does not load libibumad.so.3:\n{all}"));
+        assert!(line.contains(&*dir.to_string_lossy()), "{c}: {line}");
+    }
+}
+
+/// Runs Debian's tool `cmd[0]` (in /usr/sbin) with its arguments on `node`.
+fn real(f: &Fabric, node: &str, cmd: &str) -> String {
+    let mut args: Vec<String> = cmd.split(' ').map(String::from).collect();
+    args[0] = format!("/usr/sbin/{}", args[0]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    f.ok(node, &args)
+}
+
+/// Waits until each node's sysfs tree (which the daemon rewrites once a second, and which
+/// libibumad reads for the port's LID and SM LID) says its port knows the SM at LID 1.
+fn wait_sysfs(f: &Fabric, nodes: &[&str]) {
+    for node in nodes {
+        let t0 = Instant::now();
+        loop {
+            let out = f.exec(node, &["/usr/sbin/ibstat"]);
+            if text(&out.stdout).contains("SM lid: 1\n") {
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "{node}'s ibstat never showed the SM:\n{}{}",
+                text(&out.stdout),
+                text(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+#[test]
+fn the_real_diagnostics_print_on_the_seed_fabric_what_they_print_on_ibsim() {
+    if !have("/usr/sbin/smpquery", "infiniband-diags") {
+        return;
+    }
+    let f = Fabric::up("topologies/topoA.net", "umad-a", &["--sm", "test213:1"]);
+    let t0 = Instant::now();
+    while !f.status().contains("port 1 Active lid 2") {
+        assert!(t0.elapsed() < Duration::from_secs(20), "{}", f.status());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    wait_sysfs(&f, &["test213", "test214"]);
+    for (golden, cmd) in [
+        ("postsm-smpquery-nodeinfo-1.txt", "smpquery nodeinfo 1"),
+        ("postsm-smpquery-nodeinfo-2.txt", "smpquery nodeinfo 2"),
+        ("postsm-smpquery-nodedesc-1.txt", "smpquery nodedesc 1"),
+        (
+            "postsm-test213-smpquery-D-nodeinfo-0.txt",
+            "smpquery -D nodeinfo 0",
+        ),
+        ("postsm-smpquery-pkeys-1.txt", "smpquery pkeys 1 1"),
+        ("postsm-test213-ibaddr.txt", "ibaddr"),
+        ("postsm-ibaddr-2.txt", "ibaddr 2"),
+        ("postsm-test213-ibnodes.txt", "ibnodes -P 1"),
+    ] {
+        let want = std::fs::read_to_string(repo("crates/cli/tests/golden").join(golden)).unwrap();
+        assert_eq!(
+            real(&f, "test213", cmd),
+            want,
+            "Debian's `{cmd}` on softib differs from its output on ibsim ({golden})"
+        );
+    }
+    // ibstat reads the CA through umad_get_ca: the host's device as the fabric made it.
+    let ibstat = real(&f, "test214", "ibstat");
+    for want in [
+        "CA 'mlx4_0'",
+        "Number of ports: 2",
+        "Node GUID: 0xe41d2d0300b47e90",
+        "State: Active",
+        "Base lid: 2",
+        "SM lid: 1",
+        "Port GUID: 0xe41d2d0300b47e91",
+        "Link layer: InfiniBand",
+    ] {
+        assert!(ibstat.contains(want), "{want:?} not in:\n{ibstat}");
+    }
+    // Port 2's subnet has no SM: Initializing, no LID.
+    assert!(ibstat.contains("State: Initializing"), "{ibstat}");
+    let sm = real(&f, "test214", "sminfo");
+    assert!(
+        sm.starts_with("sminfo: sm lid 1 sm guid 0xe41d2d0300b47d01, activity count"),
+        "{sm}"
+    );
+    // PortCounters from the PMA on QP1, and a PathRecord table reassembled from RMPP.
+    let pq = real(&f, "test213", "perfquery 2 1");
+    assert!(pq.starts_with("# Port counters: Lid 2 port 1"), "{pq}");
+    let pr = real(&f, "test214", "saquery -p");
+    assert_eq!(pr.matches("PathRecord dump:").count(), 4, "{pr}");
+    let nr = real(&f, "test214", "saquery");
+    assert_eq!(nr.matches("NodeRecord dump:").count(), 2, "{nr}");
+}
+
+#[test]
+fn the_real_diagnostics_find_the_switched_fabric_the_file_describes() {
+    if !have("/usr/sbin/ibnetdiscover", "infiniband-diags") {
+        return;
+    }
+    let f = Fabric::up("topologies/topoB.net", "umad-b", &["--sm", "node1"]);
+    f.wait_all_active(4, Duration::from_secs(20));
+    wait_sysfs(&f, &["node1", "node2", "node4"]);
+    let discovered = real(&f, "node4", "ibnetdiscover");
+    let found = Topology::parse(&discovered).expect("ibnetdiscover's output is a topology");
+    let file =
+        Topology::parse(&std::fs::read_to_string(repo("topologies/topoB.net")).unwrap()).unwrap();
+    let links = |t: &Topology| {
+        let mut v: Vec<((u64, u8), (u64, u8))> = t
+            .links()
+            .map(|l| {
+                let a = (t.nodes()[l.a.node].node_guid.0, l.a.port);
+                let b = (t.nodes()[l.b.node].node_guid.0, l.b.port);
+                (a.min(b), a.max(b))
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(links(&found), links(&file), "{discovered}");
+    // The switches' forwarding tables exactly as the same tool shows opensm's on ibsim.
+    for lid in ["5", "6"] {
+        for (flag, name) in [("", ""), ("-M ", "M-")] {
+            let golden = repo(&format!(
+                "crates/cli/tests/golden/B-stock/postsm-ibroute-{name}{lid}.txt"
+            ));
+            let want = std::fs::read_to_string(golden).unwrap();
+            assert_eq!(
+                real(&f, "node1", &format!("ibroute {flag}{lid}")),
+                want,
+                "ibroute {flag}{lid}"
+            );
+        }
+    }
+    let want =
+        std::fs::read_to_string(repo("crates/cli/tests/golden/B-stock/postsm-saquery-g.txt"))
+            .unwrap();
+    assert_eq!(real(&f, "node1", "saquery -g"), want);
+    // Every link once from each end, Active at 4X QDR.
+    let links = real(&f, "node2", "iblinkinfo");
+    assert_eq!(
+        links
+            .matches("==( 4X          10.0 Gbps Active/  LinkUp)==>")
+            .count(),
+        4 + 2 * 2 + 4,
+        "{links}"
+    );
+    let hosts = real(&f, "node2", "ibhosts");
+    assert_eq!(hosts.lines().count(), 4, "{hosts}");
+    let switches = real(&f, "node2", "ibswitches");
+    assert_eq!(switches.lines().count(), 2, "{switches}");
+    // The route from node2 to node4 crosses both switches.
+    let trace = real(&f, "node2", "ibtracert 2 4");
+    assert!(
+        trace.contains("lid 5-5 \"MF0;sw1:SX6036/U1\"")
+            && trace.contains("lid 6-6 \"MF0;sw2:SX6036/U1\"")
+            && trace.ends_with("To ca {0xe41d2d0300c00030} portnum 1 lid 4-4 \"node4 mlx4_0\"\n"),
+        "{trace}"
+    );
+}
+
+#[test]
+fn a_query_nobody_answers_times_out_and_ibping_reaches_its_server() {
+    if !have("/usr/sbin/ibping", "infiniband-diags") {
+        return;
+    }
+    let f = Fabric::up("topologies/topoB.net", "umad-ping", &["--sm", "node1"]);
+    f.wait_all_active(4, Duration::from_secs(20));
+    wait_sysfs(&f, &["node2", "node3"]);
+    // No LID 99: libibmad's retries each time out (ETIMEDOUT from the library), and the tool
+    // says the query failed instead of hanging.
+    let t0 = Instant::now();
+    let out = f.exec(
+        "node2",
+        &["/usr/sbin/smpquery", "-t", "200", "nodeinfo", "99"],
+    );
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(255), "{said}");
+    assert!(said.contains("_do_madrpc failed; dport (Lid 99)"), "{said}");
+    assert!(t0.elapsed() < Duration::from_secs(30));
+    // A vendor-class agent (ibping's, with its OUI) answers requests; the client's
+    // responses come back to it by TID.
+    let mut server = Command::new(SOFTIB)
+        .args(["fabric", "exec", "node3", "--dir"])
+        .arg(&f.dir)
+        .args(["--", "/usr/sbin/ibping", "-S"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pongs = String::new();
+    for _ in 0..50 {
+        let out = f.exec("node2", &["/usr/sbin/ibping", "-c", "3", "3"]);
+        if out.status.success() {
+            pongs = text(&out.stdout);
+            break;
+        }
+        // The server may not have registered yet.
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(pongs.matches("Pong from").count(), 3, "{pongs}");
+    assert!(
+        pongs.contains("3 packets transmitted, 3 received, 0% packet loss"),
+        "{pongs}"
+    );
+}
