@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{repo, text, Fabric, SOFTIB};
+use common::{repo, stop, text, Fabric, SOFTIB};
 use softib_fabric::Topology;
 
 /// Whether Debian's `prog` (an absolute path) is installed; if not, says why the test does
@@ -344,4 +344,117 @@ fn a_query_nobody_answers_times_out_and_ibping_reaches_its_server() {
         pongs.contains("3 packets transmitted, 3 received, 0% packet loss"),
         "{pongs}"
     );
+}
+
+/// A program killed when the test ends, however it ends.
+struct Killed(Option<std::process::Child>);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Debian's opensm as `node`'s SM, logging into the fabric's directory, until stopped.
+fn real_opensm(f: &Fabric, node: &str, guid: &str) -> Killed {
+    let c = Command::new(SOFTIB)
+        .args(["fabric", "exec", node, "--dir"])
+        .arg(&f.dir)
+        .args(["--", "/usr/sbin/opensm", "-g", guid, "-f"])
+        .arg(f.dir.join("real-opensm.log"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    Killed(Some(c))
+}
+
+#[test]
+fn the_real_opensm_brings_a_fabric_up_and_programs_what_it_programs_on_ibsim() {
+    if !have("/usr/sbin/opensm", "opensm") || !have("/usr/sbin/ibroute", "infiniband-diags") {
+        return;
+    }
+    let f = Fabric::up("topologies/topoB.net", "umad-osm", &["--no-sm"]);
+    let mut sm = real_opensm(&f, "node1", "0xe41d2d0300c00001");
+    f.wait_all_active(4, Duration::from_secs(30));
+    wait_sysfs(&f, &["node1", "node3"]);
+    let log = || std::fs::read_to_string(f.dir.join("real-opensm.log")).unwrap_or_default();
+    // The switches' unicast and multicast tables exactly as the same opensm programs them on
+    // ibsim, read back by the same ibroute.
+    for lid in ["5", "6"] {
+        for (flag, name) in [("", ""), ("-M ", "M-")] {
+            let golden = repo(&format!(
+                "crates/cli/tests/golden/B-stock/postsm-ibroute-{name}{lid}.txt"
+            ));
+            let want = std::fs::read_to_string(golden).unwrap();
+            assert_eq!(
+                real(&f, "node3", &format!("ibroute {flag}{lid}")),
+                want,
+                "ibroute {flag}{lid} after the real opensm:\n{}",
+                log()
+            );
+        }
+    }
+    // Its SA: the IPoIB broadcast group as on ibsim, PathRecords for every pair of the six
+    // LIDs (a GetTable answer sent as RMPP segments by this library in opensm's process and
+    // reassembled by it in saquery's), and its own port IsSM through the issm file.
+    let want =
+        std::fs::read_to_string(repo("crates/cli/tests/golden/B-stock/postsm-saquery-g.txt"))
+            .unwrap();
+    assert_eq!(real(&f, "node3", "saquery -g"), want);
+    let pr = real(&f, "node2", "saquery -p");
+    assert_eq!(pr.matches("PathRecord dump:").count(), 36, "{pr}");
+    let issm = real(&f, "node4", "saquery -s");
+    assert!(
+        issm.starts_with("IsSM ports\nPortInfoRecord dump:\n\t\tEndPortLid..............1\n"),
+        "{issm}\nopensm's log:\n{}",
+        log()
+    );
+    let ibstat = real(&f, "node1", "ibstat");
+    assert!(ibstat.contains("Capability mask: 0x0050c04a"), "{ibstat}");
+    // softib's perftest across the fabric the real opensm manages: node4 (sw2) to node1 (sw1).
+    let srv = Command::new(SOFTIB)
+        .args(["fabric", "exec", "node1", "--dir"])
+        .arg(&f.dir)
+        .args(["--", "ib_send_bw", "-n", "200", "-p", "18631"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let c = f.exec(
+        "node4",
+        &["ib_send_bw", "-n", "200", "-p", "18631", "127.0.0.1"],
+    );
+    let s = srv.wait_with_output().unwrap();
+    assert!(
+        c.status.success() && s.status.success(),
+        "ib_send_bw: {}{}\n{}{}",
+        text(&c.stdout),
+        text(&c.stderr),
+        text(&s.stdout),
+        text(&s.stderr)
+    );
+    assert!(
+        text(&c.stdout).contains(" 65536      200 "),
+        "{}",
+        text(&c.stdout)
+    );
+    // When it stops (SIGTERM: opensm cancels its receiver thread, which sleeps in
+    // umad_recv, and joins it), its port no longer says IsSM.
+    let t0 = Instant::now();
+    stop(sm.0.take().unwrap());
+    assert!(
+        t0.elapsed() < Duration::from_secs(20),
+        "opensm took long to stop"
+    );
+    let t0 = Instant::now();
+    while real(&f, "node1", "ibstat").contains("Capability mask: 0x0050c04a") {
+        assert!(t0.elapsed() < Duration::from_secs(10), "IsSM stayed set");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -257,8 +257,12 @@ impl Agents {
             let tid = (u64::from(agent.hi_tid) << 32) | u64::from(low);
             bytes[TID_OFFSET..TID_OFFSET + 8].copy_from_slice(&tid.to_be_bytes());
         }
-        let mads = if bytes.len() > MAD_LEN {
-            if agent.reg.rmpp_version == 0 || class != 0x03 {
+        let rmpp = agent.reg.rmpp_version > 0 && class == 0x03;
+        // An RMPP agent's MAD that says RMPP is active is segmented even when it fits one
+        // MAD: the segment number and FIRST/LAST are the kernel's to set (opensm's SA sends
+        // a one-record GetTableResp so).
+        let mads = if bytes.len() > MAD_LEN || (rmpp && sa_rmpp_active(&bytes)) {
+            if !rmpp {
                 // Only SA agents that asked for RMPP may send more than one MAD.
                 return Err(libc::EINVAL);
             }

@@ -146,39 +146,6 @@ impl Port {
         inner.ready_set = queued;
         Ok(())
     }
-
-    /// Waits until a MAD is there for the program or `timeout` (None: forever) passes.
-    fn wait(&self, timeout: Option<Duration>) -> Result<bool, c_int> {
-        let until = timeout.map(|t| Instant::now() + t);
-        loop {
-            {
-                let mut inner = self.lock()?;
-                self.pump(&mut inner)?;
-                if inner.agents.has_queued() {
-                    return Ok(true);
-                }
-            }
-            let left = match until {
-                Some(u) => {
-                    let left = u.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return Ok(false);
-                    }
-                    Some(left)
-                }
-                None => None,
-            };
-            let timeout = left.map(|l| Timespec {
-                tv_sec: l.as_secs() as i64,
-                tv_nsec: i64::from(l.subsec_nanos()),
-            });
-            let mut events = [std::mem::MaybeUninit::<epoll::Event>::uninit(); 4];
-            match epoll::wait(&self.epoll, &mut events, timeout.as_ref()) {
-                Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(e.raw_os_error()),
-            }
-        }
-    }
 }
 
 /// The daemon went away or refused: says why (once) and gives the errno value.
@@ -502,32 +469,34 @@ fn write_out(umad: *mut c_void, d: &Delivered, with_data: bool) {
     }
 }
 
-/// `umad_recv`: the agent id of the MAD now in `umad` (its length in `*length`);
-/// -ETIMEDOUT after `timeout_ms` (negative: forever; 0: do not wait, -EWOULDBLOCK); -ENOSPC
-/// with the length needed in `*length` when the buffer is too small (the MAD stays first).
-pub(crate) extern "C" fn umad_recv(
-    fd: c_int,
-    umad: *mut c_void,
-    length: *mut c_int,
-    timeout_ms: c_int,
-) -> c_int {
-    ffi_neg(|| {
+/// What one look at a port found.
+#[derive(Debug, Clone, Copy)]
+enum Look {
+    /// The function's answer.
+    Done(c_int),
+    /// Nothing for the program yet: wait on this descriptor.
+    Wait(RawFd),
+}
+
+/// Takes what the daemon has for the port; a MAD for the program is written out.
+fn recv_once(fd: c_int, umad: *mut c_void, length: *mut c_int) -> Look {
+    let mut wait_on = None;
+    let r = ffi_neg(|| {
         if umad.is_null() || length.is_null() {
             return Err(libc::EINVAL);
         }
         let p = port_of(fd)?;
         // SAFETY: the caller's int.
         let room = usize::try_from(unsafe { *length }).unwrap_or(0);
-        let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
-        if timeout != Some(Duration::ZERO) && !p.wait(timeout)? {
-            return Err(libc::ETIMEDOUT);
-        }
         let mut inner = p.lock()?;
         p.pump(&mut inner)?;
         let got = inner.agents.pop(room);
         p.pump(&mut inner)?;
         match got {
-            None => Err(libc::EWOULDBLOCK),
+            None => {
+                wait_on = Some(p.epoll.as_raw_fd());
+                Err(libc::EWOULDBLOCK)
+            }
             Some(Ok(d)) => {
                 write_out(umad, &d, true);
                 // SAFETY: as above.
@@ -541,18 +510,88 @@ pub(crate) extern "C" fn umad_recv(
                 Err(libc::ENOSPC)
             }
         }
-    })
+    });
+    match wait_on {
+        Some(ep) => Look::Wait(ep),
+        None => Look::Done(r),
+    }
+}
+
+/// Waits until there may be something on the port's descriptor `ep`, at most until `until`;
+/// `false` once `until` has passed.
+///
+/// `epoll_wait` is a cancellation point, and this is where opensm's receiver thread is when
+/// opensm stops it with `pthread_cancel` (then `pthread_join`), as it would be in the real
+/// library's `poll`: nothing with a destructor is alive in this frame or in the exported
+/// function's (both "C-unwind"), so the cancellation's forced unwind may pass through them.
+fn wait_on(ep: RawFd, until: Option<Instant>) -> bool {
+    let ms = match until {
+        Some(u) => {
+            let left = u.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            left.as_millis().clamp(1, i32::MAX as u128) as c_int
+        }
+        None => -1,
+    };
+    let mut events = [libc::epoll_event { events: 0, u64: 0 }; 4];
+    // SAFETY: `events` has room for the 4 events we ask for; `ep` is the port's epoll fd (a
+    // closed one makes epoll_wait fail, and the next look says EBADF).
+    unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), 4, ms) };
+    true
+}
+
+fn deadline(timeout_ms: c_int) -> Option<Instant> {
+    u64::try_from(timeout_ms)
+        .ok()
+        .map(|ms| Instant::now() + Duration::from_millis(ms))
+}
+
+/// `umad_recv`: the agent id of the MAD now in `umad` (its length in `*length`);
+/// -ETIMEDOUT after `timeout_ms` (negative: forever; 0: do not wait, -EWOULDBLOCK); -ENOSPC
+/// with the length needed in `*length` when the buffer is too small (the MAD stays first).
+pub(crate) extern "C-unwind" fn umad_recv(
+    fd: c_int,
+    umad: *mut c_void,
+    length: *mut c_int,
+    timeout_ms: c_int,
+) -> c_int {
+    let until = deadline(timeout_ms);
+    loop {
+        match recv_once(fd, umad, length) {
+            Look::Done(r) => return r,
+            Look::Wait(_) if timeout_ms == 0 => return -libc::EWOULDBLOCK,
+            Look::Wait(ep) => {
+                if !wait_on(ep, until) {
+                    crate::set_errno(libc::ETIMEDOUT);
+                    return -libc::ETIMEDOUT;
+                }
+            }
+        }
+    }
 }
 
 /// `umad_poll`: 0 once a MAD waits, -ETIMEDOUT after `timeout_ms` (negative: forever).
-pub(crate) extern "C" fn umad_poll(fd: c_int, timeout_ms: c_int) -> c_int {
-    ffi_neg(|| {
-        let p = port_of(fd)?;
-        let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
-        if p.wait(timeout)? {
-            Ok(0)
-        } else {
-            Err(libc::ETIMEDOUT)
+pub(crate) extern "C-unwind" fn umad_poll(fd: c_int, timeout_ms: c_int) -> c_int {
+    let until = deadline(timeout_ms);
+    loop {
+        let look = ffi_neg(|| {
+            let p = port_of(fd)?;
+            let mut inner = p.lock()?;
+            p.pump(&mut inner)?;
+            if inner.agents.has_queued() {
+                Ok(0)
+            } else {
+                Ok(p.epoll.as_raw_fd() + 1)
+            }
+        });
+        if look <= 0 {
+            return look;
         }
-    })
+        if !wait_on(look - 1, until) {
+            crate::set_errno(libc::ETIMEDOUT);
+            return -libc::ETIMEDOUT;
+        }
+    }
 }

@@ -119,13 +119,19 @@ pub(super) fn set_sm(devs: &mut [Device], dev: u32, port: u8, info: Option<SmInf
     let Some(ib) = devs.get_mut(dev as usize).and_then(Device::ib) else {
         return;
     };
+    set_is_sm(ib, port, info.is_some());
+    ib.ca.sma_mut().set_sm_info(info);
+}
+
+/// Sets or clears IsSM in the CapabilityMask of `port` (an SM runs there: softib's through
+/// `SetSm`, or a program holding the port's IsSM file, `crate::issm`).
+pub(super) fn set_is_sm(ib: &mut crate::device::IbDev, port: u8, on: bool) {
     let sma = ib.ca.sma_mut();
     let mask = sma.port_info(port).map_or(0, |p| p.capability_mask);
-    let mask = if info.is_some() {
+    let mask = if on {
         mask | capability_mask::IS_SM
     } else {
         mask & !capability_mask::IS_SM
     };
     sma.set_capability_mask(port, mask);
-    sma.set_sm_info(info);
 }

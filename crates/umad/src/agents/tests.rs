@@ -236,3 +236,35 @@ fn a_large_sa_send_is_segmented() {
     // A response is not remembered: nothing waits for an answer to it.
     assert_eq!(a.next_deadline(), None);
 }
+
+#[test]
+fn an_rmpp_active_mad_that_fits_one_mad_is_one_numbered_segment() {
+    let mut a = Agents::new(0);
+    let t0 = Instant::now();
+    let sa = a.register(reg(SA, 1 << 0x12, 1)).unwrap();
+    let mut m = mad(SA, 0x92, 3);
+    m[24] = 1;
+    m[26] = rmpp_flags::ACTIVE;
+    m.truncate(56 + 64);
+    let s = a
+        .send(
+            t0,
+            &Outgoing {
+                agent: sa,
+                mad: &m,
+                dlid: 1,
+                dest_qpn: 1,
+                timeout_ms: 0,
+                retries: 0,
+            },
+        )
+        .unwrap();
+    assert_eq!(s.mads.len(), 1);
+    let seg = &s.mads[0];
+    assert_eq!(
+        seg[26] & 0x7,
+        rmpp_flags::ACTIVE | rmpp_flags::FIRST | rmpp_flags::LAST
+    );
+    assert_eq!(u32::from_be_bytes(seg[28..32].try_into().unwrap()), 1);
+    assert_eq!(u32::from_be_bytes(seg[32..36].try_into().unwrap()), 64 + 20);
+}

@@ -61,6 +61,11 @@ pub(super) fn send_smp(
     if !s.header.method.is_response() {
         h.tids.note(dev, port, s.header.tid, c.id);
     }
+    if dlid.is_none() && s.dr.is_some_and(|d| d.hop_cnt == 0) && c.is_agent(dev, port, true) {
+        // An SM asking its own node (the first SMP of a sweep) sees the IsSM its IsSM file
+        // gives, as the kernel sets it when the file is opened.
+        h.poll_issm();
+    }
     h.ib(dev)?.ca.send_smp(port, dlid, &s);
     Ok(Response::Ok)
 }
