@@ -6,28 +6,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod dropin;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{repo, stop, text, Fabric, SOFTIB};
+use common::{repo, stop, text, Fabric, SEED_GOLDENS, SOFTIB};
+use dropin::{have, readelf};
 use softib_fabric::Topology;
-
-/// Whether Debian's `prog` (an absolute path) is installed; if not, says why the test does
-/// nothing — or, under `CI=true` (where .ci/run installs it), fails.
-fn have(prog: &str, package: &str) -> bool {
-    let found = Path::new(prog).exists();
-    if !found {
-        assert!(
-            std::env::var_os("CI").is_none_or(|v| v != "true"),
-            "{prog} is missing under CI=true: .ci/run installs {package}"
-        );
-        eprintln!("skipped: {prog} is not installed (apt-get install {package})");
-    }
-    found
-}
 
 /// The directory `softib run` puts first on a program's library path (made on first use).
 fn lib_dir() -> PathBuf {
@@ -37,16 +25,6 @@ fn lib_dir() -> PathBuf {
         .unwrap();
     assert!(out.status.success(), "softib run: {}", text(&out.stderr));
     Path::new(SOFTIB).parent().unwrap().join("softib-lib")
-}
-
-fn readelf(args: &[&str], file: &Path) -> String {
-    let o = Command::new("readelf")
-        .args(args)
-        .arg(file)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "readelf {args:?} {}", file.display());
-    text(&o.stdout)
 }
 
 #[test]
@@ -181,19 +159,7 @@ fn the_real_diagnostics_print_on_the_seed_fabric_what_they_print_on_ibsim() {
         std::thread::sleep(Duration::from_millis(100));
     }
     wait_sysfs(&f, &["test213", "test214"]);
-    for (golden, cmd) in [
-        ("postsm-smpquery-nodeinfo-1.txt", "smpquery nodeinfo 1"),
-        ("postsm-smpquery-nodeinfo-2.txt", "smpquery nodeinfo 2"),
-        ("postsm-smpquery-nodedesc-1.txt", "smpquery nodedesc 1"),
-        (
-            "postsm-test213-smpquery-D-nodeinfo-0.txt",
-            "smpquery -D nodeinfo 0",
-        ),
-        ("postsm-smpquery-pkeys-1.txt", "smpquery pkeys 1 1"),
-        ("postsm-test213-ibaddr.txt", "ibaddr"),
-        ("postsm-ibaddr-2.txt", "ibaddr 2"),
-        ("postsm-test213-ibnodes.txt", "ibnodes -P 1"),
-    ] {
+    for &(golden, cmd) in SEED_GOLDENS {
         let want = std::fs::read_to_string(repo("crates/cli/tests/golden").join(golden)).unwrap();
         assert_eq!(
             real(&f, "test213", cmd),
@@ -231,6 +197,27 @@ fn the_real_diagnostics_print_on_the_seed_fabric_what_they_print_on_ibsim() {
     assert_eq!(nr.matches("NodeRecord dump:").count(), 2, "{nr}");
 }
 
+/// `ibroute` and `ibroute -M` of topoB's two switches and `saquery -g`, run on `node`, are
+/// what the real tools print on ibsim after the real opensm (`crates/cli/tests/golden/B-stock`).
+fn tables_as_on_ibsim(f: &Fabric, node: &str, sm_log: &str) {
+    for lid in ["5", "6"] {
+        for (flag, name) in [("", ""), ("-M ", "M-")] {
+            let golden = repo(&format!(
+                "crates/cli/tests/golden/B-stock/postsm-ibroute-{name}{lid}.txt"
+            ));
+            let want = std::fs::read_to_string(golden).unwrap();
+            assert_eq!(
+                real(f, node, &format!("ibroute {flag}{lid}")),
+                want,
+                "ibroute {flag}{lid}\n{sm_log}"
+            );
+        }
+    }
+    let golden = repo("crates/cli/tests/golden/B-stock/postsm-saquery-g.txt");
+    let want = std::fs::read_to_string(golden).unwrap();
+    assert_eq!(real(f, node, "saquery -g"), want, "{sm_log}");
+}
+
 #[test]
 fn the_real_diagnostics_find_the_switched_fabric_the_file_describes() {
     if !have("/usr/sbin/ibnetdiscover", "infiniband-diags") {
@@ -257,23 +244,7 @@ fn the_real_diagnostics_find_the_switched_fabric_the_file_describes() {
     };
     assert_eq!(links(&found), links(&file), "{discovered}");
     // The switches' forwarding tables exactly as the same tool shows opensm's on ibsim.
-    for lid in ["5", "6"] {
-        for (flag, name) in [("", ""), ("-M ", "M-")] {
-            let golden = repo(&format!(
-                "crates/cli/tests/golden/B-stock/postsm-ibroute-{name}{lid}.txt"
-            ));
-            let want = std::fs::read_to_string(golden).unwrap();
-            assert_eq!(
-                real(&f, "node1", &format!("ibroute {flag}{lid}")),
-                want,
-                "ibroute {flag}{lid}"
-            );
-        }
-    }
-    let want =
-        std::fs::read_to_string(repo("crates/cli/tests/golden/B-stock/postsm-saquery-g.txt"))
-            .unwrap();
-    assert_eq!(real(&f, "node1", "saquery -g"), want);
+    tables_as_on_ibsim(&f, "node1", "");
     // Every link once from each end, Active at 4X QDR.
     let links = real(&f, "node2", "iblinkinfo");
     assert_eq!(
@@ -384,28 +355,11 @@ fn the_real_opensm_brings_a_fabric_up_and_programs_what_it_programs_on_ibsim() {
     wait_sysfs(&f, &["node1", "node3"]);
     let log = || std::fs::read_to_string(f.dir.join("real-opensm.log")).unwrap_or_default();
     // The switches' unicast and multicast tables exactly as the same opensm programs them on
-    // ibsim, read back by the same ibroute.
-    for lid in ["5", "6"] {
-        for (flag, name) in [("", ""), ("-M ", "M-")] {
-            let golden = repo(&format!(
-                "crates/cli/tests/golden/B-stock/postsm-ibroute-{name}{lid}.txt"
-            ));
-            let want = std::fs::read_to_string(golden).unwrap();
-            assert_eq!(
-                real(&f, "node3", &format!("ibroute {flag}{lid}")),
-                want,
-                "ibroute {flag}{lid} after the real opensm:\n{}",
-                log()
-            );
-        }
-    }
-    // Its SA: the IPoIB broadcast group as on ibsim, PathRecords for every pair of the six
-    // LIDs (a GetTable answer sent as RMPP segments by this library in opensm's process and
-    // reassembled by it in saquery's), and its own port IsSM through the issm file.
-    let want =
-        std::fs::read_to_string(repo("crates/cli/tests/golden/B-stock/postsm-saquery-g.txt"))
-            .unwrap();
-    assert_eq!(real(&f, "node3", "saquery -g"), want);
+    // ibsim, read back by the same ibroute; its SA's IPoIB broadcast group as there.
+    tables_as_on_ibsim(&f, "node3", &log());
+    // PathRecords for every pair of the six LIDs (a GetTable answer sent as RMPP segments by
+    // this library in opensm's process and reassembled by it in saquery's), and its own port
+    // IsSM through the issm file.
     let pr = real(&f, "node2", "saquery -p");
     assert_eq!(pr.matches("PathRecord dump:").count(), 36, "{pr}");
     let issm = real(&f, "node4", "saquery -s");
