@@ -1,10 +1,11 @@
 //! Running unmodified RDMA programs on softib: `softib run`, `softib env`,
 //! `softib install-libs`, and the library path `softib fabric exec` gives a program.
 //!
-//! The drop-in `libibverbs.so.1` (crates/ibverbs) is found next to this binary — in cargo's
-//! target directory as `libibverbs.so`, installed as `../lib/softib/libibverbs.so.1` — or
-//! in `$SOFTIB_LIB_DIR`. A program finds it through `LD_LIBRARY_PATH`, which comes before
-//! the system's library directories, and its host's daemon through `SOFTIB_RUNTIME_DIR`.
+//! The drop-in libraries — `libibverbs.so.1` (crates/ibverbs) and `libibumad.so.3`
+//! (crates/umad) — are found next to this binary — in cargo's target directory as
+//! `libibverbs.so` and `libibumad.so`, installed as `../lib/softib/<soname>` — or in
+//! `$SOFTIB_LIB_DIR`. A program finds them through `LD_LIBRARY_PATH`, which comes before the
+//! system's library directories, and its host's daemon through `SOFTIB_RUNTIME_DIR`.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -14,7 +15,12 @@ use anyhow::{anyhow, bail, Context as _, Result};
 use crate::exit;
 
 /// The libraries softib provides, by soname.
-const LIBS: &[&str] = &["libibverbs.so.1"];
+const LIBS: &[&str] = &["libibverbs.so.1", "libibumad.so.3"];
+
+/// The file cargo builds for a soname (`libibverbs.so.1` → `libibverbs.so`).
+fn built_name(soname: &str) -> &str {
+    soname.rsplit_once('.').map_or(soname, |(base, _)| base)
+}
 
 /// `softib run [--host DIR] -- PROG ARGS...`.
 #[derive(Debug, clap::Args)]
@@ -63,40 +69,49 @@ pub fn lib_dir() -> Result<PathBuf> {
             return Ok(installed);
         }
     }
-    // Cargo's layout: target/<profile>/softib, and the library it was built with in
+    // Cargo's layout: target/<profile>/softib, and each library it was built with in
     // target/<profile>/deps (and, when it was built for its own sake, a copy in
     // target/<profile>, which a build of the tools alone leaves stale): the newer. A
-    // directory of links gives it its soname.
-    let built = ["deps/libibverbs.so", "libibverbs.so"]
-        .into_iter()
-        .filter_map(|rel| {
-            let m = std::fs::metadata(exe_dir.join(rel)).ok()?.modified().ok()?;
-            Some((m, rel))
-        })
-        .max();
-    let Some((_, rel)) = built else {
-        bail!(
-            "softib's libibverbs.so.1 is not next to {} (looked for {}, {} and {}); build it \
-             with `cargo build -p softib-ibverbs` (the same profile as softib), or point \
-             SOFTIB_LIB_DIR at a directory `softib install-libs` wrote",
-            exe.display(),
-            exe_dir.join("deps/libibverbs.so").display(),
-            exe_dir.join("libibverbs.so").display(),
-            exe_dir.join("../lib/softib/libibverbs.so.1").display()
-        );
-    };
+    // directory of links gives them their sonames.
     let dir = exe_dir.join("softib-lib");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let link = dir.join("libibverbs.so.1");
-    let target = Path::new("..").join(rel);
-    if std::fs::read_link(&link).ok().as_deref() != Some(target.as_path()) {
-        // Made under another name and renamed into place, so that programs starting at the
-        // same moment never see a missing or half-made link.
-        let tmp = dir.join(format!(".libibverbs.so.1.{}", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(&target, &tmp)
-            .with_context(|| format!("linking {}", tmp.display()))?;
-        std::fs::rename(&tmp, &link).with_context(|| format!("making {}", link.display()))?;
+    for soname in LIBS {
+        let file = built_name(soname);
+        let candidates = [format!("deps/{file}"), file.to_string()];
+        let built = candidates
+            .iter()
+            .filter_map(|rel| {
+                let m = std::fs::metadata(exe_dir.join(rel)).ok()?.modified().ok()?;
+                Some((m, rel))
+            })
+            .max();
+        let Some((_, rel)) = built else {
+            let krate = if *soname == "libibumad.so.3" {
+                "softib-umad"
+            } else {
+                "softib-ibverbs"
+            };
+            bail!(
+                "softib's {soname} is not next to {} (looked for {}, {} and {}); build it \
+                 with `cargo build -p {krate}` (the same profile as softib), or point \
+                 SOFTIB_LIB_DIR at a directory `softib install-libs` wrote",
+                exe.display(),
+                exe_dir.join(&candidates[0]).display(),
+                exe_dir.join(&candidates[1]).display(),
+                exe_dir.join("../lib/softib").join(soname).display()
+            );
+        };
+        let link = dir.join(soname);
+        let target = Path::new("..").join(rel);
+        if std::fs::read_link(&link).ok().as_deref() != Some(target.as_path()) {
+            // Made under another name and renamed into place, so that programs starting at
+            // the same moment never see a missing or half-made link.
+            let tmp = dir.join(format!(".{soname}.{}", std::process::id()));
+            let _ = std::fs::remove_file(&tmp);
+            std::os::unix::fs::symlink(&target, &tmp)
+                .with_context(|| format!("linking {}", tmp.display()))?;
+            std::fs::rename(&tmp, &link).with_context(|| format!("making {}", link.display()))?;
+        }
     }
     Ok(dir)
 }
@@ -188,7 +203,7 @@ pub fn env(a: &EnvArgs) -> Result<u8> {
 }
 
 /// `softib install-libs DIR`: copies the drop-in libraries into DIR under their sonames,
-/// with the `libibverbs.so` link a linker looks for.
+/// with the `libibverbs.so` and `libibumad.so` links a linker looks for.
 pub fn install_libs(dir: &Path) -> Result<u8> {
     let from = lib_dir()?;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -205,7 +220,7 @@ pub fn install_libs(dir: &Path) -> Result<u8> {
         std::fs::copy(&src, &tmp)
             .with_context(|| format!("copying {} to {}", src.display(), tmp.display()))?;
         std::fs::rename(&tmp, &dst).with_context(|| format!("writing {}", dst.display()))?;
-        let dev = dst.with_file_name(lib.trim_end_matches(".1"));
+        let dev = dst.with_file_name(built_name(lib));
         let _ = std::fs::remove_file(&dev);
         std::os::unix::fs::symlink(lib, &dev)
             .with_context(|| format!("linking {}", dev.display()))?;
@@ -228,5 +243,11 @@ mod tests {
         assert_eq!(shell_quote("/tmp/a b"), "'/tmp/a b'");
         assert_eq!(shell_quote("it's"), r"'it'\''s'");
         assert_eq!(shell_quote(""), "''");
+    }
+
+    #[test]
+    fn a_soname_names_the_file_cargo_builds() {
+        assert_eq!(built_name("libibverbs.so.1"), "libibverbs.so");
+        assert_eq!(built_name("libibumad.so.3"), "libibumad.so");
     }
 }

@@ -68,12 +68,13 @@ enum Command {
         #[command(subcommand)]
         command: fabric::FabricCommand,
     },
-    /// Run an unmodified RDMA program (perftest, ibv_*, UCX, ...) on softib: softib's
-    /// libibverbs.so.1 first on its library path, the host's daemon as its device.
+    /// Run an unmodified RDMA program (perftest, ibv_*, UCX, infiniband-diags, opensm, ...) on
+    /// softib: softib's libibverbs.so.1 and libibumad.so.3 first on its library path, the
+    /// host's daemon as its device.
     Run(dropin::RunArgs),
     /// Print the variables `softib run` sets, for a shell: eval "$(softib env)".
     Env(dropin::EnvArgs),
-    /// Write softib's drop-in libraries (libibverbs.so.1) into a directory.
+    /// Write softib's drop-in libraries (libibverbs.so.1, libibumad.so.3) into a directory.
     InstallLibs {
         /// The directory (e.g. ~/.local/lib/softib).
         dir: std::path::PathBuf,

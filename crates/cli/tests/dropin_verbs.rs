@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use dropin::{have, hosts, our_library, pair, port, text, Run, SOFTIB};
+use dropin::{have, hosts, our_library, pair, port, readelf, text, Run, SOFTIB};
 
 /// The table the library is built from: (node, symbol).
 fn exports() -> BTreeSet<(String, String)> {
@@ -25,16 +25,6 @@ fn exports() -> BTreeSet<(String, String)> {
             (f.next().unwrap().to_string(), f.next().unwrap().to_string())
         })
         .collect()
-}
-
-fn readelf(args: &[&str], file: &Path) -> String {
-    let o = Command::new("readelf")
-        .args(args)
-        .arg(file)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "readelf {args:?} {}", file.display());
-    text(&o.stdout)
 }
 
 /// `symbol@VERSION` (or `@@`) entries of `readelf --dyn-syms`, defined or not.

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use softib_fabric::Topology;
 
 mod common;
-use common::{repo, stop, text, wait_status, Fabric, SOFTIB};
+use common::{repo, stop, text, wait_status, Fabric, SEED_GOLDENS, SOFTIB};
 
 /// The BW rows of a perftest table: (bytes, iterations, peak, average, msg rate).
 fn bw_rows(out: &str) -> Vec<(u64, u64, f64, f64, f64)> {
@@ -421,19 +421,7 @@ fn query_tools_print_what_infiniband_diags_prints_on_the_seed_fabric() {
         assert!(t0.elapsed() < Duration::from_secs(20), "{}", f.status());
         std::thread::sleep(Duration::from_millis(100));
     }
-    for (golden, cmd) in [
-        ("postsm-smpquery-nodeinfo-1.txt", "smpquery nodeinfo 1"),
-        ("postsm-smpquery-nodeinfo-2.txt", "smpquery nodeinfo 2"),
-        ("postsm-smpquery-nodedesc-1.txt", "smpquery nodedesc 1"),
-        (
-            "postsm-test213-smpquery-D-nodeinfo-0.txt",
-            "smpquery -D nodeinfo 0",
-        ),
-        ("postsm-smpquery-pkeys-1.txt", "smpquery pkeys 1 1"),
-        ("postsm-test213-ibaddr.txt", "ibaddr"),
-        ("postsm-ibaddr-2.txt", "ibaddr 2"),
-        ("postsm-test213-ibnodes.txt", "ibnodes -P 1"),
-    ] {
+    for &(golden, cmd) in SEED_GOLDENS {
         let want = std::fs::read_to_string(repo("crates/cli/tests/golden").join(golden)).unwrap();
         let args: Vec<&str> = cmd.split(' ').collect();
         let got = f.ok("test213", &args);

@@ -943,7 +943,12 @@ impl Sma {
 
     /// The port a PortInfo attribute modifier names: on a CA 0 means the arrival port.
     fn port_info_target(&self, in_port: u8, attr_mod: u32) -> Option<u8> {
-        let p = u8::try_from(attr_mod).ok()?;
+        // Bit 31 is SMSupportsExtendedSpeeds (IBA §14.2.5.6, as opensm sets it for ports whose
+        // CapabilityMask says IsExtendedSpeedsSupported); bits 0-7 are the port.
+        if attr_mod & 0x7fff_ff00 != 0 {
+            return None;
+        }
+        let p = (attr_mod & 0xff) as u8;
         if self.is_switch() {
             (p <= self.config.num_ports).then_some(p)
         } else if p == 0 {

@@ -14,6 +14,7 @@
 pub mod device;
 pub mod host;
 pub mod ib;
+pub mod issm;
 pub mod pma;
 pub mod shm_memory;
 pub mod switchboard;

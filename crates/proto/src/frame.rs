@@ -233,6 +233,7 @@ mod tests {
             },
             Request::AttachWakeup,
             Request::AttachAsyncEvents,
+            Request::AttachMadWakeup,
         ];
         for req in &reqs {
             send(&a, req, &[]).unwrap();

@@ -380,6 +380,11 @@ pub enum Request {
     /// (`ibv_context::async_fd`): the daemon adds to it whenever it queues an event for the
     /// client, so the client can poll it and then ask with [`Request::AsyncEvents`].
     AttachAsyncEvents,
+    /// The eventfd that travels with this request is signalled (added to) whenever the daemon
+    /// queues a MAD for this client (at once if some already wait), so that a MAD agent can
+    /// sleep on it and then take them with a [`Request::RecvMads`] that does not wait — while
+    /// other threads keep sending on the connection (libibumad's pollable port fd).
+    AttachMadWakeup,
 }
 
 /// The daemon's answer.

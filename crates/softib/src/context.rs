@@ -469,6 +469,13 @@ impl Context {
         self.session("OpenMad")?.open_mad(dev, port, sm)
     }
 
+    /// Hands the daemon an eventfd it adds to whenever it queues a MAD for this agent: a
+    /// program sleeps on it (or polls it beside its other files) and then takes the MADs with
+    /// [`Context::recv_mads`] and no wait, while its other threads go on sending.
+    pub fn attach_mad_wakeup(&mut self, fd: std::os::fd::BorrowedFd<'_>) -> Result<()> {
+        self.session("AttachMadWakeup")?.attach_mad_wakeup(fd)
+    }
+
     /// Sends an SMP: directed-route when `dlid` is `None`.
     pub fn send_smp(
         &mut self,

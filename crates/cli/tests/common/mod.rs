@@ -14,6 +14,22 @@ pub fn repo(path: &str) -> PathBuf {
         .join(path)
 }
 
+/// The real infiniband-diags' outputs on ibsim for the seed fabric (topoA, opensm on test213
+/// port 1), as (golden file in `crates/cli/tests/golden`, command run on test213).
+pub const SEED_GOLDENS: &[(&str, &str)] = &[
+    ("postsm-smpquery-nodeinfo-1.txt", "smpquery nodeinfo 1"),
+    ("postsm-smpquery-nodeinfo-2.txt", "smpquery nodeinfo 2"),
+    ("postsm-smpquery-nodedesc-1.txt", "smpquery nodedesc 1"),
+    (
+        "postsm-test213-smpquery-D-nodeinfo-0.txt",
+        "smpquery -D nodeinfo 0",
+    ),
+    ("postsm-smpquery-pkeys-1.txt", "smpquery pkeys 1 1"),
+    ("postsm-test213-ibaddr.txt", "ibaddr"),
+    ("postsm-ibaddr-2.txt", "ibaddr 2"),
+    ("postsm-test213-ibnodes.txt", "ibnodes -P 1"),
+];
+
 /// A fabric brought up for one test and taken down when it ends.
 pub struct Fabric {
     pub dir: PathBuf,

@@ -96,6 +96,17 @@ impl Host {
     }
 }
 
+/// `readelf ARGS FILE`'s output.
+pub fn readelf(args: &[&str], file: &Path) -> String {
+    let o = Command::new("readelf")
+        .args(args)
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "readelf {args:?} {}", file.display());
+    text(&o.stdout)
+}
+
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }

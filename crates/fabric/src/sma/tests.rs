@@ -194,6 +194,10 @@ fn power_on_port_info_before_any_sm() {
         ask(&mut sma, 1, &get(AttrId::PORT_INFO, 0x100)).0,
         status::INVALID_ATTR_VALUE
     );
+    // Bit 31, SMSupportsExtendedSpeeds (opensm sets it), leaves the port number as it is.
+    let (code, data) = ask(&mut sma, 1, &get(AttrId::PORT_INFO, 0x8000_0002));
+    assert_eq!(code, status::SUCCESS);
+    assert_eq!(PortInfo::parse(&data).unwrap().port_state, PortState::Init);
 }
 
 #[test]

@@ -186,6 +186,8 @@ pub(super) struct Client {
     pub events: VecDeque<(u32, AsyncEvent)>,
     /// The eventfd signalled when an event is queued (`AttachAsyncEvents`).
     pub events_fd: Option<OwnedFd>,
+    /// The eventfd signalled when a MAD is queued for it (`AttachMadWakeup`).
+    pub mad_wakeup: Option<OwnedFd>,
 }
 
 impl Client {
@@ -210,6 +212,7 @@ impl Client {
             submit_errors: 0,
             events: VecDeque::new(),
             events_fd: None,
+            mad_wakeup: None,
         }
     }
 

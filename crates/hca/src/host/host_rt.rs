@@ -47,9 +47,25 @@ pub(super) struct Host {
     pub links_file: Option<PathBuf>,
     /// Seed of the engines' random choices; a RoCE device added later derives its own.
     pub seed: u64,
+    /// The ports' IsSM files (`umad_get_issm_path`; `None` without a runtime directory).
+    pub issm: Option<crate::issm::IssmFiles>,
 }
 
 impl Host {
+    /// Sets or clears IsSM on the ports whose IsSM file a program opened or closed.
+    pub fn poll_issm(&mut self) {
+        let Some(issm) = &mut self.issm else {
+            return;
+        };
+        let infos: Vec<_> = self.devs.iter().map(Device::info).collect();
+        let ports = crate::issm::IssmFiles::ib_ports(&infos);
+        for (dev, port, held) in issm.poll(&ports) {
+            if let Some(ib) = self.devs.get_mut(dev as usize).and_then(Device::ib) {
+                mads::set_is_sm(ib, port, held);
+            }
+        }
+    }
+
     pub fn new(name: String, devs: Vec<Device>, links_file: Option<PathBuf>, seed: u64) -> Host {
         Host {
             name,
@@ -58,6 +74,7 @@ impl Host {
             next_buffer: 1,
             tids: TidOwners::default(),
             unclaimed_mads: 0,
+            issm: None,
             links_file,
             seed,
         }
@@ -124,16 +141,25 @@ pub(super) struct HostRt {
     sysfs: crate::sysfs::SysfsTree,
     sysfs_due: StdInstant,
     sysfs_failed: bool,
+    /// When the IsSM files are next looked at.
+    issm_due: StdInstant,
 }
+
+/// How often the IsSM files are looked at: often while a client is an SM agent (opensm opens
+/// its port's file right after registering, and sweeps at once — the SMAs must say IsSM by
+/// the time it reads its own PortInfo), else as often as sysfs.
+const ISSM_EVERY_WITH_SM: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// How often the sysfs-style files follow the devices.
 const SYSFS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl HostRt {
-    pub fn new(host: Host, dir: PathBuf, listener: UnixListener) -> HostRt {
+    pub fn new(mut host: Host, dir: PathBuf, listener: UnixListener) -> HostRt {
+        host.issm = Some(crate::issm::IssmFiles::new(&dir));
         HostRt {
             host,
             sysfs: crate::sysfs::SysfsTree::new(&dir),
+            issm_due: StdInstant::now(),
             sysfs_due: StdInstant::now(),
             sysfs_failed: false,
             dir,
@@ -166,6 +192,9 @@ impl HostRt {
             self.accept()?;
         }
         busy |= self.serve_clients();
+        if std_now >= self.issm_due {
+            self.poll_issm(std_now);
+        }
         if std_now >= self.sysfs_due {
             self.sync_sysfs(std_now);
         }
@@ -184,6 +213,18 @@ impl HostRt {
         // through its ring and then waits has its wait parked before the transmit).
         self.deliver_to_clients(StdInstant::now());
         Ok(busy)
+    }
+
+    /// Sets or clears IsSM on the ports whose IsSM file a program opened or closed.
+    fn poll_issm(&mut self, now: StdInstant) {
+        let sm_agent = self.clients.values().any(|c| c.agents.iter().any(|a| a.sm));
+        self.issm_due = now
+            + if sm_agent {
+                ISSM_EVERY_WITH_SM
+            } else {
+                SYSFS_EVERY
+            };
+        self.host.poll_issm();
     }
 
     /// Brings the sysfs-style files up to date (see [`crate::sysfs`]); a failure is said

@@ -67,9 +67,7 @@ pub(super) fn dispatch_mad(h: &mut Host, clients: &mut BTreeMap<u64, Client>, de
     if let Some(hdr) = header.filter(|_| is_response) {
         if let Some(owner) = h.tids.take(dev, m.port, hdr.tid) {
             if let Some(c) = clients.get_mut(&owner) {
-                if c.mads.len() < MAX_QUEUED_MADS {
-                    c.mads.push_back(msg());
-                }
+                queue(c, msg());
                 return;
             }
         }
@@ -82,14 +80,27 @@ pub(super) fn dispatch_mad(h: &mut Host, clients: &mut BTreeMap<u64, Client>, de
     let msg = msg();
     let mut claimed = false;
     for c in clients.values_mut() {
-        if c.is_agent(dev, m.port, to_sm_only) && c.mads.len() < MAX_QUEUED_MADS {
-            c.mads.push_back(msg.clone());
+        if c.is_agent(dev, m.port, to_sm_only) && queue(c, msg.clone()) {
             claimed = true;
         }
     }
     if !claimed {
         h.unclaimed_mads += 1;
     }
+}
+
+/// Queues `m` for `c` and wakes it (`AttachMadWakeup`); `false` when its queue is full (an
+/// agent that does not read its MADs loses the newest, and blocks nobody).
+fn queue(c: &mut Client, m: Mad) -> bool {
+    if c.mads.len() >= MAX_QUEUED_MADS {
+        return false;
+    }
+    c.mads.push_back(m);
+    if let Some(fd) = &c.mad_wakeup {
+        // Non-blocking; a counter already at its maximum is still readable.
+        let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+    }
+    true
 }
 
 /// The performance management agent (PMA, IBA §16.1) on QP1: PortCounters.
@@ -108,13 +119,19 @@ pub(super) fn set_sm(devs: &mut [Device], dev: u32, port: u8, info: Option<SmInf
     let Some(ib) = devs.get_mut(dev as usize).and_then(Device::ib) else {
         return;
     };
+    set_is_sm(ib, port, info.is_some());
+    ib.ca.sma_mut().set_sm_info(info);
+}
+
+/// Sets or clears IsSM in the CapabilityMask of `port` (an SM runs there: softib's through
+/// `SetSm`, or a program holding the port's IsSM file, `crate::issm`).
+pub(super) fn set_is_sm(ib: &mut crate::device::IbDev, port: u8, on: bool) {
     let sma = ib.ca.sma_mut();
     let mask = sma.port_info(port).map_or(0, |p| p.capability_mask);
-    let mask = if info.is_some() {
+    let mask = if on {
         mask | capability_mask::IS_SM
     } else {
         mask & !capability_mask::IS_SM
     };
     sma.set_capability_mask(port, mask);
-    sma.set_sm_info(info);
 }

@@ -271,6 +271,14 @@ impl Session {
         }
     }
 
+    /// Hands the daemon an eventfd it adds to whenever it queues a MAD for this session.
+    pub(crate) fn attach_mad_wakeup(&mut self, fd: std::os::fd::BorrowedFd<'_>) -> Result<()> {
+        match self.conn.call_with_fds(&Request::AttachMadWakeup, &[fd])? {
+            Response::Ok => Ok(()),
+            _ => Err(Error::Unexpected("not Ok")),
+        }
+    }
+
     pub(crate) fn alloc_pd(&mut self, dev: u32) -> Result<PdHandle> {
         let h = self.conn.handle(&Request::AllocPd { dev })?;
         Ok(PdHandle(h as u32))

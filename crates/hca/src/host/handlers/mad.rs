@@ -4,13 +4,14 @@
 //! as the SM, sets the port's SMInfo and IsSM.
 
 use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
 
 use softib_proto::{ErrorKind, Response};
 use softib_wire::mad::attr::SmInfo;
 use softib_wire::mad::{self, smp, MAD_LEN};
 use softib_wire::{Lid, Qpn};
 
-use super::{refused, Handled, Refused};
+use super::{nonblocking, passed_fd, refused, Handled, Refused};
 use crate::host::client::{Agent, Client};
 use crate::host::host_rt::Host;
 use crate::host::mads;
@@ -60,6 +61,11 @@ pub(super) fn send_smp(
     if !s.header.method.is_response() {
         h.tids.note(dev, port, s.header.tid, c.id);
     }
+    if dlid.is_none() && s.dr.is_some_and(|d| d.hop_cnt == 0) && c.is_agent(dev, port, true) {
+        // An SM asking its own node (the first SMP of a sweep) sees the IsSM its IsSM file
+        // gives, as the kernel sets it when the file is opened.
+        h.poll_issm();
+    }
     h.ib(dev)?.ca.send_smp(port, dlid, &s);
     Ok(Response::Ok)
 }
@@ -104,6 +110,18 @@ pub(super) fn recv_mads(c: &mut Client, max: u32, wait_us: u32) -> Option<Respon
 pub(in crate::host) fn take_mads(c: &mut Client, max: u32) -> Response {
     let n = c.mads.len().min(max as usize);
     Response::Mads(c.mads.drain(..n).collect())
+}
+
+/// `AttachMadWakeup`: the eventfd that came with the request is signalled whenever a MAD is
+/// queued for the client (at once if some already wait).
+pub(super) fn attach_mad_wakeup(c: &mut Client, fds: &mut Vec<OwnedFd>) -> Handled {
+    let fd = passed_fd(fds, "AttachMadWakeup arrived without its eventfd")?;
+    let fd = nonblocking(fd)?;
+    if !c.mads.is_empty() {
+        let _ = rustix::io::write(&fd, &1u64.to_ne_bytes());
+    }
+    c.mad_wakeup = Some(fd);
+    Ok(Response::Ok)
 }
 
 /// `SetSm`: the client that is the SM on `port` sets (or, with `None`, clears) the SMInfo
@@ -274,6 +292,35 @@ mod tests {
         assert!(
             matches!(&answers[..], [(id, Response::Mads(m))] if *id == a && m.len() == 1),
             "{answers:?}"
+        );
+    }
+
+    #[test]
+    fn a_queued_mad_signals_the_agents_wakeup() {
+        let mut t = TestHost::new();
+        let a = t.client();
+        t.ok(a, open(1, false));
+        let wakeup = crate::host::testing::eventfd();
+        assert!(matches!(
+            t.call_with(
+                a,
+                vec![wakeup.try_clone().unwrap()],
+                Request::AttachMadWakeup
+            ),
+            Some(Response::Ok)
+        ));
+        assert_eq!(crate::host::testing::eventfd_count(&wakeup), 0);
+        t.ok(a, get_node_info(7));
+        t.ok(a, get_node_info(8));
+        t.dispatch_mads();
+        assert_eq!(crate::host::testing::eventfd_count(&wakeup), 2);
+        assert!(matches!(
+            t.ok(a, Request::RecvMads { max: 8, wait_us: 0 }),
+            Response::Mads(m) if m.len() == 2
+        ));
+        assert_eq!(
+            t.refused(a, Request::AttachMadWakeup).1,
+            "AttachMadWakeup arrived without its eventfd"
         );
     }
 

@@ -145,6 +145,7 @@ pub(in crate::host) fn handle(
         R::Resources => Ok(device::resources(h, clients)),
         R::AsyncEvents => Ok(device::async_events(c)),
         R::AttachAsyncEvents => device::attach_async_events(c, fds),
+        R::AttachMadWakeup => mad::attach_mad_wakeup(c, fds),
         // Buffers, PDs, MRs.
         R::AttachBuffer { len, addr } => memory::attach_buffer(h, c, fds, len, addr),
         R::DetachBuffer { buffer } => memory::detach_buffer(c, buffer),

@@ -1,0 +1,414 @@
+//! The drop-in libibumad.so.3 under Debian's unmodified infiniband-diags (through the real
+//! libibmad and libibnetdisc) and opensm (through libosmvendor): its symbols and their
+//! versions, every consumer binding to it under BIND_NOW, and the real tools on softib
+//! fabrics — byte for byte what they print on ibsim where the team's goldens have it, and
+//! what the topology file says elsewhere.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod dropin;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{repo, stop, text, Fabric, SEED_GOLDENS, SOFTIB};
+use dropin::{have, readelf};
+use softib_fabric::Topology;
+
+/// The directory `softib run` puts first on a program's library path (made on first use).
+fn lib_dir() -> PathBuf {
+    let out = Command::new(SOFTIB)
+        .args(["run", "--no-dev", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "softib run: {}", text(&out.stderr));
+    Path::new(SOFTIB).parent().unwrap().join("softib-lib")
+}
+
+#[test]
+fn the_library_exports_its_table_and_every_consumer_binds_to_it() {
+    if !have("/usr/bin/readelf", "binutils") || !have("/usr/sbin/smpquery", "infiniband-diags") {
+        return;
+    }
+    let dir = lib_dir();
+    let lib = std::fs::canonicalize(dir.join("libibumad.so.3")).unwrap();
+    let d = readelf(&["-d"], &lib);
+    assert!(d.contains("Library soname: [libibumad.so.3]"), "{d}");
+    assert!(d.contains("BIND_NOW"), "{d}");
+    let table: BTreeSet<String> = std::fs::read_to_string(repo("crates/umad/exports.txt"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("IBUMAD"))
+        .map(|l| {
+            let mut f = l.split_whitespace();
+            let node = f.next().unwrap();
+            format!("{}@@{node}", f.next().unwrap())
+        })
+        .collect();
+    let defined: BTreeSet<String> = readelf(&["--dyn-syms", "-W"], &lib)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 8 && f[6] != "UND" && f[4] == "GLOBAL" && f[7].contains("@@"))
+                .then(|| f[7].to_string())
+                .filter(|s| !s.starts_with("IBUMAD"))
+        })
+        .collect();
+    assert_eq!(
+        defined, table,
+        "the library's symbols are not exports.txt's"
+    );
+    // rdma-core's own has exactly these (39 symbols): nothing missing, nothing extra.
+    let real = Path::new("/usr/lib/x86_64-linux-gnu/libibumad.so.3");
+    if real.exists() {
+        let theirs: BTreeSet<String> = readelf(&["--dyn-syms", "-W"], real)
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() >= 8 && f[6] != "UND" && f[7].starts_with("umad_"))
+                    .then(|| f[7].to_string())
+            })
+            .collect();
+        assert_eq!(defined, theirs);
+    }
+    // Every consumer loads with ours under BIND_NOW: no symbol or version missing.
+    let mut consumers: Vec<&str> = vec![
+        "/usr/sbin/ibstat",
+        "/usr/sbin/ibnetdiscover",
+        "/usr/sbin/smpquery",
+        "/usr/sbin/perfquery",
+        "/usr/sbin/saquery",
+        "/usr/sbin/sminfo",
+        "/usr/sbin/ibping",
+        "/usr/sbin/iblinkinfo",
+        "/usr/sbin/ibroute",
+        "/usr/lib/x86_64-linux-gnu/libibmad.so.5",
+        "/usr/lib/x86_64-linux-gnu/libibnetdisc.so.5",
+    ];
+    for optional in [
+        "/usr/sbin/opensm",
+        "/usr/lib/x86_64-linux-gnu/libosmvendor.so.5",
+        "/usr/bin/ib_send_bw",
+    ] {
+        if Path::new(optional).exists() {
+            consumers.push(optional);
+        }
+    }
+    for c in consumers {
+        let out = Command::new("ldd")
+            .arg("-r")
+            .arg(c)
+            .env("LD_LIBRARY_PATH", &dir)
+            .env("LD_BIND_NOW", "1")
+            .output()
+            .unwrap();
+        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "ldd -r {c}:\n{all}");
+        assert!(
+            !all.contains("undefined symbol") && !all.contains("not found"),
+            "{c} does not bind to softib's libibumad.so.3:\n{all}"
+        );
+        let line = all
+            .lines()
+            .find(|l| l.trim_start().starts_with("libibumad.so.3 =>"))
+            .unwrap_or_else(|| panic!("{c} does not load libibumad.so.3:\n{all}"));
+        assert!(line.contains(&*dir.to_string_lossy()), "{c}: {line}");
+    }
+}
+
+/// Runs Debian's tool `cmd[0]` (in /usr/sbin) with its arguments on `node`.
+fn real(f: &Fabric, node: &str, cmd: &str) -> String {
+    let mut args: Vec<String> = cmd.split(' ').map(String::from).collect();
+    args[0] = format!("/usr/sbin/{}", args[0]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    f.ok(node, &args)
+}
+
+/// Waits until each node's sysfs tree (which the daemon rewrites once a second, and which
+/// libibumad reads for the port's LID and SM LID) says its port knows the SM at LID 1.
+fn wait_sysfs(f: &Fabric, nodes: &[&str]) {
+    for node in nodes {
+        let t0 = Instant::now();
+        loop {
+            let out = f.exec(node, &["/usr/sbin/ibstat"]);
+            if text(&out.stdout).contains("SM lid: 1\n") {
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "{node}'s ibstat never showed the SM:\n{}{}",
+                text(&out.stdout),
+                text(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+#[test]
+fn the_real_diagnostics_print_on_the_seed_fabric_what_they_print_on_ibsim() {
+    if !have("/usr/sbin/smpquery", "infiniband-diags") {
+        return;
+    }
+    let f = Fabric::up("topologies/topoA.net", "umad-a", &["--sm", "test213:1"]);
+    let t0 = Instant::now();
+    while !f.status().contains("port 1 Active lid 2") {
+        assert!(t0.elapsed() < Duration::from_secs(20), "{}", f.status());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    wait_sysfs(&f, &["test213", "test214"]);
+    for &(golden, cmd) in SEED_GOLDENS {
+        let want = std::fs::read_to_string(repo("crates/cli/tests/golden").join(golden)).unwrap();
+        assert_eq!(
+            real(&f, "test213", cmd),
+            want,
+            "Debian's `{cmd}` on softib differs from its output on ibsim ({golden})"
+        );
+    }
+    // ibstat reads the CA through umad_get_ca: the host's device as the fabric made it.
+    let ibstat = real(&f, "test214", "ibstat");
+    for want in [
+        "CA 'mlx4_0'",
+        "Number of ports: 2",
+        "Node GUID: 0xe41d2d0300b47e90",
+        "State: Active",
+        "Base lid: 2",
+        "SM lid: 1",
+        "Port GUID: 0xe41d2d0300b47e91",
+        "Link layer: InfiniBand",
+    ] {
+        assert!(ibstat.contains(want), "{want:?} not in:\n{ibstat}");
+    }
+    // Port 2's subnet has no SM: Initializing, no LID.
+    assert!(ibstat.contains("State: Initializing"), "{ibstat}");
+    let sm = real(&f, "test214", "sminfo");
+    assert!(
+        sm.starts_with("sminfo: sm lid 1 sm guid 0xe41d2d0300b47d01, activity count"),
+        "{sm}"
+    );
+    // PortCounters from the PMA on QP1, and a PathRecord table reassembled from RMPP.
+    let pq = real(&f, "test213", "perfquery 2 1");
+    assert!(pq.starts_with("# Port counters: Lid 2 port 1"), "{pq}");
+    let pr = real(&f, "test214", "saquery -p");
+    assert_eq!(pr.matches("PathRecord dump:").count(), 4, "{pr}");
+    let nr = real(&f, "test214", "saquery");
+    assert_eq!(nr.matches("NodeRecord dump:").count(), 2, "{nr}");
+}
+
+/// `ibroute` and `ibroute -M` of topoB's two switches and `saquery -g`, run on `node`, are
+/// what the real tools print on ibsim after the real opensm (`crates/cli/tests/golden/B-stock`).
+fn tables_as_on_ibsim(f: &Fabric, node: &str, sm_log: &str) {
+    for lid in ["5", "6"] {
+        for (flag, name) in [("", ""), ("-M ", "M-")] {
+            let golden = repo(&format!(
+                "crates/cli/tests/golden/B-stock/postsm-ibroute-{name}{lid}.txt"
+            ));
+            let want = std::fs::read_to_string(golden).unwrap();
+            assert_eq!(
+                real(f, node, &format!("ibroute {flag}{lid}")),
+                want,
+                "ibroute {flag}{lid}\n{sm_log}"
+            );
+        }
+    }
+    let golden = repo("crates/cli/tests/golden/B-stock/postsm-saquery-g.txt");
+    let want = std::fs::read_to_string(golden).unwrap();
+    assert_eq!(real(f, node, "saquery -g"), want, "{sm_log}");
+}
+
+#[test]
+fn the_real_diagnostics_find_the_switched_fabric_the_file_describes() {
+    if !have("/usr/sbin/ibnetdiscover", "infiniband-diags") {
+        return;
+    }
+    let f = Fabric::up("topologies/topoB.net", "umad-b", &["--sm", "node1"]);
+    f.wait_all_active(4, Duration::from_secs(20));
+    wait_sysfs(&f, &["node1", "node2", "node4"]);
+    let discovered = real(&f, "node4", "ibnetdiscover");
+    let found = Topology::parse(&discovered).expect("ibnetdiscover's output is a topology");
+    let file =
+        Topology::parse(&std::fs::read_to_string(repo("topologies/topoB.net")).unwrap()).unwrap();
+    let links = |t: &Topology| {
+        let mut v: Vec<((u64, u8), (u64, u8))> = t
+            .links()
+            .map(|l| {
+                let a = (t.nodes()[l.a.node].node_guid.0, l.a.port);
+                let b = (t.nodes()[l.b.node].node_guid.0, l.b.port);
+                (a.min(b), a.max(b))
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(links(&found), links(&file), "{discovered}");
+    // The switches' forwarding tables exactly as the same tool shows opensm's on ibsim.
+    tables_as_on_ibsim(&f, "node1", "");
+    // Every link once from each end, Active at 4X QDR.
+    let links = real(&f, "node2", "iblinkinfo");
+    assert_eq!(
+        links
+            .matches("==( 4X          10.0 Gbps Active/  LinkUp)==>")
+            .count(),
+        4 + 2 * 2 + 4,
+        "{links}"
+    );
+    let hosts = real(&f, "node2", "ibhosts");
+    assert_eq!(hosts.lines().count(), 4, "{hosts}");
+    let switches = real(&f, "node2", "ibswitches");
+    assert_eq!(switches.lines().count(), 2, "{switches}");
+    // The route from node2 to node4 crosses both switches.
+    let trace = real(&f, "node2", "ibtracert 2 4");
+    assert!(
+        trace.contains("lid 5-5 \"MF0;sw1:SX6036/U1\"")
+            && trace.contains("lid 6-6 \"MF0;sw2:SX6036/U1\"")
+            && trace.ends_with("To ca {0xe41d2d0300c00030} portnum 1 lid 4-4 \"node4 mlx4_0\"\n"),
+        "{trace}"
+    );
+}
+
+#[test]
+fn a_query_nobody_answers_times_out_and_ibping_reaches_its_server() {
+    if !have("/usr/sbin/ibping", "infiniband-diags") {
+        return;
+    }
+    let f = Fabric::up("topologies/topoB.net", "umad-ping", &["--sm", "node1"]);
+    f.wait_all_active(4, Duration::from_secs(20));
+    wait_sysfs(&f, &["node2", "node3"]);
+    // No LID 99: libibmad's retries each time out (ETIMEDOUT from the library), and the tool
+    // says the query failed instead of hanging.
+    let t0 = Instant::now();
+    let out = f.exec(
+        "node2",
+        &["/usr/sbin/smpquery", "-t", "200", "nodeinfo", "99"],
+    );
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(255), "{said}");
+    assert!(said.contains("_do_madrpc failed; dport (Lid 99)"), "{said}");
+    assert!(t0.elapsed() < Duration::from_secs(30));
+    // A vendor-class agent (ibping's, with its OUI) answers requests; the client's
+    // responses come back to it by TID.
+    let mut server = Command::new(SOFTIB)
+        .args(["fabric", "exec", "node3", "--dir"])
+        .arg(&f.dir)
+        .args(["--", "/usr/sbin/ibping", "-S"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pongs = String::new();
+    for _ in 0..50 {
+        let out = f.exec("node2", &["/usr/sbin/ibping", "-c", "3", "3"]);
+        if out.status.success() {
+            pongs = text(&out.stdout);
+            break;
+        }
+        // The server may not have registered yet.
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(pongs.matches("Pong from").count(), 3, "{pongs}");
+    assert!(
+        pongs.contains("3 packets transmitted, 3 received, 0% packet loss"),
+        "{pongs}"
+    );
+}
+
+/// A program killed when the test ends, however it ends.
+struct Killed(Option<std::process::Child>);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Debian's opensm as `node`'s SM, logging into the fabric's directory, until stopped.
+fn real_opensm(f: &Fabric, node: &str, guid: &str) -> Killed {
+    let c = Command::new(SOFTIB)
+        .args(["fabric", "exec", node, "--dir"])
+        .arg(&f.dir)
+        .args(["--", "/usr/sbin/opensm", "-g", guid, "-f"])
+        .arg(f.dir.join("real-opensm.log"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    Killed(Some(c))
+}
+
+#[test]
+fn the_real_opensm_brings_a_fabric_up_and_programs_what_it_programs_on_ibsim() {
+    if !have("/usr/sbin/opensm", "opensm") || !have("/usr/sbin/ibroute", "infiniband-diags") {
+        return;
+    }
+    let f = Fabric::up("topologies/topoB.net", "umad-osm", &["--no-sm"]);
+    let mut sm = real_opensm(&f, "node1", "0xe41d2d0300c00001");
+    f.wait_all_active(4, Duration::from_secs(30));
+    wait_sysfs(&f, &["node1", "node3"]);
+    let log = || std::fs::read_to_string(f.dir.join("real-opensm.log")).unwrap_or_default();
+    // The switches' unicast and multicast tables exactly as the same opensm programs them on
+    // ibsim, read back by the same ibroute; its SA's IPoIB broadcast group as there.
+    tables_as_on_ibsim(&f, "node3", &log());
+    // PathRecords for every pair of the six LIDs (a GetTable answer sent as RMPP segments by
+    // this library in opensm's process and reassembled by it in saquery's), and its own port
+    // IsSM through the issm file.
+    let pr = real(&f, "node2", "saquery -p");
+    assert_eq!(pr.matches("PathRecord dump:").count(), 36, "{pr}");
+    let issm = real(&f, "node4", "saquery -s");
+    assert!(
+        issm.starts_with("IsSM ports\nPortInfoRecord dump:\n\t\tEndPortLid..............1\n"),
+        "{issm}\nopensm's log:\n{}",
+        log()
+    );
+    let ibstat = real(&f, "node1", "ibstat");
+    assert!(ibstat.contains("Capability mask: 0x0050c04a"), "{ibstat}");
+    // softib's perftest across the fabric the real opensm manages: node4 (sw2) to node1 (sw1).
+    let srv = Command::new(SOFTIB)
+        .args(["fabric", "exec", "node1", "--dir"])
+        .arg(&f.dir)
+        .args(["--", "ib_send_bw", "-n", "200", "-p", "18631"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let c = f.exec(
+        "node4",
+        &["ib_send_bw", "-n", "200", "-p", "18631", "127.0.0.1"],
+    );
+    let s = srv.wait_with_output().unwrap();
+    assert!(
+        c.status.success() && s.status.success(),
+        "ib_send_bw: {}{}\n{}{}",
+        text(&c.stdout),
+        text(&c.stderr),
+        text(&s.stdout),
+        text(&s.stderr)
+    );
+    assert!(
+        text(&c.stdout).contains(" 65536      200 "),
+        "{}",
+        text(&c.stdout)
+    );
+    // When it stops (SIGTERM: opensm cancels its receiver thread, which sleeps in
+    // umad_recv, and joins it), its port no longer says IsSM.
+    let t0 = Instant::now();
+    stop(sm.0.take().unwrap());
+    assert!(
+        t0.elapsed() < Duration::from_secs(20),
+        "opensm took long to stop"
+    );
+    let t0 = Instant::now();
+    while real(&f, "node1", "ibstat").contains("Capability mask: 0x0050c04a") {
+        assert!(t0.elapsed() < Duration::from_secs(10), "IsSM stayed set");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
