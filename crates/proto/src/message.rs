@@ -380,6 +380,20 @@ pub enum Request {
     /// (`ibv_context::async_fd`): the daemon adds to it whenever it queues an event for the
     /// client, so the client can poll it and then ask with [`Request::AsyncEvents`].
     AttachAsyncEvents,
+    /// Sends a GMP (256 bytes) from QP1 of a RoCE port to QP `dest_qpn` at `dgid` (the CM's
+    /// messages: RoCE has no LIDs, a GMP is routed by its GRH).
+    SendGmpGid {
+        /// Device index.
+        dev: u32,
+        /// Port.
+        port: u8,
+        /// Destination GID.
+        dgid: Gid,
+        /// Destination QP.
+        dest_qpn: Qpn,
+        /// The MAD.
+        mad: Vec<u8>,
+    },
 }
 
 /// The daemon's answer.

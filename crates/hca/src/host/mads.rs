@@ -62,6 +62,7 @@ pub(super) fn dispatch_mad(h: &mut Host, clients: &mut BTreeMap<u64, Client>, de
         qp: m.qp,
         slid: m.slid,
         src_qpn: m.src_qpn,
+        sgid: m.sgid,
         mad: m.mad.to_vec(),
     };
     if let Some(hdr) = header.filter(|_| is_response) {

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use softib_proto::{ErrorKind, Response};
 use softib_wire::mad::attr::SmInfo;
 use softib_wire::mad::{self, smp, MAD_LEN};
-use softib_wire::{Lid, Qpn};
+use softib_wire::{Gid, Lid, Qpn};
 
 use super::{refused, Handled, Refused};
 use crate::host::client::{Agent, Client};
@@ -25,7 +25,17 @@ pub(super) fn open_mad(
     port: u8,
     sm: bool,
 ) -> Handled {
-    let ports = h.ib(dev)?.ca.identity().num_ports;
+    // A RoCE device has one port, whose QP1 carries the CM's GMPs.
+    let ports = match h.dev(dev)?.ib() {
+        Some(ib) => ib.ca.identity().num_ports,
+        None => 1,
+    };
+    if sm && h.dev(dev)?.ib().is_none() {
+        return Err(refused(
+            ErrorKind::Invalid,
+            format!("device {dev} is a RoCE device: it has no subnet manager"),
+        ));
+    }
     if port == 0 || port > ports {
         return Err(refused(ErrorKind::NotFound, format!("no port {port}")));
     }
@@ -84,6 +94,41 @@ pub(super) fn send_gmp(
         }
     }
     h.ib(dev)?.ca.send_gmp(port, dlid, dest_qpn, &m);
+    Ok(Response::Ok)
+}
+
+/// `SendGmpGid` from one of the client's agent ports of a RoCE device to QP `dest_qpn` at
+/// `dgid`.
+pub(super) fn send_gmp_gid(
+    h: &mut Host,
+    c: &mut Client,
+    dev: u32,
+    port: u8,
+    dgid: Gid,
+    dest_qpn: Qpn,
+    mad: &[u8],
+) -> Handled {
+    let Ok(m) = <[u8; MAD_LEN]>::try_from(mad) else {
+        return Err(refused(ErrorKind::Invalid, "a GMP is 256 bytes"));
+    };
+    agent_of(c, dev, port)?;
+    if let Ok(header) = mad::Repr::parse(&mad::Packet::new_unchecked(&m[..])) {
+        if !header.method.is_response() {
+            h.tids.note(dev, port, header.tid, c.id);
+        }
+    }
+    let Some(roce) = h.dev(dev)?.roce() else {
+        return Err(refused(
+            ErrorKind::Invalid,
+            format!("device {dev} is an IB device: address its GMPs by LID (SendGmp)"),
+        ));
+    };
+    if !roce.send_gmp(dgid, dest_qpn, &m) {
+        return Err(refused(
+            ErrorKind::Exhausted,
+            "QP1's send queue is full (the port sends nothing?)",
+        ));
+    }
     Ok(Response::Ok)
 }
 
