@@ -1,9 +1,9 @@
 //! Running unmodified RDMA programs on softib: `softib run`, `softib env`,
 //! `softib install-libs`, and the library path `softib fabric exec` gives a program.
 //!
-//! The drop-in `libibverbs.so.1` (crates/ibverbs) is found next to this binary — in cargo's
-//! target directory as `libibverbs.so`, installed as `../lib/softib/libibverbs.so.1` — or
-//! in `$SOFTIB_LIB_DIR`. A program finds it through `LD_LIBRARY_PATH`, which comes before
+//! The drop-in `libibverbs.so.1` (crates/ibverbs) and `librdmacm.so.1` (crates/rdmacm) are
+//! found next to this binary — in cargo's target directory as `libibverbs.so` and
+//! `librdmacm.so`, installed as `../lib/softib/<soname>` — or in `$SOFTIB_LIB_DIR`. A program finds it through `LD_LIBRARY_PATH`, which comes before
 //! the system's library directories, and its host's daemon through `SOFTIB_RUNTIME_DIR`.
 
 use std::ffi::OsString;
@@ -14,7 +14,7 @@ use anyhow::{anyhow, bail, Context as _, Result};
 use crate::exit;
 
 /// The libraries softib provides, by soname.
-const LIBS: &[&str] = &["libibverbs.so.1"];
+const LIBS: &[&str] = &["libibverbs.so.1", "librdmacm.so.1"];
 
 /// `softib run [--host DIR] -- PROG ARGS...`.
 #[derive(Debug, clap::Args)]
@@ -63,40 +63,44 @@ pub fn lib_dir() -> Result<PathBuf> {
             return Ok(installed);
         }
     }
-    // Cargo's layout: target/<profile>/softib, and the library it was built with in
+    // Cargo's layout: target/<profile>/softib, and each library it was built with in
     // target/<profile>/deps (and, when it was built for its own sake, a copy in
     // target/<profile>, which a build of the tools alone leaves stale): the newer. A
-    // directory of links gives it its soname.
-    let built = ["deps/libibverbs.so", "libibverbs.so"]
-        .into_iter()
-        .filter_map(|rel| {
-            let m = std::fs::metadata(exe_dir.join(rel)).ok()?.modified().ok()?;
-            Some((m, rel))
-        })
-        .max();
-    let Some((_, rel)) = built else {
-        bail!(
-            "softib's libibverbs.so.1 is not next to {} (looked for {}, {} and {}); build it \
-             with `cargo build -p softib-ibverbs` (the same profile as softib), or point \
-             SOFTIB_LIB_DIR at a directory `softib install-libs` wrote",
-            exe.display(),
-            exe_dir.join("deps/libibverbs.so").display(),
-            exe_dir.join("libibverbs.so").display(),
-            exe_dir.join("../lib/softib/libibverbs.so.1").display()
-        );
-    };
+    // directory of links gives them their sonames.
     let dir = exe_dir.join("softib-lib");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let link = dir.join("libibverbs.so.1");
-    let target = Path::new("..").join(rel);
-    if std::fs::read_link(&link).ok().as_deref() != Some(target.as_path()) {
-        // Made under another name and renamed into place, so that programs starting at the
-        // same moment never see a missing or half-made link.
-        let tmp = dir.join(format!(".libibverbs.so.1.{}", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(&target, &tmp)
-            .with_context(|| format!("linking {}", tmp.display()))?;
-        std::fs::rename(&tmp, &link).with_context(|| format!("making {}", link.display()))?;
+    for soname in LIBS {
+        let file = soname.trim_end_matches(".1");
+        let (deps, top) = (format!("deps/{file}"), file.to_string());
+        let built = [deps.as_str(), top.as_str()]
+            .into_iter()
+            .filter_map(|rel| {
+                let m = std::fs::metadata(exe_dir.join(rel)).ok()?.modified().ok()?;
+                Some((m, rel))
+            })
+            .max();
+        let Some((_, rel)) = built else {
+            bail!(
+                "softib's {soname} is not next to {} (looked for {}, {} and {}); build it \
+                 with `cargo build -p softib-ibverbs -p softib-rdmacm` (the same profile as \
+                 softib), or point SOFTIB_LIB_DIR at a directory `softib install-libs` wrote",
+                exe.display(),
+                exe_dir.join(&deps).display(),
+                exe_dir.join(&top).display(),
+                exe_dir.join("../lib/softib").join(soname).display()
+            );
+        };
+        let link = dir.join(soname);
+        let target = Path::new("..").join(rel);
+        if std::fs::read_link(&link).ok().as_deref() != Some(target.as_path()) {
+            // Made under another name and renamed into place, so that programs starting at
+            // the same moment never see a missing or half-made link.
+            let tmp = dir.join(format!(".{soname}.{}", std::process::id()));
+            let _ = std::fs::remove_file(&tmp);
+            std::os::unix::fs::symlink(&target, &tmp)
+                .with_context(|| format!("linking {}", tmp.display()))?;
+            std::fs::rename(&tmp, &link).with_context(|| format!("making {}", link.display()))?;
+        }
     }
     Ok(dir)
 }

@@ -372,6 +372,11 @@ impl<A: Copy + Ord + std::fmt::Debug> Cm<A> {
             .is_some_and(|c| c.state == State::Established)
     }
 
+    /// Whether MADs wait to be sent.
+    pub fn has_transmit(&self) -> bool {
+        !self.transmit.is_empty()
+    }
+
     /// The next MAD to send, and to whom.
     pub fn poll_transmit(&mut self) -> Option<(A, [u8; MAD_LEN])> {
         self.transmit.pop_front()

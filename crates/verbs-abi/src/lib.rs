@@ -1358,3 +1358,6 @@ layout!(IbUverbsQpAttr, 144, ah_attr @ 40, alt_ah_attr @ 72, max_send_wr @ 104,
 layout!(IbUserPathRec, 64, dlid @ 32, raw_traffic @ 36, mtu @ 48, pkey @ 52, preference @ 63);
 layout!(IbvSaPathRec, 64, dlid @ 32, raw_traffic @ 36, reversible @ 48, numb_path @ 52,
     pkey @ 54, preference @ 63);
+
+// After `layout!`, which it uses.
+pub mod rdma_cm;
