@@ -394,6 +394,16 @@ pub enum Request {
         /// The MAD.
         mad: Vec<u8>,
     },
+    /// This agent's CM listens (`listen`) or stops listening on `service_id` of device
+    /// `dev`: the daemon routes REQs for it here, and rejects those nobody listens for.
+    CmListen {
+        /// Device index.
+        dev: u32,
+        /// The ServiceID.
+        service_id: u64,
+        /// Listen or stop.
+        listen: bool,
+    },
 }
 
 /// The daemon's answer.

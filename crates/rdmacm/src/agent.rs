@@ -130,6 +130,10 @@ pub struct State {
     pub next_port: u16,
     /// Whether the thread holds MADs it took from the machine and has not sent yet.
     sending: bool,
+    /// Listens (device, ServiceID, on) for the thread to tell the daemon (`CmListen`).
+    pub listens: VecDeque<(u32, u64, bool)>,
+    /// ServiceIDs the daemon refused to route here (another process listens on them).
+    pub refused_listens: Vec<u64>,
     origin: Instant,
 }
 
@@ -270,6 +274,8 @@ fn start() -> Result<State, c_int> {
         channels: BTreeMap::new(),
         next_port: 32768 + (seed % 20000) as u16,
         sending: false,
+        listens: VecDeque::new(),
+        refused_listens: Vec::new(),
         origin: Instant::now(),
     })
 }
@@ -306,10 +312,23 @@ fn run(mut agent: softib::Context) {
                 crate::id::on_cm_event(st, ev);
             }
             let out = std::iter::from_fn(|| st.cm.poll_transmit()).collect::<Vec<_>>();
-            st.sending = !out.is_empty();
-            out
+            let listens: Vec<_> = st.listens.drain(..).collect();
+            st.sending = !out.is_empty() || !listens.is_empty();
+            (out, listens)
         };
+        let (out, listens) = out;
+        for (dev, svc, on) in listens {
+            if let Err(e) = agent.cm_listen(dev, svc, on) {
+                eprintln!("softib: rdma_cm: listening on service 0x{svc:016x}: {e}");
+                if let Some(st) = lock().as_mut() {
+                    st.refused_listens.push(svc);
+                }
+            }
+        }
         if out.is_empty() {
+            if let Some(st) = lock().as_mut() {
+                st.sending = false;
+            }
             continue;
         }
         for ((dev, gid), mad) in out {
@@ -331,7 +350,7 @@ pub fn flush() {
     while t0.elapsed() < FLUSH_WAIT {
         let pending = lock()
             .as_ref()
-            .is_some_and(|st| st.sending || st.cm.has_transmit());
+            .is_some_and(|st| st.sending || st.cm.has_transmit() || !st.listens.is_empty());
         if !pending {
             return;
         }

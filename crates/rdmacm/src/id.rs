@@ -25,6 +25,9 @@ use crate::event::{new_event, set_private_data};
 use crate::qp;
 use crate::{ffi, ffi_ptr};
 
+/// The largest backlog a listener gets (the kernel's `max_backlog` default).
+const MAX_BACKLOG: usize = 1024;
+
 /// How much private data a consumer may put in a REQ after rdma_cm's header.
 const REQ_USER_LEN: usize = private_len::REQ - CmaHeader::LEN;
 
@@ -193,6 +196,13 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut RdmaCmId) -> c_int {
             if let Some(svc) = state.listening {
                 let _ = st.cm.unlisten(svc);
                 st.listeners.remove(&svc);
+                let devs: Vec<u32> = match state.dev {
+                    Some(d) => vec![st.devs[d].index],
+                    None => st.devs.iter().map(|d| d.index).collect(),
+                };
+                for d in devs {
+                    st.listens.push_back((d, svc, false));
+                }
             }
             if let Some(comm) = state.comm {
                 st.cm.destroy(comm);
@@ -413,7 +423,7 @@ fn service_of(ps: c_int, port: u16) -> u64 {
 /// `id` comes from `rdma_create_id`.
 pub unsafe extern "C" fn rdma_listen(id: *mut RdmaCmId, backlog: c_int) -> c_int {
     ffi(|| {
-        agent::with(|st| {
+        let svc = agent::with(|st| {
             if st.id(id)?.src.is_none() {
                 bind(st, id, SocketAddr::from(([0, 0, 0, 0], 0)))?;
             }
@@ -422,11 +432,32 @@ pub unsafe extern "C" fn rdma_listen(id: *mut RdmaCmId, backlog: c_int) -> c_int
                 return Err(libc::EINVAL);
             };
             let svc = service_of(state.ps, src.port());
-            st.cm
-                .listen(svc, usize::try_from(backlog).unwrap_or(0).max(1))
-                .map_err(|_| libc::EADDRINUSE)?;
+            // As the kernel's ucma: a backlog of 0 or less (or beyond it) is the maximum.
+            let backlog = match usize::try_from(backlog) {
+                Ok(n @ 1..=MAX_BACKLOG) => n,
+                _ => MAX_BACKLOG,
+            };
+            st.cm.listen(svc, backlog).map_err(|_| libc::EADDRINUSE)?;
             st.listeners.insert(svc, id as usize);
-            st.id(id)?.listening = Some(svc);
+            let state = st.id(id)?;
+            state.listening = Some(svc);
+            let devs: Vec<u32> = match state.dev {
+                Some(d) => vec![st.devs[d].index],
+                None => st.devs.iter().map(|d| d.index).collect(),
+            };
+            st.refused_listens.retain(|&s| s != svc);
+            for d in devs {
+                st.listens.push_back((d, svc, true));
+            }
+            Ok(svc)
+        })?;
+        // The daemon routes REQs here once it has been told; a client may connect as soon
+        // as rdma_listen returns.
+        agent::flush();
+        agent::with(|st| {
+            if st.refused_listens.contains(&svc) {
+                return Err(libc::EADDRINUSE);
+            }
             Ok(())
         })
     })

@@ -9,6 +9,7 @@ use softib_wire::mad;
 use softib_wire::mad::attr::{capability_mask, SmInfo};
 
 use super::client::Client;
+use super::cm_routes::Route;
 use super::host_rt::Host;
 use crate::device::Device;
 use crate::ib::MadIn;
@@ -75,6 +76,26 @@ pub(super) fn dispatch_mad(h: &mut Host, clients: &mut BTreeMap<u64, Client>, de
             }
         }
     }
+    if m.qp == MadQp::Gsi && class == Some(mad::MgmtClass::ComMgt) {
+        match h.cm.route(dev, m.port, &m.mad) {
+            Route::To(owner) => {
+                if let Some(c) = clients
+                    .get_mut(&owner)
+                    .filter(|c| c.is_agent(dev, m.port, false))
+                {
+                    if c.mads.len() < MAX_QUEUED_MADS {
+                        c.mads.push_back(msg());
+                    }
+                    return;
+                }
+            }
+            Route::Answer(answer) => {
+                answer_cm(&mut h.devs, dev, &m, &answer);
+                return;
+            }
+            Route::All => {}
+        }
+    }
     if m.qp == MadQp::Gsi && !is_response && class == Some(mad::MgmtClass::PerfMgt) {
         answer_pma(&mut h.devs, dev, &m);
         return;
@@ -90,6 +111,18 @@ pub(super) fn dispatch_mad(h: &mut Host, clients: &mut BTreeMap<u64, Client>, de
     }
     if !claimed {
         h.unclaimed_mads += 1;
+    }
+}
+
+/// Sends the daemon's own answer to a CM MAD back where it came from.
+fn answer_cm(devs: &mut [Device], dev: u32, m: &MadIn, answer: &[u8; mad::MAD_LEN]) {
+    let Some(d) = devs.get_mut(dev as usize) else {
+        return;
+    };
+    if let (Some(roce), Some(sgid)) = (d.roce(), m.sgid) {
+        roce.send_gmp(sgid, m.src_qpn, answer);
+    } else if let Some(ib) = d.ib() {
+        ib.ca.send_gmp(m.port, m.slid, m.src_qpn, answer);
     }
 }
 

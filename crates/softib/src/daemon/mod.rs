@@ -498,6 +498,14 @@ impl Session {
         })
     }
 
+    pub(crate) fn cm_listen(&mut self, dev: u32, service_id: u64, listen: bool) -> Result<()> {
+        self.conn.ok(&Request::CmListen {
+            dev,
+            service_id,
+            listen,
+        })
+    }
+
     pub(crate) fn send_gmp_gid(
         &mut self,
         dev: u32,

@@ -89,7 +89,9 @@ pub(super) fn send_gmp(
     };
     agent_of(c, dev, port)?;
     if let Ok(header) = mad::Repr::parse(&mad::Packet::new_unchecked(&m[..])) {
-        if !header.method.is_response() {
+        if header.mgmt_class == mad::MgmtClass::ComMgt {
+            h.cm.note_sent(dev, port, &m, c.id);
+        } else if !header.method.is_response() {
             h.tids.note(dev, port, header.tid, c.id);
         }
     }
@@ -113,7 +115,9 @@ pub(super) fn send_gmp_gid(
     };
     agent_of(c, dev, port)?;
     if let Ok(header) = mad::Repr::parse(&mad::Packet::new_unchecked(&m[..])) {
-        if !header.method.is_response() {
+        if header.mgmt_class == mad::MgmtClass::ComMgt {
+            h.cm.note_sent(dev, port, &m, c.id);
+        } else if !header.method.is_response() {
             h.tids.note(dev, port, header.tid, c.id);
         }
     }
@@ -127,6 +131,25 @@ pub(super) fn send_gmp_gid(
         return Err(refused(
             ErrorKind::Exhausted,
             "QP1's send queue is full (the port sends nothing?)",
+        ));
+    }
+    Ok(Response::Ok)
+}
+
+/// `CmListen`: the client's CM listens (or stops listening) on `service_id` of `dev`, so
+/// that REQs for it are routed to it (`cm_routes`).
+pub(super) fn cm_listen(
+    h: &mut Host,
+    c: &mut Client,
+    dev: u32,
+    service_id: u64,
+    listen: bool,
+) -> Handled {
+    agent_of(c, dev, 1)?;
+    if !h.cm.listen(dev, service_id, c.id, listen) {
+        return Err(refused(
+            ErrorKind::Busy,
+            format!("another process listens on service ID 0x{service_id:016x} of device {dev}"),
         ));
     }
     Ok(Response::Ok)
