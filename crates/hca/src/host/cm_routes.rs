@@ -40,7 +40,7 @@ pub(super) enum Route {
     /// To every agent of the port.
     All,
     /// Nobody listens: send this answer back instead.
-    Answer([u8; MAD_LEN]),
+    Answer(Box<[u8; MAD_LEN]>),
 }
 
 impl CmRoutes {
@@ -116,7 +116,7 @@ impl CmRoutes {
                         ari: [0; ARI_LEN],
                         private_data: [0; private_len::REJ],
                     };
-                    Route::Answer(Message::Rej(rej).emit(header.tid))
+                    Route::Answer(Box::new(Message::Rej(rej).emit(header.tid)))
                 }
             },
             Message::SidrReq(req) => match self.listeners.get(&(dev, req.service_id)) {
@@ -133,7 +133,7 @@ impl CmRoutes {
                         info: [0; ARI_LEN],
                         private_data: [0; private_len::SIDR_REP],
                     };
-                    Route::Answer(Message::SidrRep(rep).emit(header.tid))
+                    Route::Answer(Box::new(Message::SidrRep(rep).emit(header.tid)))
                 }
             },
             Message::Mra(x) => owner(x.remote_comm_id),
@@ -191,7 +191,7 @@ mod tests {
         let Route::Answer(rej) = r.route(0, 1, &req) else {
             panic!("no REJ");
         };
-        let Ok((h, Message::Rej(j))) = Message::parse(&rej) else {
+        let Ok((h, Message::Rej(j))) = Message::parse(&rej[..]) else {
             panic!("not a REJ");
         };
         assert_eq!(
