@@ -126,3 +126,33 @@ fn ib_send_bw_connects_with_rdma_cm() {
         );
     }
 }
+
+/// rdma_server and rdma_client use synchronous ids: rdma_getaddrinfo, rdma_create_ep (the
+/// QP made with the endpoint), rdma_get_request, and rdma_verbs.h's inline helpers over the
+/// id's PD, QP and CQs.
+#[test]
+fn rdma_server_and_rdma_client_use_synchronous_endpoints() {
+    if !have("rdma_server", "rdmacm-utils") {
+        return;
+    }
+    let p = port().to_string();
+    let b = hosts().b.addr;
+    let (s, c) = pair(
+        &["rdma_server", "-s", b, "-p", &p],
+        &["rdma_client", "-s", b, "-p", &p],
+    );
+    ours(&s);
+    ours(&c);
+    assert!(
+        s.stdout.contains("rdma_server: end 0"),
+        "{}\n{}",
+        s.stdout,
+        s.stderr
+    );
+    assert!(
+        c.stdout.contains("rdma_client: end 0"),
+        "{}\n{}",
+        c.stdout,
+        c.stderr
+    );
+}

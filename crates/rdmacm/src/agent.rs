@@ -91,6 +91,11 @@ pub struct IdState {
     /// CQs and channels the library made for the id (`rdma_create_qp` without CQs,
     /// `rdma_create_ep`).
     pub own_cqs: bool,
+    /// Made without an event channel: calls wait for their events (`sync`), on a channel
+    /// of the id's own.
+    pub sync: bool,
+    /// An endpoint listener's QP attributes and PD, for each request's id.
+    pub ep_qp: Option<(crate::sync::SavedAttr, *mut softib_verbs_abi::IbvPd)>,
 }
 
 /// An event channel: a pipe whose read end programs poll, one byte per queued event.

@@ -13,27 +13,28 @@ use crate::{ffi, ffi_ptr};
 
 /// `rdma_create_event_channel`.
 pub extern "C" fn rdma_create_event_channel() -> *mut RdmaEventChannel {
-    ffi_ptr(|| {
-        agent::with(|st| {
-            let mut fds = [0 as c_int; 2];
-            // SAFETY: `fds` has room for the two descriptors pipe2 writes.
-            if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-                return Err(std::io::Error::last_os_error()
-                    .raw_os_error()
-                    .unwrap_or(libc::EMFILE));
-            }
-            let c = Box::into_raw(Box::new(RdmaEventChannel { fd: fds[0] }));
-            st.channels.insert(
-                c as usize,
-                Channel {
-                    c,
-                    wfd: fds[1],
-                    queue: VecDeque::new(),
-                },
-            );
-            Ok(c)
-        })
-    })
+    ffi_ptr(|| agent::with(new_channel))
+}
+
+/// A new channel (also a synchronous id's own).
+pub fn new_channel(st: &mut agent::State) -> Result<*mut RdmaEventChannel, c_int> {
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EMFILE));
+    }
+    let c = Box::into_raw(Box::new(RdmaEventChannel { fd: fds[0] }));
+    st.channels.insert(
+        c as usize,
+        Channel {
+            c,
+            wfd: fds[1],
+            queue: VecDeque::new(),
+        },
+    );
+    Ok(c)
 }
 
 /// `rdma_destroy_event_channel`: the program has destroyed the channel's ids and acked its
@@ -42,28 +43,29 @@ pub extern "C" fn rdma_create_event_channel() -> *mut RdmaEventChannel {
 /// # Safety
 /// `channel` comes from `rdma_create_event_channel`.
 pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut RdmaEventChannel) {
-    let _ = ffi(|| {
-        agent::with(|st| {
-            let ch = st
-                .channels
-                .remove(&(channel as usize))
-                .ok_or(libc::EINVAL)?;
-            for ev in ch.queue {
-                // SAFETY: queued events are boxes this library leaked and nobody took.
-                drop(unsafe { Box::from_raw(ev) });
-            }
-            // The write end stays open: a thread of the program may still be blocked reading
-            // the channel (rping's CM thread is, when its main thread tears down), and with
-            // the kernel's rdma_cm such a read keeps waiting rather than failing.
-            // SAFETY: the read end is the channel's, closed once here; the C struct is the box
-            // leaked at creation.
-            unsafe {
-                libc::close((*ch.c).fd);
-                drop(Box::from_raw(ch.c));
-            }
-            Ok(())
-        })
-    });
+    let _ = ffi(|| agent::with(|st| destroy_channel(st, channel)));
+}
+
+/// Frees a channel and the events it still holds.
+pub fn destroy_channel(st: &mut agent::State, channel: *mut RdmaEventChannel) -> Result<(), c_int> {
+    let ch = st
+        .channels
+        .remove(&(channel as usize))
+        .ok_or(libc::EINVAL)?;
+    for ev in ch.queue {
+        // SAFETY: queued events are boxes this library leaked and nobody took.
+        drop(unsafe { Box::from_raw(ev) });
+    }
+    // The write end stays open: a thread of the program may still be blocked reading the
+    // channel (rping's CM thread is, when its main thread tears down), and with the kernel's
+    // rdma_cm such a read keeps waiting rather than failing.
+    // SAFETY: the read end is the channel's, closed once here; the C struct is the box leaked
+    // at creation.
+    unsafe {
+        libc::close((*ch.c).fd);
+        drop(Box::from_raw(ch.c));
+    }
+    Ok(())
 }
 
 /// `rdma_get_cm_event`: the next event, waiting for one unless the fd is non-blocking

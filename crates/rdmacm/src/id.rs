@@ -127,6 +127,8 @@ fn new_state(c: *mut RdmaCmId, ps: c_int) -> IdState {
         ack_timeout: 14,
         own_pd: false,
         own_cqs: false,
+        sync: false,
+        ep_qp: None,
     }
 }
 
@@ -152,13 +154,6 @@ pub unsafe extern "C" fn rdma_create_id(
         if out.is_null() {
             return Err(libc::EINVAL);
         }
-        if channel.is_null() {
-            return Err(crate::refused(
-                "rdma_create_id",
-                "synchronous ids (no event channel) are not implemented on softib",
-                libc::ENOSYS,
-            ));
-        }
         if ps != port_space::TCP && ps != port_space::IPOIB {
             return Err(crate::refused(
                 "rdma_create_id",
@@ -167,6 +162,12 @@ pub unsafe extern "C" fn rdma_create_id(
             ));
         }
         agent::with(|st| {
+            let sync = channel.is_null();
+            let channel = if sync {
+                crate::event::new_channel(st)?
+            } else {
+                channel
+            };
             if !st.channels.contains_key(&(channel as usize)) {
                 return Err(libc::EINVAL);
             }
@@ -176,7 +177,9 @@ pub unsafe extern "C" fn rdma_create_id(
             c.ps = ps;
             c.qp_type = qp_type::RC;
             let c = Box::into_raw(Box::new(c));
-            st.ids.insert(c as usize, new_state(c, ps));
+            let mut s = new_state(c, ps);
+            s.sync = sync;
+            st.ids.insert(c as usize, s);
             // SAFETY: checked non-null; the caller's.
             unsafe { *out = c };
             Ok(())
@@ -209,6 +212,11 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut RdmaCmId) -> c_int {
                 st.by_comm.remove(&comm);
             }
             qp::release_own(&state);
+            crate::sync::free_request_event(state.c);
+            if state.sync {
+                // SAFETY: the id's C struct; a synchronous id's channel is its own.
+                let _ = crate::event::destroy_channel(st, unsafe { (*state.c).channel });
+            }
             // SAFETY: the C struct and path record this library leaked, freed once.
             unsafe {
                 let c = Box::from_raw(state.c);
@@ -336,8 +344,18 @@ pub unsafe extern "C" fn rdma_resolve_addr(
             let channel = c.channel;
             st.post(channel, new_event(id, event::ADDR_RESOLVED, 0));
             Ok(())
-        })
+        })?;
+        sync_wait(id, event::ADDR_RESOLVED)
     })
+}
+
+/// On a synchronous id, waits for the event the call produces.
+fn sync_wait(id: *mut RdmaCmId, want: c_int) -> Result<(), c_int> {
+    if crate::sync::is_sync(id) {
+        crate::sync::wait(id, want)
+    } else {
+        Ok(())
+    }
 }
 
 /// The address of the first device with one of `like`'s family.
@@ -408,7 +426,8 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut RdmaCmId, _timeout_ms: c_in
             let channel = c.channel;
             st.post(channel, new_event(id, event::ROUTE_RESOLVED, 0));
             Ok(())
-        })
+        })?;
+        sync_wait(id, event::ROUTE_RESOLVED)
     })
 }
 
@@ -575,7 +594,8 @@ pub unsafe extern "C" fn rdma_connect(id: *mut RdmaCmId, param: *mut RdmaConnPar
             st.by_comm.insert(comm, id as usize);
             agent::drain_events(st);
             Ok(())
-        })
+        })?;
+        sync_wait(id, event::ESTABLISHED)
     })
 }
 
@@ -648,7 +668,8 @@ pub unsafe extern "C" fn rdma_accept(id: *mut RdmaCmId, param: *mut RdmaConnPara
             let now = st.now();
             st.cm.accept(now, comm, &p).map_err(|_| libc::EINVAL)?;
             Ok(())
-        })
+        })?;
+        sync_wait(id, event::ESTABLISHED)
     })
 }
 
@@ -820,31 +841,6 @@ pub unsafe extern "C" fn rdma_get_dst_port(id: *mut RdmaCmId) -> u16 {
     agent::with(|st| Ok(st.id(id)?.dst.map_or(0, |a| a.port().to_be()))).unwrap_or(0)
 }
 
-/// `rdma_get_request`: for synchronous listeners, not implemented (ENOSYS).
-pub extern "C" fn rdma_get_request(_listen: *mut RdmaCmId, _id: *mut *mut RdmaCmId) -> c_int {
-    crate::set_errno(crate::refused(
-        "rdma_get_request",
-        "synchronous ids are not implemented on softib",
-        libc::ENOSYS,
-    ));
-    -1
-}
-
-/// `rdma_create_ep`: synchronous ids, not implemented (ENOSYS).
-pub extern "C" fn rdma_create_ep(
-    _id: *mut *mut RdmaCmId,
-    _res: *mut c_void,
-    _pd: *mut c_void,
-    _attr: *mut c_void,
-) -> c_int {
-    crate::set_errno(crate::refused(
-        "rdma_create_ep",
-        "synchronous ids (rdma_create_ep) are not implemented on softib",
-        libc::ENOSYS,
-    ));
-    -1
-}
-
 /// `rdma_destroy_ep`: as `rdma_destroy_qp` then `rdma_destroy_id`.
 ///
 /// # Safety
@@ -1011,9 +1007,21 @@ fn connect_request(st: &mut State, comm: softib_cm::CommId, from: Peer, req: &so
     };
     let Some(l) = st.ids.get(&lkey) else { return };
     let port = l.src.map_or(0, |s| s.port());
-    let ps = l.ps;
+    let (ps, sync) = (l.ps, l.sync);
     // SAFETY: the listener's C struct.
-    let (channel, context) = unsafe { ((*l.c).channel, (*l.c).context) };
+    let (listen_channel, context) = unsafe { ((*l.c).channel, (*l.c).context) };
+    // A synchronous listener's requests become synchronous ids, each with its channel.
+    let channel = if sync {
+        match crate::event::new_channel(st) {
+            Ok(c) => c,
+            Err(_) => {
+                let _ = st.cm.reject(comm, RejectReason::NoResources, &[]);
+                return;
+            }
+        }
+    } else {
+        listen_channel
+    };
     let src = SocketAddr::new(our_ip, port);
     let dst = SocketAddr::new(peer_ip, hdr.src_port);
     let mut c = zeroed_id();
@@ -1039,6 +1047,7 @@ fn connect_request(st: &mut State, comm: softib_cm::CommId, from: Peer, req: &so
     s.comm = Some(comm);
     s.req = Some(Box::new(*req));
     s.peer = Some(from);
+    s.sync = sync;
     st.ids.insert(c as usize, s);
     st.by_comm.insert(comm, c as usize);
     let mut e = new_event(c, event::CONNECT_REQUEST, 0);
@@ -1051,5 +1060,5 @@ fn connect_request(st: &mut State, comm: softib_cm::CommId, from: Peer, req: &so
     e.ev.param.conn.rnr_retry_count = req.rnr_retry_count;
     e.ev.param.conn.srq = u8::from(req.srq);
     e.ev.param.conn.qp_num = req.local_qpn.value();
-    st.post(channel, e);
+    st.post(listen_channel, e);
 }

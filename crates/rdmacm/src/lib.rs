@@ -36,6 +36,7 @@ mod event;
 mod ibv;
 mod id;
 mod qp;
+mod sync;
 mod unsupported;
 
 include!(concat!(env!("OUT_DIR"), "/exports.rs"));
