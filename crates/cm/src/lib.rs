@@ -674,15 +674,7 @@ impl<A: Copy + Ord + std::fmt::Debug> Cm<A> {
                 } else {
                     MessageKind::Req
                 };
-                let rej = Rej {
-                    local_comm_id: id,
-                    remote_comm_id: c.remote_comm_id,
-                    message_rejected: kind,
-                    rejected_info_len: 0,
-                    reason: RejectReason::ConsumerDefined,
-                    ari: [0; ARI_LEN],
-                    private_data: [0; private_len::REJ],
-                };
+                let rej = Rej::new(id, c.remote_comm_id, kind, RejectReason::ConsumerDefined);
                 self.send(c.peer, &Message::Rej(rej));
             }
             State::ReqRcvd | State::RepRcvd => {
@@ -943,15 +935,12 @@ impl<A: Copy + Ord + std::fmt::Debug> Cm<A> {
             .filter(|c| c.peer == from && c.active)
         else {
             self.counters.unknown_comm_id += 1;
-            let rej = Rej {
-                local_comm_id: 0,
-                remote_comm_id: rep.local_comm_id,
-                message_rejected: MessageKind::Rep,
-                rejected_info_len: 0,
-                reason: RejectReason::InvalidCommId,
-                ari: [0; ARI_LEN],
-                private_data: [0; private_len::REJ],
-            };
+            let rej = Rej::new(
+                0,
+                rep.local_comm_id,
+                MessageKind::Rep,
+                RejectReason::InvalidCommId,
+            );
             self.send(from, &Message::Rej(rej));
             return;
         };
@@ -1079,17 +1068,7 @@ impl<A: Copy + Ord + std::fmt::Debug> Cm<A> {
         }
         if !self.listeners.contains_key(&req.service_id) {
             self.counters.no_listener += 1;
-            let rep = SidrRep {
-                request_id: req.request_id,
-                status: SidrStatus::UnsupportedServiceId,
-                info_len: 0,
-                vendor_id: 0,
-                qpn: Qpn::new(0),
-                service_id: req.service_id,
-                qkey: QKey(0),
-                info: [0; ARI_LEN],
-                private_data: [0; private_len::SIDR_REP],
-            };
+            let rep = SidrRep::unsupported(&req);
             self.send(from, &Message::SidrRep(rep));
             return;
         }
@@ -1158,15 +1137,7 @@ impl<A: Copy + Ord + std::fmt::Debug> Cm<A> {
                     } else {
                         MessageKind::Req
                     };
-                    let rej = Rej {
-                        local_comm_id: id,
-                        remote_comm_id: remote,
-                        message_rejected: kind,
-                        rejected_info_len: 0,
-                        reason: RejectReason::Timeout,
-                        ari: [0; ARI_LEN],
-                        private_data: [0; private_len::REJ],
-                    };
+                    let rej = Rej::new(id, remote, kind, RejectReason::Timeout);
                     self.send(peer, &Message::Rej(rej));
                     self.conns.remove(&id);
                     self.events.push_back(Event::TimedOut {

@@ -13,11 +13,8 @@
 
 use std::collections::BTreeMap;
 
-use softib_wire::mad::cm::{
-    private_len, Message, MessageKind, Rej, RejectReason, SidrRep, SidrStatus, ARI_LEN,
-};
+use softib_wire::mad::cm::{Message, MessageKind, Rej, RejectReason, SidrRep};
 use softib_wire::mad::MAD_LEN;
-use softib_wire::{QKey, Qpn};
 
 /// Connections remembered per host; beyond this the table starts again (old connections'
 /// messages then go to every agent, which filter them).
@@ -107,32 +104,19 @@ impl CmRoutes {
             Message::Req(req) => match self.listeners.get(&(dev, req.service_id)) {
                 Some(&c) => Route::To(c),
                 None => {
-                    let rej = Rej {
-                        local_comm_id: 0,
-                        remote_comm_id: req.local_comm_id,
-                        message_rejected: MessageKind::Req,
-                        rejected_info_len: 0,
-                        reason: RejectReason::InvalidServiceId,
-                        ari: [0; ARI_LEN],
-                        private_data: [0; private_len::REJ],
-                    };
+                    let rej = Rej::new(
+                        0,
+                        req.local_comm_id,
+                        MessageKind::Req,
+                        RejectReason::InvalidServiceId,
+                    );
                     Route::Answer(Box::new(Message::Rej(rej).emit(header.tid)))
                 }
             },
             Message::SidrReq(req) => match self.listeners.get(&(dev, req.service_id)) {
                 Some(&c) => Route::To(c),
                 None => {
-                    let rep = SidrRep {
-                        request_id: req.request_id,
-                        status: SidrStatus::UnsupportedServiceId,
-                        info_len: 0,
-                        vendor_id: 0,
-                        qpn: Qpn::new(0),
-                        service_id: req.service_id,
-                        qkey: QKey(0),
-                        info: [0; ARI_LEN],
-                        private_data: [0; private_len::SIDR_REP],
-                    };
+                    let rep = SidrRep::unsupported(&req);
                     Route::Answer(Box::new(Message::SidrRep(rep).emit(header.tid)))
                 }
             },
@@ -150,7 +134,7 @@ impl CmRoutes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use softib_wire::mad::cm::{self, Rtu};
+    use softib_wire::mad::cm::{self, private_len, Rtu};
 
     fn rtu(local: u32, remote: u32) -> [u8; MAD_LEN] {
         Message::Rtu(Rtu {

@@ -438,6 +438,24 @@ pub struct Rej {
 }
 
 impl Rej {
+    /// A REJ of `message_rejected` for `reason`, with no ARI and no private data.
+    pub fn new(
+        local_comm_id: u32,
+        remote_comm_id: u32,
+        message_rejected: MessageKind,
+        reason: RejectReason,
+    ) -> Rej {
+        Rej {
+            local_comm_id,
+            remote_comm_id,
+            message_rejected,
+            rejected_info_len: 0,
+            reason,
+            ari: [0; ARI_LEN],
+            private_data: [0; private_len::REJ],
+        }
+    }
+
     fn parse(b: &[u8]) -> Result<Rej> {
         let rejected_info_len = bits(b[9], 0, 7);
         if usize::from(rejected_info_len) > ARI_LEN {
@@ -690,6 +708,21 @@ pub struct SidrRep {
 }
 
 impl SidrRep {
+    /// The answer to `req` when nobody serves its ServiceID.
+    pub fn unsupported(req: &SidrReq) -> SidrRep {
+        SidrRep {
+            request_id: req.request_id,
+            status: SidrStatus::UnsupportedServiceId,
+            info_len: 0,
+            vendor_id: 0,
+            qpn: Qpn::new(0),
+            service_id: req.service_id,
+            qkey: QKey(0),
+            info: [0; ARI_LEN],
+            private_data: [0; private_len::SIDR_REP],
+        }
+    }
+
     fn parse(b: &[u8]) -> Result<SidrRep> {
         let info_len = b[5];
         if usize::from(info_len) > ARI_LEN {

@@ -88,15 +88,21 @@ pub(super) fn send_gmp(
         return Err(refused(ErrorKind::Invalid, "a GMP is 256 bytes"));
     };
     agent_of(c, dev, port)?;
+    note_sent(h, c, dev, port, &m);
+    h.ib(dev)?.ca.send_gmp(port, dlid, dest_qpn, &m);
+    Ok(Response::Ok)
+}
+
+/// Remembers who sent a GMP: a request's TID (for its response), a CM message's
+/// connection (for the messages that answer it).
+fn note_sent(h: &mut Host, c: &Client, dev: u32, port: u8, m: &[u8; MAD_LEN]) {
     if let Ok(header) = mad::Repr::parse(&mad::Packet::new_unchecked(&m[..])) {
         if header.mgmt_class == mad::MgmtClass::ComMgt {
-            h.cm.note_sent(dev, port, &m, c.id);
+            h.cm.note_sent(dev, port, m, c.id);
         } else if !header.method.is_response() {
             h.tids.note(dev, port, header.tid, c.id);
         }
     }
-    h.ib(dev)?.ca.send_gmp(port, dlid, dest_qpn, &m);
-    Ok(Response::Ok)
 }
 
 /// `SendGmpGid` from one of the client's agent ports of a RoCE device to QP `dest_qpn` at
@@ -114,13 +120,7 @@ pub(super) fn send_gmp_gid(
         return Err(refused(ErrorKind::Invalid, "a GMP is 256 bytes"));
     };
     agent_of(c, dev, port)?;
-    if let Ok(header) = mad::Repr::parse(&mad::Packet::new_unchecked(&m[..])) {
-        if header.mgmt_class == mad::MgmtClass::ComMgt {
-            h.cm.note_sent(dev, port, &m, c.id);
-        } else if !header.method.is_response() {
-            h.tids.note(dev, port, header.tid, c.id);
-        }
-    }
+    note_sent(h, c, dev, port, &m);
     let Some(roce) = h.dev(dev)?.roce() else {
         return Err(refused(
             ErrorKind::Invalid,
