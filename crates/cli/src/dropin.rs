@@ -1,11 +1,12 @@
 //! Running unmodified RDMA programs on softib: `softib run`, `softib env`,
 //! `softib install-libs`, and the library path `softib fabric exec` gives a program.
 //!
-//! The drop-in libraries — `libibverbs.so.1` (crates/ibverbs) and `libibumad.so.3`
-//! (crates/umad) — are found next to this binary — in cargo's target directory as
-//! `libibverbs.so` and `libibumad.so`, installed as `../lib/softib/<soname>` — or in
-//! `$SOFTIB_LIB_DIR`. A program finds them through `LD_LIBRARY_PATH`, which comes before the
-//! system's library directories, and its host's daemon through `SOFTIB_RUNTIME_DIR`.
+//! The drop-in libraries — `libibverbs.so.1` (crates/ibverbs), `librdmacm.so.1`
+//! (crates/rdmacm) and `libibumad.so.3` (crates/umad) — are found next to this binary — in
+//! cargo's target directory as `libibverbs.so`, `librdmacm.so` and `libibumad.so`, installed
+//! as `../lib/softib/<soname>` — or in `$SOFTIB_LIB_DIR`. A program finds them through
+//! `LD_LIBRARY_PATH`, which comes before the system's library directories, and its host's
+//! daemon through `SOFTIB_RUNTIME_DIR`.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -15,7 +16,7 @@ use anyhow::{anyhow, bail, Context as _, Result};
 use crate::exit;
 
 /// The libraries softib provides, by soname.
-const LIBS: &[&str] = &["libibverbs.so.1", "libibumad.so.3"];
+const LIBS: &[&str] = &["libibverbs.so.1", "librdmacm.so.1", "libibumad.so.3"];
 
 /// The file cargo builds for a soname (`libibverbs.so.1` → `libibverbs.so`).
 fn built_name(soname: &str) -> &str {
@@ -86,10 +87,10 @@ pub fn lib_dir() -> Result<PathBuf> {
             })
             .max();
         let Some((_, rel)) = built else {
-            let krate = if *soname == "libibumad.so.3" {
-                "softib-umad"
-            } else {
-                "softib-ibverbs"
+            let krate = match *soname {
+                "libibumad.so.3" => "softib-umad",
+                "librdmacm.so.1" => "softib-rdmacm",
+                _ => "softib-ibverbs",
             };
             bail!(
                 "softib's {soname} is not next to {} (looked for {}, {} and {}); build it \

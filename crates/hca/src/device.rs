@@ -169,11 +169,27 @@ impl Device {
         }
     }
 
-    /// The next MAD for local agents (IB only).
+    /// The next MAD for local agents: on IB from QP0 and QP1, on RoCE from QP1 (the CM's
+    /// GMPs, with the sender's address as its GID).
     pub fn poll_mad(&mut self) -> Option<MadIn> {
         match self {
             Device::Ib(d) => d.ca.poll_mad(),
-            Device::Roce(_) => None,
+            Device::Roce(d) => d.ca.poll_gmp().map(|g| MadIn {
+                port: 1,
+                qp: softib_proto::MadQp::Gsi,
+                slid: softib_wire::Lid(0),
+                src_qpn: g.src_qpn,
+                sgid: Some(framing::gid_of(g.from.ip())),
+                mad: g.mad,
+            }),
+        }
+    }
+
+    /// The RoCE device's link, for QP1's GMPs.
+    pub fn roce(&mut self) -> Option<&mut RoceCa<ShmMemory>> {
+        match self {
+            Device::Ib(_) => None,
+            Device::Roce(d) => Some(&mut d.ca),
         }
     }
 

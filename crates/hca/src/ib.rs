@@ -99,6 +99,8 @@ pub struct MadIn {
     pub slid: Lid,
     /// The sender's QP.
     pub src_qpn: Qpn,
+    /// The sender's GID: from the GRH, or (RoCE) its address.
+    pub sgid: Option<softib_wire::Gid>,
     /// The MAD.
     pub mad: [u8; MAD_LEN],
 }
@@ -338,6 +340,7 @@ impl<M: Memory> IbCa<M> {
             qp: MadQp::Smi,
             slid,
             src_qpn: Qpn::SMI,
+            sgid: None,
             mad,
         });
     }
@@ -378,6 +381,7 @@ impl<M: Memory> IbCa<M> {
                 qp: MadQp::Gsi,
                 slid: lrh.slid,
                 src_qpn: m.addr.src_qpn,
+                sgid: None,
                 mad: m.mad,
             });
             return;
@@ -446,6 +450,7 @@ impl<M: Memory> IbCa<M> {
                 qp: MadQp::Gsi,
                 slid,
                 src_qpn: Qpn::GSI,
+                sgid: None,
                 mad: *mad,
             });
             return;

@@ -45,7 +45,7 @@ pub use types::{
 };
 
 /// The protocol version; bumped on any incompatible change.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// The daemon's control socket, in its runtime directory.
 pub const SOCKET_NAME: &str = "softibd.sock";

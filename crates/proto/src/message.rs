@@ -385,6 +385,30 @@ pub enum Request {
     /// sleep on it and then take them with a [`Request::RecvMads`] that does not wait — while
     /// other threads keep sending on the connection (libibumad's pollable port fd).
     AttachMadWakeup,
+    /// Sends a GMP (256 bytes) from QP1 of a RoCE port to QP `dest_qpn` at `dgid` (the CM's
+    /// messages: RoCE has no LIDs, a GMP is routed by its GRH).
+    SendGmpGid {
+        /// Device index.
+        dev: u32,
+        /// Port.
+        port: u8,
+        /// Destination GID.
+        dgid: Gid,
+        /// Destination QP.
+        dest_qpn: Qpn,
+        /// The MAD.
+        mad: Vec<u8>,
+    },
+    /// This agent's CM listens (`listen`) or stops listening on `service_id` of device
+    /// `dev`: the daemon routes REQs for it here, and rejects those nobody listens for.
+    CmListen {
+        /// Device index.
+        dev: u32,
+        /// The ServiceID.
+        service_id: u64,
+        /// Listen or stop.
+        listen: bool,
+    },
 }
 
 /// The daemon's answer.

@@ -205,6 +205,9 @@ pub struct Mad {
     pub slid: Lid,
     /// The sender's QP.
     pub src_qpn: Qpn,
+    /// The sender's GID, when the MAD came with one (always on RoCE, where it is the
+    /// sender's address).
+    pub sgid: Option<Gid>,
     /// 256 bytes.
     pub mad: Vec<u8>,
 }

@@ -500,6 +500,25 @@ impl Context {
             .send_gmp(dev, port, dlid, dest_qpn, mad)
     }
 
+    /// This agent's CM listens (or stops listening) on `service_id` of device `dev`: the
+    /// daemon routes REQs for it to this agent, and rejects those nobody listens for.
+    pub fn cm_listen(&mut self, dev: u32, service_id: u64, listen: bool) -> Result<()> {
+        self.session("CmListen")?.cm_listen(dev, service_id, listen)
+    }
+
+    /// Sends a GMP from QP1 of a RoCE port to `dest_qpn` at `dgid` (routed by the GRH).
+    pub fn send_gmp_gid(
+        &mut self,
+        dev: u32,
+        port: u8,
+        dgid: Gid,
+        dest_qpn: Qpn,
+        mad: &[u8; 256],
+    ) -> Result<()> {
+        self.session("SendGmpGid")?
+            .send_gmp_gid(dev, port, dgid, dest_qpn, mad)
+    }
+
     /// Receives MADs for this agent, waiting up to `wait` for the first.
     pub fn recv_mads(&mut self, max: u32, wait: Duration) -> Result<Vec<Mad>> {
         self.session("RecvMads")?.recv_mads(max, wait)

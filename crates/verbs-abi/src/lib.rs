@@ -1363,3 +1363,5 @@ layout!(IbvSaPathRec, 64, dlid @ 32, raw_traffic @ 36, reversible @ 48, numb_pat
     pkey @ 54, preference @ 63);
 
 pub mod umad;
+// After `layout!`, which it uses.
+pub mod rdma_cm;

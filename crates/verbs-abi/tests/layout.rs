@@ -7,6 +7,7 @@
 use std::mem::{offset_of, size_of};
 use std::process::Command;
 
+use softib_verbs_abi::rdma_cm::*;
 use softib_verbs_abi::*;
 
 /// (C struct, C field or "" for the size, what Rust says).
@@ -103,6 +104,19 @@ fn rust_side() -> Vec<(&'static str, &'static str, usize)> {
         IbvSaPathRec => "ibv_sa_path_rec" [dgid, sgid, dlid, slid, raw_traffic, flow_label,
             hop_limit, traffic_class, reversible, numb_path, pkey, sl, mtu_selector, mtu,
             rate_selector, rate, packet_life_time_selector, packet_life_time, preference],
+        RdmaEventChannel => "rdma_event_channel" [fd],
+        RdmaIbAddr => "rdma_ib_addr" [sgid, dgid, pkey],
+        RdmaAddr => "rdma_addr" [src_addr, dst_addr, ibaddr],
+        RdmaRoute => "rdma_route" [addr, path_rec, num_paths],
+        RdmaCmId => "rdma_cm_id" [verbs, channel, context, qp, route, ps, port_num, event,
+            send_cq_channel, send_cq, recv_cq_channel, recv_cq, srq, pd, qp_type],
+        RdmaConnParam => "rdma_conn_param" [private_data, private_data_len, responder_resources,
+            initiator_depth, flow_control, retry_count, rnr_retry_count, srq, qp_num],
+        RdmaUdParam => "rdma_ud_param" [private_data, private_data_len, ah_attr, qp_num, qkey],
+        RdmaCmEvent => "rdma_cm_event" [id, listen_id, event, status, param],
+        RdmaAddrinfo => "rdma_addrinfo" [ai_flags, ai_family, ai_qp_type, ai_port_space,
+            ai_src_len, ai_dst_len, ai_src_addr, ai_dst_addr, ai_src_canonname, ai_dst_canonname,
+            ai_route_len, ai_route, ai_connect_len, ai_connect, ai_next],
     ]
 }
 
@@ -110,6 +124,7 @@ fn rust_side() -> Vec<(&'static str, &'static str, usize)> {
 fn c_field(s: &str, f: &str) -> String {
     match (s, f) {
         ("ibv_device", "ops") => "_ops".into(),
+        ("rdma_addr", "ibaddr") => "addr.ibaddr".into(),
         ("ib_uverbs_ah_attr", f)
             if [
                 "dgid",
@@ -130,20 +145,24 @@ fn c_field(s: &str, f: &str) -> String {
 fn layout_matches_the_installed_header() {
     let ci = std::env::var_os("CI").is_some_and(|v| v == "true");
     let header = std::path::Path::new("/usr/include/infiniband/verbs.h");
+    let cm_header = std::path::Path::new("/usr/include/rdma/rdma_cma.h");
     let cc = Command::new("cc").arg("--version").output().is_ok();
-    if !header.exists() || !cc {
+    if !header.exists() || !cm_header.exists() || !cc {
         assert!(
             !ci,
-            "CI=true: no C compiler or {} (.ci/run installs gcc and libibverbs-dev)",
-            header.display()
+            "CI=true: no C compiler, {} or {} (.ci/run installs gcc, libibverbs-dev and \
+             librdmacm-dev)",
+            header.display(),
+            cm_header.display()
         );
-        eprintln!("skipped: needs a C compiler and libibverbs-dev");
+        eprintln!("skipped: needs a C compiler, libibverbs-dev and librdmacm-dev");
         return;
     }
     let entries = rust_side();
     let mut c = String::from(
         "#include <stdio.h>\n#include <stddef.h>\n#include <infiniband/verbs.h>\n\
          #include <infiniband/sa.h>\n#include <rdma/ib_user_verbs.h>\n#include <rdma/ib_user_sa.h>\n\
+         #include <rdma/rdma_cma.h>\n\
          int main(void) {\n",
     );
     for (s, f, _) in &entries {

@@ -286,6 +286,37 @@ pub fn our_library() -> PathBuf {
 }
 
 impl Done {
+    /// Asserts the program initialised softib's library `soname` (from `softib run`'s
+    /// directory of links) and no other library of that name.
+    pub fn loaded_ours_lib(&self, soname: &str) -> &Done {
+        let ours = our_library().with_file_name(soname);
+        let init = format!("calling init: {}", ours.display());
+        assert!(
+            self.loader.contains(&init),
+            "{} did not load softib's {soname} ({}); the loader said:\n{}",
+            self.what,
+            ours.display(),
+            self.loader
+                .lines()
+                .filter(|l| l.contains("calling init"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        let suffix = format!("/{soname}");
+        let others: Vec<&str> = self
+            .loader
+            .lines()
+            .filter(|l| l.contains("calling init:") && l.trim_end().ends_with(&suffix))
+            .filter(|l| !l.contains(&init))
+            .collect();
+        assert!(
+            others.is_empty(),
+            "{} also initialised another {soname}: {others:?}",
+            self.what
+        );
+        self
+    }
+
     /// Asserts the program exited 0 and initialised softib's libibverbs (not the system's).
     pub fn ok(&self) -> &Done {
         assert!(
@@ -301,31 +332,7 @@ impl Done {
 
     /// Asserts the program initialised softib's libibverbs.so.1 and no other.
     pub fn loaded_ours(&self) -> &Done {
-        let ours = our_library();
-        let init = format!("calling init: {}", ours.display());
-        assert!(
-            self.loader.contains(&init),
-            "{} did not load softib's libibverbs ({}); the loader said:\n{}",
-            self.what,
-            ours.display(),
-            self.loader
-                .lines()
-                .filter(|l| l.contains("calling init") || l.contains("ibverbs"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-        let others: Vec<&str> = self
-            .loader
-            .lines()
-            .filter(|l| l.contains("calling init:") && l.trim_end().ends_with("/libibverbs.so.1"))
-            .filter(|l| !l.contains(&init))
-            .collect();
-        assert!(
-            others.is_empty(),
-            "{} also initialised another libibverbs: {others:?}",
-            self.what
-        );
-        self
+        self.loaded_ours_lib("libibverbs.so.1")
     }
 }
 

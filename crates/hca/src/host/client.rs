@@ -234,6 +234,7 @@ impl Client {
             super::mads::set_sm(&mut host.devs, a.dev, a.port, None);
         }
         host.tids.forget(self.id);
+        host.cm.forget(self.id);
         if std::env::var_os("SOFTIB_LOG").is_some() {
             eprintln!(
                 "softibd[{}]: client {} (pid {}) gone; its resources reclaimed",

@@ -41,6 +41,8 @@ pub(super) struct Host {
     next_buffer: u64,
     /// Who sent each outstanding MAD request.
     pub tids: TidOwners,
+    /// Which agent each CM MAD is for.
+    pub cm: super::cm_routes::CmRoutes,
     /// MADs no agent wanted.
     pub unclaimed_mads: u64,
     /// Where RoCE devices are persisted (`None` for simulated hosts of a fabric).
@@ -73,6 +75,7 @@ impl Host {
             next_region: 1,
             next_buffer: 1,
             tids: TidOwners::default(),
+            cm: Default::default(),
             unclaimed_mads: 0,
             issm: None,
             links_file,

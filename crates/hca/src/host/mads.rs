@@ -9,6 +9,7 @@ use softib_wire::mad;
 use softib_wire::mad::attr::{capability_mask, SmInfo};
 
 use super::client::Client;
+use super::cm_routes::Route;
 use super::host_rt::Host;
 use crate::device::Device;
 use crate::ib::MadIn;
@@ -62,6 +63,7 @@ pub(super) fn dispatch_mad(h: &mut Host, clients: &mut BTreeMap<u64, Client>, de
         qp: m.qp,
         slid: m.slid,
         src_qpn: m.src_qpn,
+        sgid: m.sgid,
         mad: m.mad.to_vec(),
     };
     if let Some(hdr) = header.filter(|_| is_response) {
@@ -70,6 +72,24 @@ pub(super) fn dispatch_mad(h: &mut Host, clients: &mut BTreeMap<u64, Client>, de
                 queue(c, msg());
                 return;
             }
+        }
+    }
+    if m.qp == MadQp::Gsi && class == Some(mad::MgmtClass::ComMgt) {
+        match h.cm.route(dev, m.port, &m.mad) {
+            Route::To(owner) => {
+                if let Some(c) = clients
+                    .get_mut(&owner)
+                    .filter(|c| c.is_agent(dev, m.port, false))
+                {
+                    queue(c, msg());
+                    return;
+                }
+            }
+            Route::Answer(answer) => {
+                answer_cm(&mut h.devs, dev, &m, &answer);
+                return;
+            }
+            Route::All => {}
         }
     }
     if m.qp == MadQp::Gsi && !is_response && class == Some(mad::MgmtClass::PerfMgt) {
@@ -101,6 +121,18 @@ fn queue(c: &mut Client, m: Mad) -> bool {
         let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
     }
     true
+}
+
+/// Sends the daemon's own answer to a CM MAD back where it came from.
+fn answer_cm(devs: &mut [Device], dev: u32, m: &MadIn, answer: &[u8; mad::MAD_LEN]) {
+    let Some(d) = devs.get_mut(dev as usize) else {
+        return;
+    };
+    if let (Some(roce), Some(sgid)) = (d.roce(), m.sgid) {
+        roce.send_gmp(sgid, m.src_qpn, answer);
+    } else if let Some(ib) = d.ib() {
+        ib.ca.send_gmp(m.port, m.slid, m.src_qpn, answer);
+    }
 }
 
 /// The performance management agent (PMA, IBA §16.1) on QP1: PortCounters.

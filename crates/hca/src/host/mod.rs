@@ -34,6 +34,7 @@
 
 mod assembly;
 mod client;
+mod cm_routes;
 mod event_loop;
 mod events;
 mod handlers;

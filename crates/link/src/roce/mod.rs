@@ -32,11 +32,12 @@
 //! Time only comes in as `now`; nothing here reads a clock, opens a socket, blocks or spawns.
 
 pub mod framing;
+pub mod gsi;
 
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
 use std::net::SocketAddr;
 
@@ -44,8 +45,14 @@ use softib_engine::verbs::{AsyncEvent, QpState, QpType};
 use softib_engine::{AttrMask, Hca, Instant, Memory, QpAttr, RxMeta, Transmit, VerbsError};
 use softib_net::TxQueue;
 use softib_wire::crc::ICRC_LEN;
+use softib_wire::mad::MAD_LEN;
 use softib_wire::opcode::Transport;
-use softib_wire::{Opcode, Qpn};
+use softib_wire::{Gid, Opcode, Psn, Qpn};
+
+pub use gsi::GsiIn;
+
+/// GMPs queued for QP1's agents (or to send) beyond this are dropped and counted.
+const MAX_GSI_QUEUE: usize = 1024;
 
 pub use framing::Senders;
 use framing::{IdentPatch, RxError};
@@ -181,11 +188,15 @@ pub enum RoceDrop {
     NoRoom,
     /// To send: a payload left in memory could not be read (its region went away).
     PayloadGone,
+    /// Received on QP1: not a GMP (not a UD SEND_ONLY, not the GSI Q_Key, too short).
+    GsiMalformed,
+    /// Received on QP1, or to send from it: the queue was full (no agent reads).
+    GsiQueueFull,
 }
 
 impl RoceDrop {
     /// Every reason, in declaration order.
-    pub const ALL: [RoceDrop; 8] = [
+    pub const ALL: [RoceDrop; 10] = [
         RoceDrop::TooShort,
         RoceDrop::AddressFamily,
         RoceDrop::UnsupportedOpcode,
@@ -194,11 +205,13 @@ impl RoceDrop {
         RoceDrop::TxAddressFamily,
         RoceDrop::NoRoom,
         RoceDrop::PayloadGone,
+        RoceDrop::GsiMalformed,
+        RoceDrop::GsiQueueFull,
     ];
 
     /// A short snake_case name for logs and tools (`softib res`, `DeviceInfo::drops`), in the
     /// order of [`RoceDrop::ALL`].
-    const NAMES: [&'static str; 8] = [
+    const NAMES: [&'static str; 10] = [
         "datagram_too_short",
         "address_family_mismatch",
         "unsupported_opcode",
@@ -207,6 +220,8 @@ impl RoceDrop {
         "tx_address_family",
         "tx_no_room",
         "tx_payload_gone",
+        "gsi_malformed",
+        "gsi_queue_full",
     ];
 
     /// A short snake_case name for logs and tools.
@@ -271,6 +286,11 @@ pub struct RoceCa<M: Memory> {
     /// Whether the last datagram went to a local peer: where the next one is built.
     last_local: bool,
     drops: RoceDrops,
+    /// GMPs received on QP1, for the embedder's agents.
+    gsi_in: VecDeque<GsiIn>,
+    /// GMPs to send from QP1: destination GID, QP, MAD.
+    gsi_out: VecDeque<(Gid, Qpn, [u8; MAD_LEN])>,
+    gsi_psn: u32,
 }
 
 impl<M: Memory> RoceCa<M> {
@@ -285,6 +305,9 @@ impl<M: Memory> RoceCa<M> {
             ident: IdentPatch::default(),
             last_local: false,
             drops: RoceDrops::default(),
+            gsi_in: VecDeque::new(),
+            gsi_out: VecDeque::new(),
+            gsi_psn: 0,
         }
     }
 
@@ -398,6 +421,9 @@ impl<M: Memory> RoceCa<M> {
                 return Err(reason);
             }
         };
+        if gsi::is_for_gsi(body) {
+            return self.gsi_received(d.from, body);
+        }
         // Only UD receives (and UD multicast) use the GRH area: RC and UC skip building it.
         let ud = Opcode(body[0]).transport() == Transport::Ud;
         let meta = RxMeta {
@@ -422,6 +448,89 @@ impl<M: Memory> RoceCa<M> {
             None => self.hca.handle_packet(now, 1, &meta, body),
         }
         Ok(())
+    }
+
+    fn gsi_received(&mut self, from: SocketAddr, body: &[u8]) -> Result<(), RoceDrop> {
+        let (src_qpn, mad) = gsi::parse(body).map_err(|_| {
+            self.drops.count(RoceDrop::GsiMalformed, 1);
+            RoceDrop::GsiMalformed
+        })?;
+        if self.gsi_in.len() >= MAX_GSI_QUEUE {
+            self.drops.count(RoceDrop::GsiQueueFull, 1);
+            return Err(RoceDrop::GsiQueueFull);
+        }
+        self.gsi_in.push_back(GsiIn { from, src_qpn, mad });
+        Ok(())
+    }
+
+    /// Queues a GMP from QP1 to QP `dest_qpn` at `dgid` (sent by the next
+    /// [`RoceCa::poll_transmit`]); false (and counted) when the queue is full.
+    pub fn send_gmp(&mut self, dgid: Gid, dest_qpn: Qpn, mad: &[u8; MAD_LEN]) -> bool {
+        if self.gsi_out.len() >= MAX_GSI_QUEUE {
+            self.drops.count(RoceDrop::GsiQueueFull, 1);
+            return false;
+        }
+        self.gsi_out.push_back((dgid, dest_qpn, *mad));
+        true
+    }
+
+    /// The next GMP that arrived on QP1.
+    pub fn poll_gmp(&mut self) -> Option<GsiIn> {
+        self.gsi_in.pop_front()
+    }
+
+    /// Whether GMPs wait to be sent (the embedder should transmit).
+    pub fn has_gmps_to_send(&self) -> bool {
+        !self.gsi_out.is_empty()
+    }
+
+    /// Builds the next queued GMP as a datagram in the room its destination calls for.
+    fn poll_gmp_transmit(&mut self, wire: &mut [u8], local: &mut [u8]) -> Option<RoceTransmit> {
+        while let Some((dgid, dest_qpn, mad)) = self.gsi_out.pop_front() {
+            let to = SocketAddr::new(framing::ip_of(&dgid), self.config.peer_port);
+            let is_local = self.local_peers.contains(&to) && !local.is_empty();
+            let room: &mut [u8] = if is_local { &mut *local } else { &mut *wire };
+            self.gsi_psn = self.gsi_psn.wrapping_add(1);
+            let Some(len) = gsi::build(room, dest_qpn, Psn::new(self.gsi_psn), &mad) else {
+                self.drops.count(RoceDrop::NoRoom, 1);
+                continue;
+            };
+            let Some(icrc) = room.get_mut(len..len + ICRC_LEN) else {
+                self.drops.count(RoceDrop::NoRoom, 1);
+                continue;
+            };
+            icrc.fill(0);
+            self.last_local = is_local;
+            let grh = softib_engine::GlobalRoute {
+                dgid,
+                flow_label: 0,
+                sgid_index: 0,
+                hop_limit: 64,
+                traffic_class: 0,
+            };
+            let packet = Transmit {
+                port: 1,
+                av: softib_engine::AddressVector {
+                    grh: Some(grh),
+                    port_num: 1,
+                    ..Default::default()
+                },
+                src_qpn: Qpn::GSI,
+                dest_qpn,
+                opcode: Opcode::UD_SEND_ONLY,
+                len,
+                payload: None,
+                in_process: false,
+            };
+            let src_port = framing::rxe_source_port(true, 0, 1, dest_qpn.value());
+            return Some(RoceTransmit {
+                packet,
+                to,
+                src_port,
+                local: is_local,
+            });
+        }
+        None
     }
 
     /// The transport bytes of a datagram that passes, or why it does not: the cheap checks
@@ -474,6 +583,9 @@ impl<M: Memory> RoceCa<M> {
         wire: &mut [u8],
         local: &mut [u8],
     ) -> Option<RoceTransmit> {
+        if let Some(t) = self.poll_gmp_transmit(wire, local) {
+            return Some(t);
+        }
         loop {
             let built_local = self.last_local && !local.is_empty();
             let room: &mut [u8] = if built_local { &mut *local } else { &mut *wire };

@@ -560,6 +560,31 @@ impl Session {
         })
     }
 
+    pub(crate) fn cm_listen(&mut self, dev: u32, service_id: u64, listen: bool) -> Result<()> {
+        self.conn.ok(&Request::CmListen {
+            dev,
+            service_id,
+            listen,
+        })
+    }
+
+    pub(crate) fn send_gmp_gid(
+        &mut self,
+        dev: u32,
+        port: u8,
+        dgid: softib_wire::Gid,
+        dest_qpn: Qpn,
+        mad: &[u8; 256],
+    ) -> Result<()> {
+        self.conn.ok(&Request::SendGmpGid {
+            dev,
+            port,
+            dgid,
+            dest_qpn,
+            mad: mad.to_vec(),
+        })
+    }
+
     pub(crate) fn send_gmp(
         &mut self,
         dev: u32,

@@ -79,6 +79,7 @@ fn gsi(b: [u8; MAD_LEN]) -> Mad {
         qp: MadQp::Gsi,
         slid: Lid(1),
         src_qpn: Qpn::new(1),
+        sgid: None,
         mad: b.to_vec(),
     }
 }

@@ -385,6 +385,7 @@ mod tests {
             qp,
             slid: Lid(5),
             src_qpn: Qpn::new(u32::from(qp == MadQp::Gsi)),
+            sgid: None,
             mad: b.to_vec(),
         }
     }

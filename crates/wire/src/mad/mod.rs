@@ -36,6 +36,7 @@
 
 pub mod attr;
 pub mod class_port_info;
+pub mod cm;
 pub mod perf;
 pub mod sa;
 pub mod smp;

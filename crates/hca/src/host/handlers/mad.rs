@@ -9,7 +9,7 @@ use std::os::fd::OwnedFd;
 use softib_proto::{ErrorKind, Response};
 use softib_wire::mad::attr::SmInfo;
 use softib_wire::mad::{self, smp, MAD_LEN};
-use softib_wire::{Lid, Qpn};
+use softib_wire::{Gid, Lid, Qpn};
 
 use super::{nonblocking, passed_fd, refused, Handled, Refused};
 use crate::host::client::{Agent, Client};
@@ -26,7 +26,17 @@ pub(super) fn open_mad(
     port: u8,
     sm: bool,
 ) -> Handled {
-    let ports = h.ib(dev)?.ca.identity().num_ports;
+    // A RoCE device has one port, whose QP1 carries the CM's GMPs.
+    let ports = match h.dev(dev)?.ib() {
+        Some(ib) => ib.ca.identity().num_ports,
+        None => 1,
+    };
+    if sm && h.dev(dev)?.ib().is_none() {
+        return Err(refused(
+            ErrorKind::Invalid,
+            format!("device {dev} is a RoCE device: it has no subnet manager"),
+        ));
+    }
     if port == 0 || port > ports {
         return Err(refused(ErrorKind::NotFound, format!("no port {port}")));
     }
@@ -84,12 +94,70 @@ pub(super) fn send_gmp(
         return Err(refused(ErrorKind::Invalid, "a GMP is 256 bytes"));
     };
     agent_of(c, dev, port)?;
+    note_sent(h, c, dev, port, &m);
+    h.ib(dev)?.ca.send_gmp(port, dlid, dest_qpn, &m);
+    Ok(Response::Ok)
+}
+
+/// Remembers who sent a GMP: a request's TID (for its response), a CM message's
+/// connection (for the messages that answer it).
+fn note_sent(h: &mut Host, c: &Client, dev: u32, port: u8, m: &[u8; MAD_LEN]) {
     if let Ok(header) = mad::Repr::parse(&mad::Packet::new_unchecked(&m[..])) {
-        if !header.method.is_response() {
+        if header.mgmt_class == mad::MgmtClass::ComMgt {
+            h.cm.note_sent(dev, port, m, c.id);
+        } else if !header.method.is_response() {
             h.tids.note(dev, port, header.tid, c.id);
         }
     }
-    h.ib(dev)?.ca.send_gmp(port, dlid, dest_qpn, &m);
+}
+
+/// `SendGmpGid` from one of the client's agent ports of a RoCE device to QP `dest_qpn` at
+/// `dgid`.
+pub(super) fn send_gmp_gid(
+    h: &mut Host,
+    c: &mut Client,
+    dev: u32,
+    port: u8,
+    dgid: Gid,
+    dest_qpn: Qpn,
+    mad: &[u8],
+) -> Handled {
+    let Ok(m) = <[u8; MAD_LEN]>::try_from(mad) else {
+        return Err(refused(ErrorKind::Invalid, "a GMP is 256 bytes"));
+    };
+    agent_of(c, dev, port)?;
+    note_sent(h, c, dev, port, &m);
+    let Some(roce) = h.dev(dev)?.roce() else {
+        return Err(refused(
+            ErrorKind::Invalid,
+            format!("device {dev} is an IB device: address its GMPs by LID (SendGmp)"),
+        ));
+    };
+    if !roce.send_gmp(dgid, dest_qpn, &m) {
+        return Err(refused(
+            ErrorKind::Exhausted,
+            "QP1's send queue is full (the port sends nothing?)",
+        ));
+    }
+    Ok(Response::Ok)
+}
+
+/// `CmListen`: the client's CM listens (or stops listening) on `service_id` of `dev`, so
+/// that REQs for it are routed to it (`cm_routes`).
+pub(super) fn cm_listen(
+    h: &mut Host,
+    c: &mut Client,
+    dev: u32,
+    service_id: u64,
+    listen: bool,
+) -> Handled {
+    agent_of(c, dev, 1)?;
+    if !h.cm.listen(dev, service_id, c.id, listen) {
+        return Err(refused(
+            ErrorKind::Busy,
+            format!("another process listens on service ID 0x{service_id:016x} of device {dev}"),
+        ));
+    }
     Ok(Response::Ok)
 }
 

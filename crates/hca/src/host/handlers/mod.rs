@@ -223,6 +223,18 @@ pub(in crate::host) fn handle(
             dest_qpn,
             mad,
         } => mad::send_gmp(h, c, dev, port, dlid, dest_qpn, &mad),
+        R::SendGmpGid {
+            dev,
+            port,
+            dgid,
+            dest_qpn,
+            mad,
+        } => mad::send_gmp_gid(h, c, dev, port, dgid, dest_qpn, &mad),
+        R::CmListen {
+            dev,
+            service_id,
+            listen,
+        } => mad::cm_listen(h, c, dev, service_id, listen),
         R::RecvMads { max, wait_us } => return mad::recv_mads(c, max, wait_us),
         R::SetSm { dev, port, sm_info } => mad::set_sm(h, c, dev, port, sm_info),
         // Links and cables.

@@ -1,0 +1,158 @@
+//! Debian's unmodified rdma_cm programs between two softib hosts, on softib's
+//! librdmacm.so.1 and libibverbs.so.1 (`softib run`): the CM's REQ/REP/RTU and DREQ/DREP
+//! cross QP1 of the RoCE devices as MADs, the data goes over the QPs they connect.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod dropin;
+
+use std::time::{Duration, Instant};
+
+use dropin::{have, hosts, port, Done, Run};
+
+/// Runs `server` on host B and then `client` on host A, and waits for both.
+fn pair(server: &[&str], client: &[&str]) -> (Done, Done) {
+    let h = hosts();
+    let s = Run::start(&h.b, server, &[]);
+    // rdma_cm clients do not retry a REJ: let the server listen first.
+    std::thread::sleep(Duration::from_millis(500));
+    let c = Run::start(&h.a, client, &[]).wait();
+    (s.wait(), c)
+}
+
+fn ours(d: &Done) {
+    d.ok();
+    d.loaded_ours_lib("librdmacm.so.1");
+}
+
+#[test]
+fn rping_pings_100_times_with_verification() {
+    if !have("rping", "rdmacm-utils") {
+        return;
+    }
+    let p = port().to_string();
+    let b = hosts().b.addr;
+    let (s, c) = pair(
+        &["rping", "-s", "-v", "-a", b, "-p", &p, "-C", "100"],
+        &["rping", "-c", "-v", "-a", b, "-p", &p, "-C", "100"],
+    );
+    ours(&s);
+    ours(&c);
+    for (d, n) in [(&s, 100), (&c, 100)] {
+        let pings = d.stdout.matches("ping data: rdma-ping-").count();
+        assert_eq!(pings, n, "{}:\n{}", d.what, d.stdout);
+    }
+    assert!(c.stdout.contains("rdma-ping-99: "), "{}", c.stdout);
+}
+
+#[test]
+fn ucmatose_connects_one_and_eight() {
+    if !have("ucmatose", "rdmacm-utils") {
+        return;
+    }
+    let b = hosts().b.addr;
+    for n in ["1", "8"] {
+        let p = port().to_string();
+        let (s, c) = pair(
+            &["ucmatose", "-b", b, "-p", &p, "-c", n],
+            &["ucmatose", "-s", b, "-p", &p, "-c", n],
+        );
+        ours(&s);
+        ours(&c);
+        for d in [&s, &c] {
+            assert!(
+                d.stdout.contains("test complete") && d.stdout.contains("return status 0"),
+                "{}:\n{}\n{}",
+                d.what,
+                d.stdout,
+                d.stderr
+            );
+        }
+        assert!(s.stdout.contains("disconnected"), "{}", s.stdout);
+    }
+}
+
+/// A REQ for a port nobody listens on gets a REJ (InvalidServiceID, 8) at once, which the
+/// program hears as REJECTED with that reason — not a timeout.
+#[test]
+fn connecting_to_a_port_nobody_listens_on_is_rejected_at_once() {
+    if !have("rping", "rdmacm-utils") {
+        return;
+    }
+    let p = port().to_string();
+    let b = hosts().b.addr;
+    let t0 = Instant::now();
+    let c = Run::start(
+        &hosts().a,
+        &["rping", "-c", "-a", b, "-p", &p, "-C", "1"],
+        &[],
+    )
+    .wait();
+    assert!(!c.status.success(), "{}: {}", c.what, c.stdout);
+    let said = format!("{}{}", c.stdout, c.stderr);
+    assert!(
+        said.contains("RDMA_CM_EVENT_REJECTED, error 8"),
+        "{}: {said}",
+        c.what
+    );
+    // The CM's timeout would be 4 s and 15 retries; a REJ takes a few poll turns.
+    assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
+}
+
+#[test]
+fn ib_send_bw_connects_with_rdma_cm() {
+    if !have("ib_send_bw", "perftest") {
+        return;
+    }
+    let p = port().to_string();
+    let b = hosts().b.addr;
+    let (s, c) = pair(
+        &["ib_send_bw", "-R", "-d", "rxe0", "-p", &p, "-n", "500"],
+        &["ib_send_bw", "-R", "-d", "rxe0", "-p", &p, "-n", "500", b],
+    );
+    ours(&s);
+    ours(&c);
+    for d in [&s, &c] {
+        assert!(
+            d.stdout.contains("Data ex. method : rdma_cm"),
+            "{}",
+            d.stdout
+        );
+        let r = dropin::perftest_result(&d.stdout).unwrap_or_default();
+        assert!(
+            r.len() >= 4 && r[1] == 500.0 && r[3] > 0.0,
+            "{}: no result\n{}",
+            d.what,
+            d.stdout
+        );
+    }
+}
+
+/// rdma_server and rdma_client use synchronous ids: rdma_getaddrinfo, rdma_create_ep (the
+/// QP made with the endpoint), rdma_get_request, and rdma_verbs.h's inline helpers over the
+/// id's PD, QP and CQs.
+#[test]
+fn rdma_server_and_rdma_client_use_synchronous_endpoints() {
+    if !have("rdma_server", "rdmacm-utils") {
+        return;
+    }
+    let p = port().to_string();
+    let b = hosts().b.addr;
+    let (s, c) = pair(
+        &["rdma_server", "-s", b, "-p", &p],
+        &["rdma_client", "-s", b, "-p", &p],
+    );
+    ours(&s);
+    ours(&c);
+    assert!(
+        s.stdout.contains("rdma_server: end 0"),
+        "{}\n{}",
+        s.stdout,
+        s.stderr
+    );
+    assert!(
+        c.stdout.contains("rdma_client: end 0"),
+        "{}\n{}",
+        c.stdout,
+        c.stderr
+    );
+}

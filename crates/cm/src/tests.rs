@@ -1,0 +1,527 @@
+use super::*;
+use proptest::prelude::*;
+
+const SERVICE: u64 = 0x0106_1C06;
+const A: u8 = 1;
+const B: u8 = 2;
+
+fn config(first: u32) -> Config {
+    Config {
+        local_ca_guid: Guid(u64::from(first)),
+        first_comm_id: first,
+        response_timeout: 14, // 67 ms
+        max_cm_retries: 15,
+        time_wait: Duration::from_millis(100),
+        mra_service_timeout: 16,
+    }
+}
+
+fn connect_params(qpn: u32) -> ConnectParams {
+    ConnectParams {
+        service_id: SERVICE,
+        local_qpn: Qpn::new(qpn),
+        starting_psn: Psn::new(100),
+        responder_resources: 1,
+        initiator_depth: 1,
+        transport: TransportService::Rc,
+        pkey: PKey(0xFFFF),
+        path_mtu: 3,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        srq: false,
+        primary: Path::default(),
+        private_data: [0x11; private_len::REQ],
+    }
+}
+
+fn accept_params(qpn: u32) -> AcceptParams {
+    AcceptParams {
+        local_qpn: Qpn::new(qpn),
+        starting_psn: Psn::new(200),
+        responder_resources: 1,
+        initiator_depth: 1,
+        rnr_retry_count: 7,
+        srq: false,
+        private_data: [0x22; private_len::REP],
+    }
+}
+
+/// What kind of message a MAD is.
+fn kind(mad: &[u8]) -> &'static str {
+    Message::parse(mad).map_or("?", |(_, m)| m.name())
+}
+
+fn drain(cm: &mut Cm<u8>) -> Vec<(u8, [u8; MAD_LEN])> {
+    std::iter::from_fn(|| cm.poll_transmit()).collect()
+}
+
+fn events(cm: &mut Cm<u8>) -> Vec<Event<u8>> {
+    std::iter::from_fn(|| cm.poll_event()).collect()
+}
+
+#[test]
+fn req_rep_rtu_then_dreq_drep() {
+    let t = Duration::ZERO;
+    let (mut a, mut b) = (Cm::new(config(100)), Cm::new(config(500)));
+    b.listen(SERVICE, 8).expect("listen");
+    let id_a = a.connect(t, B, &connect_params(17));
+    let out = drain(&mut a);
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].0, kind(&out[0].1)), (B, "REQ"));
+    b.handle_mad(t, A, &out[0].1);
+    let ev = events(&mut b);
+    let Some(Event::ConnectRequest {
+        id: id_b,
+        from,
+        req,
+    }) = ev.first().cloned()
+    else {
+        panic!("expected a connect request, got {ev:?}");
+    };
+    assert_eq!(
+        (from, req.local_qpn, req.private_data[0]),
+        (A, Qpn::new(17), 0x11)
+    );
+    b.accept(t, id_b, &accept_params(33)).expect("accept");
+    let rep = drain(&mut b);
+    assert_eq!(kind(&rep[0].1), "REP");
+    a.handle_mad(t, B, &rep[0].1);
+    let ev = events(&mut a);
+    let Some(Event::Reply { id, rep: r }) = ev.first().cloned() else {
+        panic!("expected a reply, got {ev:?}");
+    };
+    assert_eq!(
+        (id, r.local_qpn, r.private_data[0]),
+        (id_a, Qpn::new(33), 0x22)
+    );
+    a.ready_to_use(id_a, &[]).expect("rtu");
+    assert_eq!(events(&mut a), vec![Event::Established { id: id_a }]);
+    let rtu = drain(&mut a);
+    assert_eq!(kind(&rtu[0].1), "RTU");
+    b.handle_mad(t, A, &rtu[0].1);
+    assert_eq!(events(&mut b), vec![Event::Established { id: id_b }]);
+    assert!(a.is_established(id_a) && b.is_established(id_b));
+    assert_eq!(a.poll_timeout(), None, "nothing left to retransmit");
+
+    a.disconnect(t, id_a, &[]).expect("disconnect");
+    let dreq = drain(&mut a);
+    assert_eq!(kind(&dreq[0].1), "DREQ");
+    b.handle_mad(t, A, &dreq[0].1);
+    assert_eq!(events(&mut b), vec![Event::Disconnected { id: id_b }]);
+    let drep = drain(&mut b);
+    assert_eq!(kind(&drep[0].1), "DREP");
+    // A duplicate DREQ in TimeWait gets the DREP again.
+    b.handle_mad(t, A, &dreq[0].1);
+    assert_eq!(kind(&drain(&mut b)[0].1), "DREP");
+    assert_eq!(b.counters().duplicate_dreq, 1);
+    a.handle_mad(t, B, &drep[0].1);
+    assert_eq!(events(&mut a), vec![Event::Disconnected { id: id_a }]);
+    let later = t + Duration::from_millis(200);
+    a.handle_timeout(later);
+    b.handle_timeout(later);
+    assert_eq!(events(&mut a), vec![Event::TimeWaitExit { id: id_a }]);
+    assert_eq!(events(&mut b), vec![Event::TimeWaitExit { id: id_b }]);
+    assert_eq!((a.connections(), b.connections()), (0, 0));
+}
+
+#[test]
+fn a_req_nobody_listens_for_is_rejected_at_once() {
+    let t = Duration::ZERO;
+    let (mut a, mut b) = (Cm::new(config(1)), Cm::<u8>::new(config(2)));
+    let id = a.connect(t, B, &connect_params(17));
+    let req = drain(&mut a);
+    b.handle_mad(t, A, &req[0].1);
+    let rej = drain(&mut b);
+    assert_eq!(kind(&rej[0].1), "REJ");
+    assert_eq!(b.counters().no_listener, 1);
+    a.handle_mad(t, B, &rej[0].1);
+    let ev = events(&mut a);
+    assert!(
+        matches!(ev[..], [Event::Rejected { id: i, reason: RejectReason::InvalidServiceId, .. }] if i == id),
+        "{ev:?}"
+    );
+    assert_eq!(a.connections(), 0);
+}
+
+#[test]
+fn a_consumer_reject_carries_its_reason_and_private_data() {
+    let t = Duration::ZERO;
+    let (mut a, mut b) = (Cm::new(config(1)), Cm::new(config(2)));
+    b.listen(SERVICE, 1).expect("listen");
+    let id = a.connect(t, B, &connect_params(17));
+    b.handle_mad(t, A, &drain(&mut a)[0].1);
+    let Some(Event::ConnectRequest { id: pid, .. }) = b.poll_event() else {
+        panic!("no request");
+    };
+    b.reject(pid, RejectReason::ConsumerDefined, b"go away")
+        .expect("reject");
+    a.handle_mad(t, B, &drain(&mut b)[0].1);
+    match a.poll_event() {
+        Some(Event::Rejected {
+            id: i,
+            reason: RejectReason::ConsumerDefined,
+            private_data,
+        }) => {
+            assert_eq!(i, id);
+            assert_eq!(&private_data[..7], b"go away");
+        }
+        other => panic!("expected a reject, got {other:?}"),
+    }
+    // The backlog slot is free again: another REQ is delivered.
+    a.connect(t, B, &connect_params(18));
+    b.handle_mad(t, A, &drain(&mut a)[0].1);
+    assert!(matches!(b.poll_event(), Some(Event::ConnectRequest { .. })));
+}
+
+#[test]
+fn lost_req_rep_and_rtu_are_recovered() {
+    let mut t = Duration::ZERO;
+    let step = cm_timeout(14) + Duration::from_millis(1);
+    let (mut a, mut b) = (Cm::new(config(1)), Cm::new(config(9)));
+    b.listen(SERVICE, 4).expect("listen");
+    let id_a = a.connect(t, B, &connect_params(17));
+    drain(&mut a); // the REQ is lost
+    t += step;
+    a.handle_timeout(t);
+    let req = drain(&mut a);
+    assert_eq!(kind(&req[0].1), "REQ");
+    assert_eq!(a.counters().retransmits, 1);
+    b.handle_mad(t, A, &req[0].1);
+    let Some(Event::ConnectRequest { id: id_b, .. }) = b.poll_event() else {
+        panic!("no request");
+    };
+    // A duplicate REQ while the consumer decides gets an MRA, which makes A wait longer.
+    b.handle_mad(t, A, &req[0].1);
+    let mra = drain(&mut b);
+    assert_eq!(kind(&mra[0].1), "MRA");
+    assert_eq!(b.counters().duplicate_req, 1);
+    a.handle_mad(t, B, &mra[0].1);
+    let waits = a.poll_timeout().expect("a timer");
+    assert!(
+        waits > t + cm_timeout(16),
+        "the MRA's service timeout is added"
+    );
+    b.accept(t, id_b, &accept_params(33)).expect("accept");
+    drain(&mut b); // the REP is lost
+    t += step;
+    b.handle_timeout(t);
+    let rep = drain(&mut b);
+    assert_eq!(kind(&rep[0].1), "REP");
+    // The duplicate REQ now gets the REP.
+    b.handle_mad(t, A, &req[0].1);
+    assert_eq!(kind(&drain(&mut b)[0].1), "REP");
+    a.handle_mad(t, B, &rep[0].1);
+    assert!(matches!(a.poll_event(), Some(Event::Reply { .. })));
+    a.ready_to_use(id_a, &[]).expect("rtu");
+    drain(&mut a); // the RTU is lost
+    t += step;
+    b.handle_timeout(t);
+    let rep = drain(&mut b);
+    assert_eq!(kind(&rep[0].1), "REP");
+    a.handle_mad(t, B, &rep[0].1);
+    let rtu = drain(&mut a);
+    assert_eq!(kind(&rtu[0].1), "RTU");
+    assert_eq!(a.counters().duplicate_rep, 1);
+    b.handle_mad(t, A, &rtu[0].1);
+    assert!(b.is_established(id_b));
+    assert!(a.is_established(id_a));
+}
+
+#[test]
+fn an_unanswered_req_times_out_with_a_rej() {
+    let mut t = Duration::ZERO;
+    let mut a = Cm::<u8>::new(config(1));
+    let id = a.connect(t, B, &connect_params(17));
+    let mut reqs = drain(&mut a).len();
+    for _ in 0..20 {
+        t = a.poll_timeout().unwrap_or(t);
+        a.handle_timeout(t);
+        reqs += drain(&mut a)
+            .iter()
+            .filter(|(_, m)| kind(m) == "REQ")
+            .count();
+    }
+    assert_eq!(reqs, 1 + 15, "the first REQ and max_cm_retries more");
+    assert_eq!(events(&mut a), vec![Event::TimedOut { id, active: true }]);
+    assert_eq!(a.connections(), 0);
+    assert_eq!(a.poll_timeout(), None);
+}
+
+#[test]
+fn the_backlog_bounds_pending_requests_and_the_rest_get_no_resources() {
+    let t = Duration::ZERO;
+    let mut b = Cm::<u8>::new(config(1));
+    b.listen(SERVICE, 2).expect("listen");
+    let mut rejected = 0;
+    for n in 0..10u8 {
+        let mut a = Cm::new(config(u32::from(n) * 100 + 1000));
+        a.connect(t, B, &connect_params(17));
+        b.handle_mad(t, 10 + n, &drain(&mut a)[0].1);
+        for (_, m) in drain(&mut b) {
+            if let Ok((_, Message::Rej(r))) = Message::parse(&m) {
+                assert_eq!(r.reason, RejectReason::NoResources);
+                rejected += 1;
+            }
+        }
+    }
+    assert_eq!(rejected, 8);
+    assert_eq!(b.counters().backlog_full, 8);
+    assert_eq!(events(&mut b).len(), 2);
+}
+
+#[test]
+fn a_req_from_a_qp_connected_here_is_stale() {
+    let t = Duration::ZERO;
+    let (mut a, mut b) = (Cm::new(config(1)), Cm::new(config(9)));
+    b.listen(SERVICE, 4).expect("listen");
+    let id = a.connect(t, B, &connect_params(17));
+    b.handle_mad(t, A, &drain(&mut a)[0].1);
+    let Some(Event::ConnectRequest { id: pid, .. }) = b.poll_event() else {
+        panic!("no request");
+    };
+    b.accept(t, pid, &accept_params(33)).expect("accept");
+    a.handle_mad(t, B, &drain(&mut b)[0].1);
+    a.ready_to_use(id, &[]).expect("rtu");
+    b.handle_mad(t, A, &drain(&mut a)[0].1);
+    assert!(b.is_established(pid));
+    // The same QP asks again under a new communication ID (its side was reset).
+    let mut a2 = Cm::new(Config {
+        first_comm_id: 77,
+        ..config(1)
+    });
+    let _ = a2.connect(t, B, &connect_params(17));
+    b.handle_mad(t, A, &drain(&mut a2)[0].1);
+    let out = drain(&mut b);
+    assert!(matches!(
+        Message::parse(&out[0].1),
+        Ok((
+            _,
+            Message::Rej(Rej {
+                reason: RejectReason::StaleConn,
+                ..
+            })
+        ))
+    ));
+    assert_eq!(b.counters().stale, 1);
+}
+
+#[test]
+fn malformed_and_misaddressed_mads_are_counted() {
+    let t = Duration::ZERO;
+    let mut b = Cm::<u8>::new(config(1));
+    b.handle_mad(t, A, &[0u8; 100]);
+    let mut bad = Message::Rtu(Rtu {
+        local_comm_id: 1,
+        remote_comm_id: 2,
+        private_data: [0; private_len::RTU],
+    })
+    .emit(1);
+    b.handle_mad(t, A, &bad);
+    bad[2] = 1; // ClassVersion 1
+    b.handle_mad(t, A, &bad);
+    let c = b.counters();
+    assert_eq!((c.malformed, c.unknown_comm_id), (2, 1));
+    // A DREQ for an unknown connection is still answered.
+    let dreq = Message::Dreq(Dreq {
+        local_comm_id: 5,
+        remote_comm_id: 6,
+        remote_qpn: Qpn::new(1),
+        private_data: [0; private_len::DREQ],
+    })
+    .emit(2);
+    b.handle_mad(t, A, &dreq);
+    assert_eq!(kind(&drain(&mut b)[0].1), "DREP");
+    assert!(events(&mut b).is_empty());
+}
+
+#[test]
+fn sidr_request_and_reply() {
+    let t = Duration::ZERO;
+    let (mut a, mut b) = (Cm::new(config(1)), Cm::new(config(9)));
+    let svc = msg::service_id(PortSpace::Udp, 7174);
+    // Nobody listens: answered at once.
+    let id = a.sidr_request(t, B, svc, PKey(0xFFFF), &[0; private_len::SIDR_REQ]);
+    b.handle_mad(t, A, &drain(&mut a)[0].1);
+    a.handle_mad(t, B, &drain(&mut b)[0].1);
+    assert!(matches!(
+        a.poll_event(),
+        Some(Event::SidrReply { id: i, rep }) if i == id && rep.status == SidrStatus::UnsupportedServiceId
+    ));
+    b.listen(svc, 1).expect("listen");
+    let id = a.sidr_request(t, B, svc, PKey(0xFFFF), &[0; private_len::SIDR_REQ]);
+    b.handle_mad(t, A, &drain(&mut a)[0].1);
+    let Some(Event::SidrRequest { id: h, .. }) = b.poll_event() else {
+        panic!("no SIDR request");
+    };
+    b.sidr_reply(h, SidrStatus::Ok, Qpn::new(44), QKey(0x0111_1C06), &[])
+        .expect("reply");
+    a.handle_mad(t, B, &drain(&mut b)[0].1);
+    assert!(matches!(
+        a.poll_event(),
+        Some(Event::SidrReply { id: i, rep }) if i == id && rep.qpn == Qpn::new(44)
+    ));
+}
+
+/// A tiny deterministic generator for the lossy network.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+}
+
+/// Both sides outcome for one connection attempt over a network that loses, duplicates
+/// and reorders CM MADs.
+#[derive(Debug, Default)]
+struct Outcome {
+    established: [u32; 2],
+    failed: [u32; 2],
+}
+
+fn run_lossy(seed: u64, loss: u64, dup: u64, conns: u32) -> (Cm<u8>, Cm<u8>, Vec<Outcome>) {
+    let mut rng = Rng(seed | 1);
+    let mut t = Duration::ZERO;
+    let (mut a, mut b) = (Cm::new(config(1)), Cm::new(config(1 << 20)));
+    b.listen(SERVICE, 64).expect("listen");
+    let mut net: Vec<(Duration, u8, u8, [u8; MAD_LEN])> = Vec::new();
+    let mut active: BTreeMap<CommId, usize> = BTreeMap::new();
+    let mut passive: BTreeMap<CommId, usize> = BTreeMap::new();
+    let mut outcome: Vec<Outcome> = (0..conns).map(|_| Outcome::default()).collect();
+    for n in 0..conns {
+        let id = a.connect(t, B, &connect_params(100 + n));
+        active.insert(id, n as usize);
+    }
+    let deadline = Duration::from_secs(120);
+    while t < deadline {
+        for (from, cm) in [(A, &mut a), (B, &mut b)] {
+            while let Some((to, mad)) = cm.poll_transmit() {
+                if rng.chance(loss) {
+                    continue;
+                }
+                let copies = if rng.chance(dup) { 2 } else { 1 };
+                for _ in 0..copies {
+                    let delay = Duration::from_micros(rng.next() % 20_000);
+                    net.push((t + delay, to, from, mad));
+                }
+            }
+        }
+        // Deliver in arrival order (the random delays reorder).
+        net.sort_by_key(|x| x.0);
+        let next_net = net.first().map(|x| x.0);
+        let next_timer = [a.poll_timeout(), b.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min();
+        let Some(next) = [next_net, next_timer].into_iter().flatten().min() else {
+            break;
+        };
+        t = next.max(t);
+        while net.first().is_some_and(|x| x.0 <= t) {
+            let (_, to, from, mad) = net.remove(0);
+            if to == A {
+                a.handle_mad(t, from, &mad);
+            } else {
+                b.handle_mad(t, from, &mad);
+            }
+        }
+        a.handle_timeout(t);
+        b.handle_timeout(t);
+        while let Some(e) = a.poll_event() {
+            match e {
+                Event::Reply { id, .. } => a.ready_to_use(id, &[]).expect("rtu"),
+                Event::Established { id } => outcome[active[&id]].established[0] += 1,
+                Event::Rejected { id, .. } | Event::TimedOut { id, .. } => {
+                    outcome[active[&id]].failed[0] += 1
+                }
+                Event::Disconnected { id } => outcome[active[&id]].failed[0] += 1,
+                Event::TimeWaitExit { .. } => {}
+                other => panic!("active side got {other:?}"),
+            }
+        }
+        while let Some(e) = b.poll_event() {
+            match e {
+                Event::ConnectRequest { id, req, .. } => {
+                    passive.insert(id, (req.local_qpn.value() - 100) as usize);
+                    b.accept(t, id, &accept_params(500)).expect("accept");
+                }
+                Event::Established { id } => outcome[passive[&id]].established[1] += 1,
+                Event::Rejected { id, .. }
+                | Event::TimedOut { id, .. }
+                | Event::Disconnected { id } => outcome[passive[&id]].failed[1] += 1,
+                Event::TimeWaitExit { .. } => {}
+                other => panic!("passive side got {other:?}"),
+            }
+        }
+    }
+    (a, b, outcome)
+}
+
+#[test]
+fn every_connection_over_a_lossy_network_ends_consistently() {
+    let (a, b, outcome) = run_lossy(42, 30, 20, 20);
+    for (n, o) in outcome.iter().enumerate() {
+        assert!(o.established[0] <= 1 && o.established[1] <= 1, "{n}: {o:?}");
+        let up = o.established[0] == 1 && o.failed[0] == 0;
+        let up_b = o.established[1] == 1 && o.failed[1] == 0;
+        assert_eq!(up, up_b, "connection {n} is half-open: {o:?}");
+    }
+    assert!(a.counters().retransmits > 0 && b.counters().retransmits > 0);
+}
+
+/// Many seeds, loss up to 40% and duplication up to 40%: no connection is half-open at the
+/// end and none is established twice; without loss every one is established.
+///
+/// With 15 retries (rdma_cm's count) one case stays out of the CM's reach, as in any
+/// protocol over a lossy network: every RTU *and* the passive side's REJ lost (0.4^17 per
+/// connection here) leaves the active side established alone; the data path finds that
+/// (RC retries exceeded). The seeds are fixed, so the test is the same every run.
+#[test]
+fn never_half_open_over_many_seeds() {
+    for seed in 0..48u64 {
+        let loss = (seed * 7) % 41;
+        let dup = (seed * 13) % 41;
+        let (_, _, outcome) = run_lossy(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15), loss, dup, 6);
+        for o in &outcome {
+            assert!(
+                o.established[0] <= 1 && o.established[1] <= 1,
+                "seed {seed}: {o:?}"
+            );
+            let up = o.established[0] == 1 && o.failed[0] == 0;
+            let up_b = o.established[1] == 1 && o.failed[1] == 0;
+            assert_eq!(
+                up, up_b,
+                "seed {seed} loss {loss}% dup {dup}%: half-open {o:?}"
+            );
+            if loss == 0 {
+                assert!(up, "seed {seed}: a connection failed without loss: {o:?}");
+            }
+        }
+    }
+}
+
+proptest! {
+    /// Whatever bytes arrive, the machine answers without panicking.
+    #[test]
+    fn arbitrary_mads_never_panic(b in proptest::collection::vec(any::<u8>(), 0..300), attr in 0x10u16..0x1B) {
+        let mut cm = Cm::<u8>::new(config(1));
+        cm.listen(SERVICE, 2).expect("listen");
+        let mut mad = b.clone();
+        if mad.len() >= 24 {
+            mad[1] = 0x07;
+            mad[2] = 2;
+            mad[3] = 0x03;
+            mad[16..18].copy_from_slice(&attr.to_be_bytes());
+        }
+        cm.handle_mad(Duration::ZERO, A, &b);
+        cm.handle_mad(Duration::ZERO, A, &mad);
+        cm.handle_timeout(Duration::from_secs(100));
+        while cm.poll_event().is_some() || cm.poll_transmit().is_some() {}
+    }
+}

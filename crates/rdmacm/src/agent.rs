@@ -1,0 +1,376 @@
+//! The process's CM agent: the host's devices (their GIDs, which are their IP addresses on
+//! RoCE), every `rdma_cm_id` and event channel the program made, the CM machine
+//! ([`softib_cm::Cm`]) for all of them, and the thread that feeds it.
+//!
+//! One lock ([`with`]) guards it all. Calls from the program take it, change the machine
+//! (which queues MADs) and return; the thread ([`run`]) waits up to [`POLL`] for MADs from
+//! the daemon, takes the lock, hands them and the time to the machine, turns the machine's
+//! events into rdma_cm events (moving QPs through RTR and RTS on the way, as the kernel's
+//! rdma_cm does), and sends what the machine queued. A MAD the program's call queued thus
+//! leaves within [`POLL`]: the daemon has no way to wake a waiting `RecvMads` early.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ffi::c_int;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use softib_cm::{Cm, CommId, Config, Rep, Req};
+use softib_verbs_abi::rdma_cm::{RdmaCmEvent, RdmaCmId, RdmaEventChannel};
+use softib_verbs_abi::IbvContext;
+use softib_wire::{Gid, Qpn};
+
+/// How long the thread waits for MADs before it looks at the clock and the queue again.
+pub const POLL: Duration = Duration::from_millis(5);
+
+/// A peer CM: the device it is reached from and its GID.
+pub type Peer = (u32, Gid);
+
+/// One of the host's devices.
+pub struct Dev {
+    /// The daemon's device index.
+    pub index: u32,
+    /// Its name (`rxe0`), as libibverbs lists it.
+    pub name: String,
+    /// Port 1's GIDs: on RoCE the IPv6 link-local address and the IPv4-mapped address.
+    pub gids: Vec<Gid>,
+    /// Port 1's active MTU (the `ibv_mtu` code).
+    pub mtu: u8,
+    /// The program's context on it, opened on first use through libibverbs.
+    pub ctx: *mut IbvContext,
+}
+
+impl Dev {
+    /// The GID table index of `gid`.
+    pub fn gid_index(&self, gid: &Gid) -> Option<u8> {
+        self.gids
+            .iter()
+            .position(|g| g == gid)
+            .and_then(|i| u8::try_from(i).ok())
+    }
+}
+
+/// What this library keeps about one `rdma_cm_id` besides the C struct.
+pub struct IdState {
+    /// The C struct (leaked box, freed by `rdma_destroy_id`).
+    pub c: *mut RdmaCmId,
+    /// Its port space (`RDMA_PS_TCP`, ...).
+    pub ps: c_int,
+    /// The device it is bound to.
+    pub dev: Option<usize>,
+    /// Its local and remote addresses.
+    pub src: Option<SocketAddr>,
+    /// The remote address.
+    pub dst: Option<SocketAddr>,
+    /// Its connection in the CM machine.
+    pub comm: Option<CommId>,
+    /// The service it listens on.
+    pub listening: Option<u64>,
+    /// Passive: the REQ it came from.
+    pub req: Option<Box<Req>>,
+    /// Active: the peer's REP.
+    pub rep: Option<Box<Rep>>,
+    /// The peer CM.
+    pub peer: Option<Peer>,
+    /// The PSN its QP starts sending with.
+    pub psn: u32,
+    /// What `rdma_connect`/`rdma_accept` asked for.
+    pub responder_resources: u8,
+    /// See `responder_resources`.
+    pub initiator_depth: u8,
+    /// Transport retries.
+    pub retry_count: u8,
+    /// RNR retries.
+    pub rnr_retry_count: u8,
+    /// `RDMA_OPTION_ID_TOS`.
+    pub tos: u8,
+    /// `RDMA_OPTION_ID_ACK_TIMEOUT` (the QP's local ACK timeout exponent).
+    pub ack_timeout: u8,
+    /// Whether the library made the id's PD (and frees it).
+    pub own_pd: bool,
+    /// CQs and channels the library made for the id (`rdma_create_qp` without CQs,
+    /// `rdma_create_ep`).
+    pub own_cqs: bool,
+    /// Made without an event channel: calls wait for their events (`sync`), on a channel
+    /// of the id's own.
+    pub sync: bool,
+    /// An endpoint listener's QP attributes and PD, for each request's id.
+    pub ep_qp: Option<(crate::sync::SavedAttr, *mut softib_verbs_abi::IbvPd)>,
+}
+
+/// An event channel: a pipe whose read end programs poll, one byte per queued event.
+pub struct Channel {
+    /// The C struct (leaked box).
+    pub c: *mut RdmaEventChannel,
+    /// The pipe's write end.
+    pub wfd: c_int,
+    /// Events not yet taken by `rdma_get_cm_event`.
+    pub queue: VecDeque<*mut EventBox>,
+}
+
+/// An event as handed out: the C struct first, then the private data it points into.
+#[repr(C)]
+pub struct EventBox {
+    /// What the program reads.
+    pub ev: RdmaCmEvent,
+    /// The private data `ev.param` points to.
+    pub private_data: [u8; 256],
+}
+
+/// The whole state.
+pub struct State {
+    /// The CM machine for every connection of the process.
+    pub cm: Cm<Peer>,
+    /// The host's devices.
+    pub devs: Vec<Dev>,
+    /// Every id, by its C struct's address.
+    pub ids: BTreeMap<usize, IdState>,
+    /// Connections to ids.
+    pub by_comm: BTreeMap<CommId, usize>,
+    /// Services listened on to the listening id.
+    pub listeners: BTreeMap<u64, usize>,
+    /// Every channel, by its C struct's address.
+    pub channels: BTreeMap<usize, Channel>,
+    /// The next ephemeral port to try.
+    pub next_port: u16,
+    /// Whether the thread holds MADs it took from the machine and has not sent yet.
+    sending: bool,
+    /// Listens (device, ServiceID, on) for the thread to tell the daemon (`CmListen`).
+    pub listens: VecDeque<(u32, u64, bool)>,
+    /// ServiceIDs the daemon refused to route here (another process listens on them).
+    pub refused_listens: Vec<u64>,
+    origin: Instant,
+}
+
+// SAFETY: the raw pointers are to objects this library made (ids, channels, events) or the
+// program's verbs objects, which libibverbs lets any thread use; they are only followed
+// while the lock is held, and the thread is the only other user.
+unsafe impl Send for State {}
+
+static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+impl State {
+    /// The machine's clock.
+    pub fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+
+    /// The id at `c`, or EINVAL.
+    pub fn id(&mut self, c: *mut RdmaCmId) -> Result<&mut IdState, c_int> {
+        self.ids.get_mut(&(c as usize)).ok_or(libc::EINVAL)
+    }
+
+    /// The device whose GID table holds `ip`'s GID.
+    pub fn dev_of_ip(&self, ip: IpAddr) -> Option<usize> {
+        let gid = gid_of(ip);
+        self.devs.iter().position(|d| d.gids.contains(&gid))
+    }
+
+    /// A port for an id that bound to port 0.
+    pub fn ephemeral_port(&mut self, ps: c_int) -> u16 {
+        loop {
+            let p = self.next_port;
+            self.next_port = if p >= 60999 { 32768 } else { p + 1 };
+            let taken = self
+                .ids
+                .values()
+                .any(|i| i.ps == ps && i.src.is_some_and(|s| s.port() == p));
+            if !taken {
+                return p;
+            }
+        }
+    }
+
+    /// Queues `ev` on `channel` and makes its fd readable.
+    pub fn post(&mut self, channel: *mut RdmaEventChannel, ev: Box<EventBox>) {
+        let Some(ch) = self.channels.get_mut(&(channel as usize)) else {
+            // The channel went away: nobody can take the event.
+            return;
+        };
+        ch.queue.push_back(Box::into_raw(ev));
+        let byte = 1u8;
+        // SAFETY: `wfd` is the write end of the channel's pipe, open while the channel is;
+        // one byte from a live local.
+        let _ = unsafe { libc::write(ch.wfd, (&byte as *const u8).cast(), 1) };
+    }
+}
+
+/// The RoCEv2 GID of an IP address (IPv4-mapped for IPv4).
+pub fn gid_of(ip: IpAddr) -> Gid {
+    match ip {
+        IpAddr::V4(v4) => Gid::from_ipv4(v4.octets()),
+        IpAddr::V6(v6) => Gid(v6.octets()),
+    }
+}
+
+/// Runs `f` on the state, starting the agent on first use. Errors are errno values.
+pub fn with<R>(f: impl FnOnce(&mut State) -> Result<R, c_int>) -> Result<R, c_int> {
+    let mut guard = lock();
+    if guard.is_none() {
+        *guard = Some(start()?);
+    }
+    match guard.as_mut() {
+        Some(s) => f(s),
+        None => Err(libc::ENODEV),
+    }
+}
+
+fn lock() -> MutexGuard<'static, Option<State>> {
+    STATE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Opens the daemon twice — once to list the devices, once as the CM agent the thread owns
+/// — and starts the thread.
+fn start() -> Result<State, c_int> {
+    let mut ctx = softib::Context::open()
+        .map_err(|e| crate::refused("rdma_cm", &e.to_string(), libc::ENODEV))?;
+    let infos = ctx
+        .devices()
+        .map_err(|e| crate::refused("rdma_cm", &e.to_string(), libc::ENODEV))?;
+    let mut devs = Vec::new();
+    for (i, d) in infos.iter().enumerate() {
+        let Some(p) = d.ports.first() else { continue };
+        devs.push(Dev {
+            index: i as u32,
+            name: d.name.clone(),
+            gids: p.gids.clone(),
+            mtu: u8::from(p.active_mtu),
+            ctx: std::ptr::null_mut(),
+        });
+    }
+    if devs.is_empty() {
+        return Err(crate::refused(
+            "rdma_cm",
+            "the softib host has no devices (add one: softib link add ...)",
+            libc::ENODEV,
+        ));
+    }
+    let mut agent = softib::Context::open()
+        .map_err(|e| crate::refused("rdma_cm", &e.to_string(), libc::ENODEV))?;
+    for d in &devs {
+        agent.open_mad(d.index, 1, false).map_err(|e| {
+            crate::refused(
+                "rdma_cm",
+                &format!("cannot be the CM agent of {}: {e}", d.name),
+                libc::ENODEV,
+            )
+        })?;
+    }
+    let guid = infos.first().map(|d| d.node_guid).unwrap_or_default();
+    // A restarted program must not reuse the communication IDs of its previous life.
+    let seed = std::process::id()
+        .wrapping_mul(2_654_435_761)
+        .wrapping_add(Instant::now().elapsed().subsec_nanos());
+    let cm = Cm::new(Config {
+        local_ca_guid: guid,
+        first_comm_id: seed | 1,
+        ..Config::default()
+    });
+    std::thread::Builder::new()
+        .name("softib-rdmacm".into())
+        .spawn(move || run(agent))
+        .map_err(|_| libc::EAGAIN)?;
+    Ok(State {
+        cm,
+        devs,
+        ids: BTreeMap::new(),
+        by_comm: BTreeMap::new(),
+        listeners: BTreeMap::new(),
+        channels: BTreeMap::new(),
+        next_port: 32768 + (seed % 20000) as u16,
+        sending: false,
+        listens: VecDeque::new(),
+        refused_listens: Vec::new(),
+        origin: Instant::now(),
+    })
+}
+
+/// The agent's thread: MADs in, time, events, MADs out, for the life of the process.
+fn run(mut agent: softib::Context) {
+    let mut warned = false;
+    loop {
+        let mads = match agent.recv_mads(64, POLL) {
+            Ok(m) => m,
+            Err(e) => {
+                if !warned {
+                    eprintln!("softib: rdma_cm: the CM agent lost the daemon: {e}");
+                    warned = true;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+                Vec::new()
+            }
+        };
+        let out = {
+            let mut guard = lock();
+            let Some(st) = guard.as_mut() else { continue };
+            let now = st.now();
+            for m in &mads {
+                if m.mad.get(1) != Some(&0x07) {
+                    continue;
+                }
+                if let Some(gid) = m.sgid {
+                    st.cm.handle_mad(now, (m.dev, gid), &m.mad);
+                }
+            }
+            st.cm.handle_timeout(now);
+            while let Some(ev) = st.cm.poll_event() {
+                crate::id::on_cm_event(st, ev);
+            }
+            let out = std::iter::from_fn(|| st.cm.poll_transmit()).collect::<Vec<_>>();
+            let listens: Vec<_> = st.listens.drain(..).collect();
+            st.sending = !out.is_empty() || !listens.is_empty();
+            (out, listens)
+        };
+        let (out, listens) = out;
+        for (dev, svc, on) in listens {
+            if let Err(e) = agent.cm_listen(dev, svc, on) {
+                eprintln!("softib: rdma_cm: listening on service 0x{svc:016x}: {e}");
+                if let Some(st) = lock().as_mut() {
+                    st.refused_listens.push(svc);
+                }
+            }
+        }
+        if out.is_empty() {
+            if let Some(st) = lock().as_mut() {
+                st.sending = false;
+            }
+            continue;
+        }
+        for ((dev, gid), mad) in out {
+            if let Err(e) = agent.send_gmp_gid(dev, 1, gid, Qpn::GSI, &mad) {
+                eprintln!("softib: rdma_cm: sending a CM MAD: {e}");
+            }
+        }
+        if let Some(st) = lock().as_mut() {
+            st.sending = false;
+        }
+    }
+}
+
+/// Waits (at most [`FLUSH_WAIT`]) until the thread has sent every MAD the machine queued:
+/// for the calls after which a program may exit at once (`rdma_disconnect`,
+/// `rdma_destroy_id`, `rdma_reject`), whose DREQ or REJ must not die with it.
+pub fn flush() {
+    let t0 = Instant::now();
+    while t0.elapsed() < FLUSH_WAIT {
+        let pending = lock()
+            .as_ref()
+            .is_some_and(|st| st.sending || st.cm.has_transmit() || !st.listens.is_empty());
+        if !pending {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// How long [`flush`] waits for the thread (which wakes every [`POLL`]).
+const FLUSH_WAIT: Duration = Duration::from_millis(500);
+
+/// Events the machine made during a program's call are turned into rdma_cm events at once
+/// (a REJ for a port nobody listens on locally, ...): the thread would do it within
+/// [`POLL`] anyway; this keeps the order the program sees the same as the machine's.
+pub fn drain_events(st: &mut State) {
+    while let Some(ev) = st.cm.poll_event() {
+        crate::id::on_cm_event(st, ev);
+    }
+}

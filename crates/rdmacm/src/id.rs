@@ -1,0 +1,1064 @@
+//! `rdma_cm_id`s: creation, addresses (bind, resolve_addr, resolve_route: on RoCE an IP
+//! address is a GID, and the route is the GRH to it), the connection calls (listen, connect,
+//! accept, reject, disconnect, establish), options, and the CM machine's events turned into
+//! rdma_cm's, in rdma_cm's order (ADDR_RESOLVED, ROUTE_RESOLVED, then CONNECT_REQUEST on the
+//! listener's channel, ESTABLISHED, REJECTED with the REJ's reason as status, UNREACHABLE or
+//! CONNECT_ERROR with -ETIMEDOUT, DISCONNECTED).
+
+use std::ffi::{c_int, c_void};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+
+use softib_cm::{
+    msg, AcceptParams, CmaAddrs, CmaHeader, ConnectParams, Event as CmEvent, Path, PortSpace,
+    RejectReason, TransportService,
+};
+use softib_verbs_abi::rdma_cm::{
+    event, option, port_space, RdmaCmId, RdmaConnParam, RdmaEventChannel, RdmaRoute,
+    SockaddrStorage,
+};
+use softib_verbs_abi::{qp_type, IbvGid, IbvSaPathRec};
+use softib_wire::mad::cm::private_len;
+use softib_wire::{PKey, Psn, Qpn};
+
+use crate::agent::{self, IdState, Peer, State};
+use crate::event::{new_event, set_private_data};
+use crate::qp;
+use crate::{ffi, ffi_ptr};
+
+/// The largest backlog a listener gets (the kernel's `max_backlog` default).
+const MAX_BACKLOG: usize = 1024;
+
+/// How much private data a consumer may put in a REQ after rdma_cm's header.
+const REQ_USER_LEN: usize = private_len::REQ - CmaHeader::LEN;
+
+/// The socket address at `sa`, if it is IPv4 or IPv6.
+///
+/// # Safety
+/// `sa` is NULL or points to a `sockaddr` of its family's size.
+unsafe fn read_sockaddr(sa: *const libc::sockaddr) -> Option<SocketAddr> {
+    if sa.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's sockaddr; its family says how long it is.
+    unsafe {
+        match c_int::from((*sa).sa_family) {
+            libc::AF_INET => {
+                let s = &*sa.cast::<libc::sockaddr_in>();
+                Some(SocketAddr::V4(SocketAddrV4::new(
+                    Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr)),
+                    u16::from_be(s.sin_port),
+                )))
+            }
+            libc::AF_INET6 => {
+                let s = &*sa.cast::<libc::sockaddr_in6>();
+                Some(SocketAddr::V6(SocketAddrV6::new(
+                    Ipv6Addr::from(s.sin6_addr.s6_addr),
+                    u16::from_be(s.sin6_port),
+                    0,
+                    s.sin6_scope_id,
+                )))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// `a` as a `sockaddr_storage`.
+pub fn storage_of(a: SocketAddr) -> SockaddrStorage {
+    let mut s = SockaddrStorage::default();
+    match a {
+        SocketAddr::V4(v4) => {
+            s.0[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+            s.0[2..4].copy_from_slice(&v4.port().to_be_bytes());
+            s.0[4..8].copy_from_slice(&v4.ip().octets());
+        }
+        SocketAddr::V6(v6) => {
+            s.0[..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+            s.0[2..4].copy_from_slice(&v6.port().to_be_bytes());
+            s.0[8..24].copy_from_slice(&v6.ip().octets());
+            s.0[24..28].copy_from_slice(&v6.scope_id().to_ne_bytes());
+        }
+    }
+    s
+}
+
+fn zeroed_id() -> RdmaCmId {
+    RdmaCmId {
+        verbs: std::ptr::null_mut(),
+        channel: std::ptr::null_mut(),
+        context: std::ptr::null_mut(),
+        qp: std::ptr::null_mut(),
+        route: RdmaRoute {
+            addr: Default::default(),
+            path_rec: std::ptr::null_mut(),
+            num_paths: 0,
+        },
+        ps: 0,
+        port_num: 0,
+        event: std::ptr::null_mut(),
+        send_cq_channel: std::ptr::null_mut(),
+        send_cq: std::ptr::null_mut(),
+        recv_cq_channel: std::ptr::null_mut(),
+        recv_cq: std::ptr::null_mut(),
+        srq: std::ptr::null_mut(),
+        pd: std::ptr::null_mut(),
+        qp_type: 0,
+    }
+}
+
+fn new_state(c: *mut RdmaCmId, ps: c_int) -> IdState {
+    IdState {
+        c,
+        ps,
+        dev: None,
+        src: None,
+        dst: None,
+        comm: None,
+        listening: None,
+        req: None,
+        rep: None,
+        peer: None,
+        psn: 0,
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        tos: 0,
+        ack_timeout: 14,
+        own_pd: false,
+        own_cqs: false,
+        sync: false,
+        ep_qp: None,
+    }
+}
+
+/// A first PSN: unpredictable enough that a stale packet of an earlier connection does
+/// not fit.
+fn fresh_psn(st: &State, salt: usize) -> u32 {
+    let t = st.now().as_nanos() as u64;
+    let x = (t ^ (salt as u64).rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (x >> 40) as u32 & 0xFF_FFFF
+}
+
+/// `rdma_create_id`.
+///
+/// # Safety
+/// `channel` comes from `rdma_create_event_channel`; `out` is writable.
+pub unsafe extern "C" fn rdma_create_id(
+    channel: *mut RdmaEventChannel,
+    out: *mut *mut RdmaCmId,
+    context: *mut c_void,
+    ps: c_int,
+) -> c_int {
+    ffi(|| {
+        if out.is_null() {
+            return Err(libc::EINVAL);
+        }
+        if ps != port_space::TCP && ps != port_space::IPOIB {
+            return Err(crate::refused(
+                "rdma_create_id",
+                "only RDMA_PS_TCP and RDMA_PS_IPOIB (connected QPs) are implemented on softib",
+                libc::ENOSYS,
+            ));
+        }
+        agent::with(|st| {
+            let sync = channel.is_null();
+            let channel = if sync {
+                crate::event::new_channel(st)?
+            } else {
+                channel
+            };
+            if !st.channels.contains_key(&(channel as usize)) {
+                return Err(libc::EINVAL);
+            }
+            let mut c = zeroed_id();
+            c.channel = channel;
+            c.context = context;
+            c.ps = ps;
+            c.qp_type = qp_type::RC;
+            let c = Box::into_raw(Box::new(c));
+            let mut s = new_state(c, ps);
+            s.sync = sync;
+            st.ids.insert(c as usize, s);
+            // SAFETY: checked non-null; the caller's.
+            unsafe { *out = c };
+            Ok(())
+        })
+    })
+}
+
+/// `rdma_destroy_id`: its connection is torn down (DREQ, or REJ if it was being set up),
+/// its listening stopped; the program destroyed its QP before.
+///
+/// # Safety
+/// `id` comes from `rdma_create_id` (or a CONNECT_REQUEST event) and is destroyed once.
+pub unsafe extern "C" fn rdma_destroy_id(id: *mut RdmaCmId) -> c_int {
+    ffi(|| {
+        agent::with(|st| {
+            let state = st.ids.remove(&(id as usize)).ok_or(libc::EINVAL)?;
+            if let Some(svc) = state.listening {
+                let _ = st.cm.unlisten(svc);
+                st.listeners.remove(&svc);
+                let devs: Vec<u32> = match state.dev {
+                    Some(d) => vec![st.devs[d].index],
+                    None => st.devs.iter().map(|d| d.index).collect(),
+                };
+                for d in devs {
+                    st.listens.push_back((d, svc, false));
+                }
+            }
+            if let Some(comm) = state.comm {
+                st.cm.destroy(comm);
+                st.by_comm.remove(&comm);
+            }
+            qp::release_own(&state);
+            crate::sync::free_request_event(state.c);
+            if state.sync {
+                // SAFETY: the id's C struct; a synchronous id's channel is its own.
+                let _ = crate::event::destroy_channel(st, unsafe { (*state.c).channel });
+            }
+            // SAFETY: the C struct and path record this library leaked, freed once.
+            unsafe {
+                let c = Box::from_raw(state.c);
+                if !c.route.path_rec.is_null() {
+                    drop(Box::from_raw(c.route.path_rec));
+                }
+            }
+            Ok(())
+        })?;
+        agent::flush();
+        Ok(())
+    })
+}
+
+/// Binds `state` to `addr` (port 0: an ephemeral port).
+fn bind(st: &mut State, id: *mut RdmaCmId, addr: SocketAddr) -> Result<(), c_int> {
+    let ps = st.id(id)?.ps;
+    let dev = if addr.ip().is_unspecified() {
+        None
+    } else {
+        Some(st.dev_of_ip(addr.ip()).ok_or_else(|| {
+            crate::refused(
+                "rdma_bind_addr",
+                &format!(
+                    "no softib device of this host has the address {}",
+                    addr.ip()
+                ),
+                libc::EADDRNOTAVAIL,
+            )
+        })?)
+    };
+    let mut addr = addr;
+    if addr.port() == 0 {
+        addr.set_port(st.ephemeral_port(ps));
+    } else {
+        let taken = st.ids.iter().any(|(&k, i)| {
+            k != id as usize
+                && i.ps == ps
+                && i.src.is_some_and(|s| {
+                    s.port() == addr.port()
+                        && (s.ip() == addr.ip()
+                            || s.ip().is_unspecified()
+                            || addr.ip().is_unspecified())
+                })
+                && (i.listening.is_some() || i.comm.is_none())
+        });
+        if taken {
+            return Err(libc::EADDRINUSE);
+        }
+    }
+    let ctx = match dev {
+        Some(d) => crate::device::context(st, d)?,
+        None => std::ptr::null_mut(),
+    };
+    let state = st.id(id)?;
+    state.src = Some(addr);
+    state.dev = dev;
+    // SAFETY: the id's C struct.
+    let c = unsafe { &mut *id };
+    c.route.addr.src_addr = storage_of(addr);
+    if !ctx.is_null() {
+        c.verbs = ctx;
+        c.port_num = 1;
+        c.route.addr.ibaddr.sgid = IbvGid {
+            raw: agent::gid_of(addr.ip()).0,
+        };
+        c.route.addr.ibaddr.pkey = 0xFFFF;
+    }
+    Ok(())
+}
+
+/// `rdma_bind_addr`.
+///
+/// # Safety
+/// `id` comes from `rdma_create_id`; `addr` is a valid sockaddr.
+pub unsafe extern "C" fn rdma_bind_addr(id: *mut RdmaCmId, addr: *mut libc::sockaddr) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's sockaddr.
+        let a = unsafe { read_sockaddr(addr) }.ok_or(libc::EAFNOSUPPORT)?;
+        agent::with(|st| bind(st, id, a))
+    })
+}
+
+/// `rdma_resolve_addr`: picks the local device (the source address's, else the first with
+/// an address of the destination's family), whose GID the source address is, and names the
+/// peer by the destination's GID. ADDR_RESOLVED follows.
+///
+/// # Safety
+/// `id` comes from `rdma_create_id`; `src` is NULL or a valid sockaddr; `dst` is valid.
+pub unsafe extern "C" fn rdma_resolve_addr(
+    id: *mut RdmaCmId,
+    src: *mut libc::sockaddr,
+    dst: *mut libc::sockaddr,
+    _timeout_ms: c_int,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's sockaddrs.
+        let (src, dst) = unsafe { (read_sockaddr(src), read_sockaddr(dst)) };
+        let dst = dst.ok_or(libc::EAFNOSUPPORT)?;
+        agent::with(|st| {
+            let bound = st.id(id)?.src;
+            let wanted = src.or(bound);
+            let local_ip = match wanted.map(|a| a.ip()).filter(|ip| !ip.is_unspecified()) {
+                Some(ip) => ip,
+                None => first_ip(st, dst.ip()).ok_or_else(|| {
+                    crate::refused(
+                        "rdma_resolve_addr",
+                        &format!("no softib device of this host can reach {}", dst.ip()),
+                        libc::EADDRNOTAVAIL,
+                    )
+                })?,
+            };
+            let port = wanted.map_or(0, |a| a.port());
+            bind(st, id, SocketAddr::new(local_ip, port))?;
+            let dev = st.id(id)?.dev.ok_or(libc::EADDRNOTAVAIL)?;
+            let dev_index = st.devs[dev].index;
+            let dgid = agent::gid_of(dst.ip());
+            let state = st.id(id)?;
+            state.dst = Some(dst);
+            state.peer = Some((dev_index, dgid));
+            // SAFETY: the id's C struct.
+            let c = unsafe { &mut *id };
+            c.route.addr.dst_addr = storage_of(dst);
+            c.route.addr.ibaddr.dgid = IbvGid { raw: dgid.0 };
+            let channel = c.channel;
+            st.post(channel, new_event(id, event::ADDR_RESOLVED, 0));
+            Ok(())
+        })?;
+        sync_wait(id, event::ADDR_RESOLVED)
+    })
+}
+
+/// On a synchronous id, waits for the event the call produces.
+fn sync_wait(id: *mut RdmaCmId, want: c_int) -> Result<(), c_int> {
+    if crate::sync::is_sync(id) {
+        crate::sync::wait(id, want)
+    } else {
+        Ok(())
+    }
+}
+
+/// The address of the first device with one of `like`'s family.
+fn first_ip(st: &State, like: IpAddr) -> Option<IpAddr> {
+    let want_v4 = like.is_ipv4() || like.to_canonical().is_ipv4();
+    // A destination that is this host's own address is reached from that device.
+    if let Some(d) = st.dev_of_ip(like) {
+        return Some(like).filter(|_| d < st.devs.len());
+    }
+    st.devs.iter().find_map(|d| {
+        d.gids.iter().find_map(|g| match (g.to_ipv4(), want_v4) {
+            (Some(v4), true) => Some(IpAddr::from(v4)),
+            (None, false) if g.0[0] != 0xfe => Some(IpAddr::from(g.0)),
+            _ => None,
+        })
+    })
+}
+
+/// `rdma_resolve_route`: on RoCE the route is the GRH to the peer's GID: one path record,
+/// and ROUTE_RESOLVED.
+///
+/// # Safety
+/// `id` comes from `rdma_create_id`.
+pub unsafe extern "C" fn rdma_resolve_route(id: *mut RdmaCmId, _timeout_ms: c_int) -> c_int {
+    ffi(|| {
+        agent::with(|st| {
+            let state = st.id(id)?;
+            let (Some(src), Some(peer)) = (state.src, state.peer) else {
+                return Err(crate::refused(
+                    "rdma_resolve_route",
+                    "the address is not resolved (rdma_resolve_addr first)",
+                    libc::EINVAL,
+                ));
+            };
+            let (tos, dev) = (state.tos, state.dev);
+            let mtu = dev.and_then(|d| st.devs.get(d)).map_or(3, |d| d.mtu);
+            let rec = IbvSaPathRec {
+                dgid: IbvGid { raw: peer.1 .0 },
+                sgid: IbvGid {
+                    raw: agent::gid_of(src.ip()).0,
+                },
+                dlid: 0,
+                slid: 0,
+                raw_traffic: 0,
+                flow_label: 0,
+                hop_limit: 64,
+                traffic_class: tos,
+                reversible: 1,
+                numb_path: 1,
+                pkey: 0xFFFF_u16.to_be(),
+                sl: 0,
+                mtu_selector: 2,
+                mtu,
+                rate_selector: 2,
+                rate: 0,
+                packet_life_time_selector: 2,
+                packet_life_time: 0,
+                preference: 0,
+            };
+            // SAFETY: the id's C struct; a previous path record is the library's own.
+            let c = unsafe { &mut *id };
+            if !c.route.path_rec.is_null() {
+                // SAFETY: leaked by an earlier resolve_route.
+                drop(unsafe { Box::from_raw(c.route.path_rec) });
+            }
+            c.route.path_rec = Box::into_raw(Box::new(rec));
+            c.route.num_paths = 1;
+            let channel = c.channel;
+            st.post(channel, new_event(id, event::ROUTE_RESOLVED, 0));
+            Ok(())
+        })?;
+        sync_wait(id, event::ROUTE_RESOLVED)
+    })
+}
+
+fn service_of(ps: c_int, port: u16) -> u64 {
+    let space = PortSpace::from(ps as u16);
+    msg::service_id(space, port)
+}
+
+/// `rdma_listen`: REQs for the bound port's service ID become CONNECT_REQUEST events.
+///
+/// # Safety
+/// `id` comes from `rdma_create_id`.
+pub unsafe extern "C" fn rdma_listen(id: *mut RdmaCmId, backlog: c_int) -> c_int {
+    ffi(|| {
+        let svc = agent::with(|st| {
+            if st.id(id)?.src.is_none() {
+                bind(st, id, SocketAddr::from(([0, 0, 0, 0], 0)))?;
+            }
+            let state = st.id(id)?;
+            let Some(src) = state.src else {
+                return Err(libc::EINVAL);
+            };
+            let svc = service_of(state.ps, src.port());
+            // As the kernel's ucma: a backlog of 0 or less (or beyond it) is the maximum.
+            let backlog = match usize::try_from(backlog) {
+                Ok(n @ 1..=MAX_BACKLOG) => n,
+                _ => MAX_BACKLOG,
+            };
+            st.cm.listen(svc, backlog).map_err(|_| libc::EADDRINUSE)?;
+            st.listeners.insert(svc, id as usize);
+            let state = st.id(id)?;
+            state.listening = Some(svc);
+            let devs: Vec<u32> = match state.dev {
+                Some(d) => vec![st.devs[d].index],
+                None => st.devs.iter().map(|d| d.index).collect(),
+            };
+            st.refused_listens.retain(|&s| s != svc);
+            for d in devs {
+                st.listens.push_back((d, svc, true));
+            }
+            Ok(svc)
+        })?;
+        // The daemon routes REQs here once it has been told; a client may connect as soon
+        // as rdma_listen returns.
+        agent::flush();
+        agent::with(|st| {
+            if st.refused_listens.contains(&svc) {
+                return Err(libc::EADDRINUSE);
+            }
+            Ok(())
+        })
+    })
+}
+
+/// The caller's private data, bounded by what the message carries.
+///
+/// # Safety
+/// `p` is NULL or points to a valid `rdma_conn_param`.
+unsafe fn private_of(p: *const RdmaConnParam, max: usize) -> Result<Vec<u8>, c_int> {
+    if p.is_null() {
+        return Ok(Vec::new());
+    }
+    // SAFETY: the caller's parameters; the data is `private_data_len` bytes.
+    unsafe {
+        let n = usize::from((*p).private_data_len);
+        if n > max {
+            return Err(libc::EINVAL);
+        }
+        if n == 0 || (*p).private_data.is_null() {
+            return Ok(Vec::new());
+        }
+        Ok(std::slice::from_raw_parts((*p).private_data.cast::<u8>(), n).to_vec())
+    }
+}
+
+/// `rdma_connect`: sends the REQ. ESTABLISHED follows once the REP came and the QP is
+/// ready (or REJECTED, UNREACHABLE).
+///
+/// # Safety
+/// `id` comes from `rdma_create_id`; `param` is NULL or valid.
+pub unsafe extern "C" fn rdma_connect(id: *mut RdmaCmId, param: *mut RdmaConnParam) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's parameters.
+        let user = unsafe { private_of(param, REQ_USER_LEN) }?;
+        agent::with(|st| {
+            let salt = id as usize;
+            let psn = fresh_psn(st, salt);
+            let dev = st.id(id)?.dev;
+            let mtu = dev.and_then(|d| st.devs.get(d)).map_or(3, |d| d.mtu);
+            let state = st.id(id)?;
+            let (Some(src), Some(dst), Some(peer)) = (state.src, state.dst, state.peer) else {
+                return Err(crate::refused(
+                    "rdma_connect",
+                    "the route is not resolved (rdma_resolve_addr, rdma_resolve_route first)",
+                    libc::EINVAL,
+                ));
+            };
+            if state.comm.is_some() {
+                return Err(libc::EISCONN);
+            }
+            // SAFETY: the id's C struct.
+            let qp = unsafe { (*id).qp };
+            if qp.is_null() {
+                return Err(crate::refused(
+                    "rdma_connect",
+                    "connecting an id without a QP (rdma_create_qp first) is not implemented on softib",
+                    libc::ENOSYS,
+                ));
+            }
+            if !param.is_null() {
+                // SAFETY: the caller's parameters (checked non-null).
+                let p = unsafe { &*param };
+                state.responder_resources = p.responder_resources;
+                state.initiator_depth = p.initiator_depth;
+                state.retry_count = p.retry_count;
+                state.rnr_retry_count = p.rnr_retry_count;
+            }
+            state.psn = psn;
+            let mut private_data = [0u8; private_len::REQ];
+            let addrs = match (src.ip().to_canonical(), dst.ip().to_canonical()) {
+                (IpAddr::V4(s), IpAddr::V4(d)) => CmaAddrs::V4 {
+                    src: s.octets(),
+                    dst: d.octets(),
+                },
+                (s, d) => CmaAddrs::V6 {
+                    src: v6(s),
+                    dst: v6(d),
+                },
+            };
+            CmaHeader {
+                src_port: src.port(),
+                addrs,
+            }
+            .emit(&mut private_data);
+            private_data[CmaHeader::LEN..CmaHeader::LEN + user.len()].copy_from_slice(&user);
+            // SAFETY: the program's QP.
+            let (qpn, srq) = unsafe { ((*qp).qp_num, !(*qp).srq.is_null()) };
+            let sgid = agent::gid_of(src.ip());
+            let params = ConnectParams {
+                service_id: service_of(state.ps, dst.port()),
+                local_qpn: Qpn::new(qpn),
+                starting_psn: Psn::new(psn),
+                responder_resources: state.responder_resources,
+                initiator_depth: state.initiator_depth,
+                transport: TransportService::Rc,
+                pkey: PKey::DEFAULT,
+                path_mtu: mtu,
+                retry_count: state.retry_count.min(7),
+                rnr_retry_count: state.rnr_retry_count.min(7),
+                srq,
+                primary: Path {
+                    local_gid: sgid,
+                    remote_gid: peer.1,
+                    hop_limit: 64,
+                    traffic_class: state.tos,
+                    local_ack_timeout: state.ack_timeout,
+                    ..Path::default()
+                },
+                private_data,
+            };
+            let now = st.now();
+            let comm = st.cm.connect(now, peer, &params);
+            st.id(id)?.comm = Some(comm);
+            st.by_comm.insert(comm, id as usize);
+            agent::drain_events(st);
+            Ok(())
+        })?;
+        sync_wait(id, event::ESTABLISHED)
+    })
+}
+
+fn v6(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+/// `rdma_accept`: readies the QP (RTR, RTS, from the REQ) and sends the REP; ESTABLISHED
+/// follows with the RTU.
+///
+/// # Safety
+/// `id` comes from a CONNECT_REQUEST event; `param` is NULL or valid.
+pub unsafe extern "C" fn rdma_accept(id: *mut RdmaCmId, param: *mut RdmaConnParam) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's parameters.
+        let user = unsafe { private_of(param, private_len::REP) }?;
+        agent::with(|st| {
+            let salt = id as usize;
+            let psn = fresh_psn(st, salt);
+            let state = st.id(id)?;
+            let (Some(comm), Some(req)) = (state.comm, state.req.as_deref().copied()) else {
+                return Err(crate::refused(
+                    "rdma_accept",
+                    "the id has no connection request to accept",
+                    libc::EINVAL,
+                ));
+            };
+            // SAFETY: the id's C struct.
+            let qp = unsafe { (*id).qp };
+            if qp.is_null() {
+                return Err(crate::refused(
+                    "rdma_accept",
+                    "accepting without a QP (rdma_create_qp first) is not implemented on softib",
+                    libc::ENOSYS,
+                ));
+            }
+            if !param.is_null() {
+                // SAFETY: the caller's parameters (checked non-null).
+                let p = unsafe { &*param };
+                state.responder_resources = p.responder_resources;
+                state.initiator_depth = p.initiator_depth;
+                state.rnr_retry_count = p.rnr_retry_count;
+            }
+            state.retry_count = req.retry_count;
+            state.ack_timeout = req.primary.local_ack_timeout.max(state.ack_timeout);
+            state.psn = psn;
+            let rtr = {
+                let s = &st.ids[&(id as usize)];
+                qp::rtr_attr(st, s, req.local_qpn.value(), req.starting_psn.value())
+            };
+            let s = &st.ids[&(id as usize)];
+            qp::modify(s, rtr)?;
+            qp::modify(s, qp::rts_attr(s))?;
+            let mut private_data = [0u8; private_len::REP];
+            private_data[..user.len()].copy_from_slice(&user);
+            // SAFETY: the program's QP.
+            let (qpn, srq) = unsafe { ((*qp).qp_num, !(*qp).srq.is_null()) };
+            let p = AcceptParams {
+                local_qpn: Qpn::new(qpn),
+                starting_psn: Psn::new(psn),
+                responder_resources: s.responder_resources,
+                initiator_depth: s.initiator_depth,
+                rnr_retry_count: s.rnr_retry_count.min(7),
+                srq,
+                private_data,
+            };
+            let now = st.now();
+            st.cm.accept(now, comm, &p).map_err(|_| libc::EINVAL)?;
+            Ok(())
+        })?;
+        sync_wait(id, event::ESTABLISHED)
+    })
+}
+
+/// `rdma_reject`: a REJ (consumer defined) with the private data.
+///
+/// # Safety
+/// `id` comes from a CONNECT_REQUEST event; `data` is NULL or `len` bytes.
+pub unsafe extern "C" fn rdma_reject(id: *mut RdmaCmId, data: *const c_void, len: u8) -> c_int {
+    ffi(|| {
+        let pd: &[u8] = if data.is_null() || len == 0 {
+            &[]
+        } else {
+            // SAFETY: the caller's `len` bytes.
+            unsafe { std::slice::from_raw_parts(data.cast(), usize::from(len)) }
+        };
+        if pd.len() > private_len::REJ {
+            return Err(libc::EINVAL);
+        }
+        agent::with(|st| {
+            let comm = st.id(id)?.comm.ok_or(libc::EINVAL)?;
+            st.cm
+                .reject(comm, RejectReason::ConsumerDefined, pd)
+                .map_err(|_| libc::EINVAL)?;
+            st.by_comm.remove(&comm);
+            st.id(id)?.comm = None;
+            Ok(())
+        })?;
+        agent::flush();
+        Ok(())
+    })
+}
+
+/// `rdma_disconnect`: the QP goes to ERR (its work flushes) and a DREQ goes to the peer;
+/// DISCONNECTED follows. After the peer's DREQ (DISCONNECTED already delivered) it only
+/// moves the QP.
+///
+/// # Safety
+/// `id` comes from `rdma_create_id` or a CONNECT_REQUEST event.
+pub unsafe extern "C" fn rdma_disconnect(id: *mut RdmaCmId) -> c_int {
+    ffi(|| {
+        agent::with(|st| {
+            let state = st.id(id)?;
+            qp::to_error(state);
+            let Some(comm) = state.comm else {
+                return Err(libc::EINVAL);
+            };
+            let now = st.now();
+            if st.cm.is_established(comm) {
+                st.cm.disconnect(now, comm, &[]).map_err(|_| libc::EINVAL)?;
+            }
+            Ok(())
+        })?;
+        agent::flush();
+        Ok(())
+    })
+}
+
+/// `rdma_establish`: the passive side saw traffic before the RTU.
+///
+/// # Safety
+/// `id` comes from a CONNECT_REQUEST event.
+pub unsafe extern "C" fn rdma_establish(id: *mut RdmaCmId) -> c_int {
+    ffi(|| {
+        agent::with(|st| {
+            let comm = st.id(id)?.comm.ok_or(libc::EINVAL)?;
+            st.cm.establish(comm).map_err(|_| libc::EINVAL)?;
+            agent::drain_events(st);
+            Ok(())
+        })
+    })
+}
+
+/// `rdma_notify`: IBV_EVENT_COMM_EST (the QP's first receive) establishes a passive
+/// connection; other events mean nothing to the CM.
+///
+/// # Safety
+/// As `rdma_establish`.
+pub unsafe extern "C" fn rdma_notify(id: *mut RdmaCmId, ev: c_int) -> c_int {
+    const IBV_EVENT_COMM_EST: c_int = 6;
+    if ev != IBV_EVENT_COMM_EST {
+        return 0;
+    }
+    // SAFETY: the caller's contract.
+    unsafe { rdma_establish(id) }
+}
+
+/// `rdma_migrate_id`: the id's future events go to `channel`.
+///
+/// # Safety
+/// `id` and `channel` are live.
+pub unsafe extern "C" fn rdma_migrate_id(
+    id: *mut RdmaCmId,
+    channel: *mut RdmaEventChannel,
+) -> c_int {
+    ffi(|| {
+        agent::with(|st| {
+            if channel.is_null() || !st.channels.contains_key(&(channel as usize)) {
+                return Err(crate::refused(
+                    "rdma_migrate_id",
+                    "migrating to synchronous operation (no channel) is not implemented on softib",
+                    libc::ENOSYS,
+                ));
+            }
+            st.id(id)?;
+            // SAFETY: the id's C struct.
+            unsafe { (*id).channel = channel };
+            Ok(())
+        })
+    })
+}
+
+/// `rdma_set_option`: TOS, REUSEADDR, AFONLY, ACK_TIMEOUT.
+///
+/// # Safety
+/// `value` points to `len` bytes.
+pub unsafe extern "C" fn rdma_set_option(
+    id: *mut RdmaCmId,
+    level: c_int,
+    name: c_int,
+    value: *mut c_void,
+    len: usize,
+) -> c_int {
+    ffi(|| {
+        if value.is_null() || len == 0 {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's first byte (every option here is a u8 or an int whose low
+        // byte is read on little-endian... read it as its own width below).
+        let byte = unsafe { *value.cast::<u8>() };
+        let int = if len >= 4 {
+            // SAFETY: at least 4 bytes.
+            unsafe { value.cast::<c_int>().read_unaligned() }
+        } else {
+            c_int::from(byte)
+        };
+        agent::with(|st| {
+            let s = st.id(id)?;
+            match (level, name) {
+                (option::LEVEL_ID, option::ID_TOS) => s.tos = byte,
+                (option::LEVEL_ID, option::ID_REUSEADDR | option::ID_AFONLY) => {
+                    let _ = int;
+                }
+                (option::LEVEL_ID, option::ID_ACK_TIMEOUT) => s.ack_timeout = byte.min(31),
+                (option::LEVEL_IB, option::IB_PATH) => return Err(crate::refused(
+                    "rdma_set_option",
+                    "RDMA_OPTION_IB_PATH is not implemented on softib (routes are resolved here)",
+                    libc::ENOSYS,
+                )),
+                _ => return Err(libc::EINVAL),
+            }
+            Ok(())
+        })
+    })
+}
+
+/// `rdma_get_src_port`: the bound port, network order.
+///
+/// # Safety
+/// `id` comes from `rdma_create_id`.
+pub unsafe extern "C" fn rdma_get_src_port(id: *mut RdmaCmId) -> u16 {
+    agent::with(|st| Ok(st.id(id)?.src.map_or(0, |a| a.port().to_be()))).unwrap_or(0)
+}
+
+/// `rdma_get_dst_port`: the peer's port, network order.
+///
+/// # Safety
+/// `id` comes from `rdma_create_id`.
+pub unsafe extern "C" fn rdma_get_dst_port(id: *mut RdmaCmId) -> u16 {
+    agent::with(|st| Ok(st.id(id)?.dst.map_or(0, |a| a.port().to_be()))).unwrap_or(0)
+}
+
+/// `rdma_destroy_ep`: as `rdma_destroy_qp` then `rdma_destroy_id`.
+///
+/// # Safety
+/// `id` comes from `rdma_create_id`.
+pub unsafe extern "C" fn rdma_destroy_ep(id: *mut RdmaCmId) {
+    let _ = ffi_ptr(|| {
+        agent::with(|st| {
+            let s = st.id(id)?;
+            qp::release(s);
+            Ok(std::ptr::null_mut::<c_void>())
+        })
+    });
+    // SAFETY: the caller's contract.
+    unsafe { rdma_destroy_id(id) };
+}
+
+/// Turns one of the machine's events into rdma_cm's.
+pub fn on_cm_event(st: &mut State, ev: CmEvent<Peer>) {
+    match ev {
+        CmEvent::ConnectRequest {
+            id: comm,
+            from,
+            req,
+        } => connect_request(st, comm, from, &req),
+        CmEvent::Reply { id: comm, rep } => {
+            let Some(&key) = st.by_comm.get(&comm) else {
+                return;
+            };
+            let Some(s) = st.ids.get_mut(&key) else {
+                return;
+            };
+            s.initiator_depth = s.initiator_depth.min(rep.responder_resources);
+            s.responder_resources = s.responder_resources.min(rep.initiator_depth);
+            s.rnr_retry_count = rep.rnr_retry_count;
+            s.rep = Some(Box::new(rep));
+            let s = &st.ids[&key];
+            let rtr = qp::rtr_attr(st, s, rep.local_qpn.value(), rep.starting_psn.value());
+            let ready = qp::modify(s, rtr).and_then(|()| qp::modify(s, qp::rts_attr(s)));
+            match ready {
+                Ok(()) => {
+                    let _ = st.cm.ready_to_use(comm, &[]);
+                }
+                Err(e) => {
+                    let _ = st.cm.reject(comm, RejectReason::ConsumerDefined, &[]);
+                    finish(st, key, comm, event::CONNECT_ERROR, -e, &[]);
+                }
+            }
+        }
+        CmEvent::Established { id: comm } => {
+            let Some(&key) = st.by_comm.get(&comm) else {
+                return;
+            };
+            let Some(s) = st.ids.get(&key) else { return };
+            let mut e = new_event(s.c, event::ESTABLISHED, 0);
+            if let Some(rep) = &s.rep {
+                set_private_data(&mut e, &rep.private_data);
+                // Writing a union's plain-data fields is safe.
+                e.ev.param.conn.responder_resources = rep.responder_resources;
+                e.ev.param.conn.initiator_depth = rep.initiator_depth;
+                e.ev.param.conn.qp_num = rep.local_qpn.value();
+            }
+            // SAFETY: the id's C struct.
+            let channel = unsafe { (*s.c).channel };
+            st.post(channel, e);
+        }
+        CmEvent::Rejected {
+            id: comm,
+            reason,
+            private_data,
+        } => {
+            let Some(&key) = st.by_comm.get(&comm) else {
+                return;
+            };
+            let status = c_int::from(u16::from(reason));
+            finish(st, key, comm, event::REJECTED, status, &private_data);
+        }
+        CmEvent::TimedOut { id: comm, active } => {
+            let Some(&key) = st.by_comm.get(&comm) else {
+                return;
+            };
+            let kind = if active {
+                event::UNREACHABLE
+            } else {
+                event::CONNECT_ERROR
+            };
+            finish(st, key, comm, kind, -libc::ETIMEDOUT, &[]);
+        }
+        CmEvent::Disconnected { id: comm } => {
+            let Some(&key) = st.by_comm.get(&comm) else {
+                return;
+            };
+            let Some(s) = st.ids.get(&key) else { return };
+            qp::to_error(s);
+            let e = new_event(s.c, event::DISCONNECTED, 0);
+            // SAFETY: the id's C struct.
+            let channel = unsafe { (*s.c).channel };
+            st.post(channel, e);
+        }
+        CmEvent::TimeWaitExit { id: comm } => {
+            st.by_comm.remove(&comm);
+        }
+        // SIDR (RDMA_PS_UDP) is not offered yet: rdma_create_id refuses UDP ids.
+        CmEvent::SidrRequest { id, .. } => {
+            let _ = st.cm.sidr_reply(
+                id,
+                softib_cm::SidrStatus::UnsupportedServiceId,
+                Qpn::new(0),
+                Default::default(),
+                &[],
+            );
+        }
+        CmEvent::SidrReply { .. } | CmEvent::SidrTimedOut { .. } => {}
+    }
+}
+
+/// Ends a connection attempt with `kind` (REJECTED, UNREACHABLE, CONNECT_ERROR).
+fn finish(
+    st: &mut State,
+    key: usize,
+    comm: softib_cm::CommId,
+    kind: c_int,
+    status: c_int,
+    pd: &[u8],
+) {
+    st.by_comm.remove(&comm);
+    let Some(s) = st.ids.get_mut(&key) else {
+        return;
+    };
+    s.comm = None;
+    let mut e = new_event(s.c, kind, status);
+    if !pd.is_empty() {
+        set_private_data(&mut e, pd);
+    }
+    // SAFETY: the id's C struct.
+    let channel = unsafe { (*s.c).channel };
+    st.post(channel, e);
+}
+
+/// A REQ for a service listened on: a new id on the listener's channel, and
+/// CONNECT_REQUEST with the consumer's private data (after rdma_cm's header).
+fn connect_request(st: &mut State, comm: softib_cm::CommId, from: Peer, req: &softib_cm::Req) {
+    let Some(&lkey) = st.listeners.get(&req.service_id) else {
+        let _ = st.cm.reject(comm, RejectReason::InvalidServiceId, &[]);
+        return;
+    };
+    let Ok(hdr) = CmaHeader::parse(&req.private_data) else {
+        let _ = st.cm.reject(comm, RejectReason::ConsumerDefined, &[]);
+        return;
+    };
+    let (peer_ip, our_ip): (IpAddr, IpAddr) = match hdr.addrs {
+        CmaAddrs::V4 { src, dst } => (src.into(), dst.into()),
+        CmaAddrs::V6 { src, dst } => (
+            Ipv6Addr::from(src).to_canonical(),
+            Ipv6Addr::from(dst).to_canonical(),
+        ),
+    };
+    let Some(dev) = st.devs.iter().position(|d| d.index == from.0) else {
+        let _ = st.cm.reject(comm, RejectReason::NoResources, &[]);
+        return;
+    };
+    let Ok(ctx) = crate::device::context(st, dev) else {
+        let _ = st.cm.reject(comm, RejectReason::NoResources, &[]);
+        return;
+    };
+    let Some(l) = st.ids.get(&lkey) else { return };
+    let port = l.src.map_or(0, |s| s.port());
+    let (ps, sync) = (l.ps, l.sync);
+    // SAFETY: the listener's C struct.
+    let (listen_channel, context) = unsafe { ((*l.c).channel, (*l.c).context) };
+    // A synchronous listener's requests become synchronous ids, each with its channel.
+    let channel = if sync {
+        match crate::event::new_channel(st) {
+            Ok(c) => c,
+            Err(_) => {
+                let _ = st.cm.reject(comm, RejectReason::NoResources, &[]);
+                return;
+            }
+        }
+    } else {
+        listen_channel
+    };
+    let src = SocketAddr::new(our_ip, port);
+    let dst = SocketAddr::new(peer_ip, hdr.src_port);
+    let mut c = zeroed_id();
+    c.verbs = ctx;
+    c.channel = channel;
+    c.context = context;
+    c.ps = ps;
+    c.port_num = 1;
+    c.qp_type = qp_type::RC;
+    c.route.addr.src_addr = storage_of(src);
+    c.route.addr.dst_addr = storage_of(dst);
+    c.route.addr.ibaddr.sgid = IbvGid {
+        raw: agent::gid_of(our_ip).0,
+    };
+    c.route.addr.ibaddr.dgid = IbvGid { raw: from.1 .0 };
+    c.route.addr.ibaddr.pkey = 0xFFFF;
+    c.route.num_paths = 0;
+    let c = Box::into_raw(Box::new(c));
+    let mut s = new_state(c, ps);
+    s.dev = Some(dev);
+    s.src = Some(src);
+    s.dst = Some(dst);
+    s.comm = Some(comm);
+    s.req = Some(Box::new(*req));
+    s.peer = Some(from);
+    s.sync = sync;
+    st.ids.insert(c as usize, s);
+    st.by_comm.insert(comm, c as usize);
+    let mut e = new_event(c, event::CONNECT_REQUEST, 0);
+    e.ev.listen_id = lkey as *mut RdmaCmId;
+    set_private_data(&mut e, &req.private_data[CmaHeader::LEN..]);
+    e.ev.param.conn.responder_resources = req.responder_resources;
+    e.ev.param.conn.initiator_depth = req.initiator_depth;
+    e.ev.param.conn.flow_control = u8::from(req.end_to_end_flow_control);
+    e.ev.param.conn.retry_count = req.retry_count;
+    e.ev.param.conn.rnr_retry_count = req.rnr_retry_count;
+    e.ev.param.conn.srq = u8::from(req.srq);
+    e.ev.param.conn.qp_num = req.local_qpn.value();
+    st.post(listen_channel, e);
+}

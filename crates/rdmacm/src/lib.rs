@@ -1,0 +1,93 @@
+//! softib's `librdmacm.so.1`: rdma-core's RDMA-CM C ABI over softib, so that programs built
+//! against rdma-core's librdmacm (rping, ucmatose, perftest with `-R`, ...) connect on softib
+//! unmodified — `softib run -- PROG` puts this library first on their library path, beside
+//! softib's libibverbs.so.1.
+//!
+//! The real librdmacm is a thin client of the kernel's rdma_cm, which resolves addresses and
+//! runs the InfiniBand CM. Here the process does both itself:
+//!
+//! - addresses are resolved against the host's softib devices: a RoCE device's IP address is
+//!   its GID (IPv4-mapped), so an IP address names the peer's GID and the route is the GRH
+//!   ([`agent`]);
+//! - the CM protocol is `softib-cm`'s machine, speaking REQ/REP/RTU, REJ, DREQ/DREP on QP1
+//!   through the daemon's MAD interface (one agent per process, [`agent::Agent`], with a
+//!   thread that feeds it MADs and time);
+//! - queue pairs are the program's own, made and moved through INIT, RTR and RTS through the
+//!   libibverbs.so.1 the program uses ([`ibv`]: its C functions, looked up once with `dlvsym`
+//!   — the very objects the program holds, not a second copy of softib's verbs).
+//!
+//! Every object handed to a program is the C struct it expects (`rdma_cm_id`,
+//! `rdma_cm_event`, `rdma_event_channel`, `rdma_addrinfo`; layouts in
+//! `softib_verbs_abi::rdma_cm`), with this library's state beside it in [`agent::Agent`].
+//!
+//! Unsafe code lives here: every pointer comes from a C caller, and every dereference says
+//! why it is valid.
+#![allow(unsafe_code)]
+#![deny(missing_docs)]
+#![cfg_attr(test, allow(dead_code))]
+
+use std::ffi::c_int;
+use std::panic::AssertUnwindSafe;
+
+mod addrinfo;
+mod agent;
+mod device;
+mod event;
+mod ibv;
+mod id;
+mod qp;
+mod sync;
+mod unsupported;
+
+include!(concat!(env!("OUT_DIR"), "/exports.rs"));
+
+/// Sets the calling thread's `errno`.
+pub(crate) fn set_errno(e: c_int) {
+    // SAFETY: `__errno_location` returns the calling thread's errno, always valid to write.
+    unsafe { *libc::__errno_location() = e }
+}
+
+/// Runs an exported function's body that returns 0, or -1 with `errno` (rdma_cm's
+/// convention for almost every call). A panic — a bug — becomes EIO rather than unwinding
+/// into C.
+pub(crate) fn ffi(f: impl FnOnce() -> Result<(), c_int>) -> c_int {
+    match std::panic::catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
+            set_errno(e);
+            -1
+        }
+        Err(_) => {
+            set_errno(libc::EIO);
+            -1
+        }
+    }
+}
+
+/// Runs an exported function's body that returns a pointer, NULL with `errno` on failure.
+pub(crate) fn ffi_ptr<T>(f: impl FnOnce() -> Result<*mut T, c_int>) -> *mut T {
+    match std::panic::catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => {
+            set_errno(e);
+            std::ptr::null_mut()
+        }
+        Err(_) => {
+            set_errno(libc::EIO);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// Says on stderr why softib refused an rdma_cm call (rdma-core says nothing, and programs
+/// print only "rdma_connect: Invalid argument"); `SOFTIB_VERBS_LOG=0` silences it. Returns
+/// `errno`.
+pub(crate) fn refused(call: &str, why: &str, errno: c_int) -> c_int {
+    if std::env::var("SOFTIB_VERBS_LOG").as_deref() != Ok("0") {
+        eprintln!(
+            "softib: {call}: {why} ({})",
+            std::io::Error::from_raw_os_error(errno)
+        );
+    }
+    errno
+}
