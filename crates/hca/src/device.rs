@@ -25,6 +25,7 @@ use softib_wire::{Gid, Guid, Lid, Mtu, Qpn};
 
 use crate::ib::{IbCa, MadIn};
 use crate::shm_memory::ShmMemory;
+use crate::steering::SteerGroup;
 use crate::switchboard::{LocalPayload, LocalRoce, Switchboard};
 
 /// An HCA on IB cables.
@@ -72,6 +73,8 @@ pub(crate) struct RoceDev {
     tx: TxQueue<SrcKey>,
     /// Receive slots (made on first use: 1 MiB).
     rx: Option<Box<RxBatch>>,
+    /// The processes whose own engines receive on the device's address (`link` is member 0).
+    pub steer: SteerGroup,
 }
 
 /// Bytes queued in a turn after which they are sent at once rather than at the turn's end.
@@ -123,6 +126,14 @@ impl Device {
     pub fn set_local_peers(&mut self, peers: &[SocketAddr]) {
         if let Device::Roce(d) = self {
             d.ca.set_local_peers(peers.iter().copied());
+        }
+    }
+
+    /// A RoCE device's steering group and the socket that is its member 0.
+    pub fn steering(&mut self) -> Option<(&mut SteerGroup, &UdpSocket)> {
+        match self {
+            Device::Ib(_) => None,
+            Device::Roce(d) => Some((&mut d.steer, d.link.socket())),
         }
     }
 
@@ -518,7 +529,7 @@ impl RoceDev {
     pub fn new(config: LinkConfig, seed: u64) -> io::Result<RoceDev> {
         let nd = netdev(&config.netdev)?;
         let local = SocketAddr::new(config.addr, config.udp_port);
-        let link = UdpLink::bind_with(local, true).map_err(|e| {
+        let link = UdpLink::bind_reuseport_with(local, true).map_err(|e| {
             io::Error::new(
                 e.kind(),
                 format!(
@@ -558,6 +569,7 @@ impl RoceDev {
             Hca::new(hc, ShmMemory::new()),
             RoceConfig::new(link.local_addr()),
         );
+        let steer = SteerGroup::new(link.local_addr());
         Ok(RoceDev {
             ca,
             link,
@@ -573,6 +585,7 @@ impl RoceDev {
             src_refused: std::collections::BTreeSet::new(),
             tx: TxQueue::new(),
             rx: None,
+            steer,
             config,
         })
     }

@@ -16,5 +16,6 @@ pub mod host;
 pub mod ib;
 pub mod pma;
 pub mod shm_memory;
+pub mod steering;
 pub mod switchboard;
 pub mod sysfs;

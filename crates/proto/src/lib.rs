@@ -30,7 +30,7 @@ mod types;
 pub use frame::{
     decode, encode, recv_blocking, send, FrameReader, MAX_BUFFERED, MAX_FRAME, MAX_PENDING_FDS,
 };
-pub use message::{Request, Response};
+pub use message::{ProcessObject, Request, Response};
 pub use ring::{
     decode_completion, encode_completion, Submit, SubmitRef, COMPLETION_ENTRY_MAX,
     CQ_RING_SLOTS_MAX, CQ_RING_SLOT_LEN, SUBMIT_ENTRY_MAX, SUBMIT_SLOTS_MAX, SUBMIT_SLOT_LEN,
@@ -41,7 +41,7 @@ pub use types::{
 };
 
 /// The protocol version; bumped on any incompatible change.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// The daemon's control socket, in its runtime directory.
 pub const SOCKET_NAME: &str = "softibd.sock";

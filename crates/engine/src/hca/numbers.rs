@@ -60,11 +60,7 @@ impl<M: Memory> Hca<M> {
             if first == 0 || last >= QPN_MAX || self.reserved.blocks.contains(&first) {
                 continue;
             }
-            if self
-                .qps
-                .keys()
-                .any(|q| (first..=last).contains(&q.value()))
-            {
+            if self.qps.keys().any(|q| (first..=last).contains(&q.value())) {
                 continue;
             }
             self.reserved.blocks.insert(first);

@@ -20,6 +20,7 @@ use super::client::Client;
 use super::event_loop::engine_now;
 use super::handlers::{self, refused, Refused};
 use super::mads::TidOwners;
+use super::quarantine::Quarantine;
 use super::{events, mads, parked, rings};
 use crate::device::{Device, IbDev};
 use crate::switchboard::Switchboard;
@@ -47,6 +48,8 @@ pub(super) struct Host {
     pub links_file: Option<PathBuf>,
     /// Seed of the engines' random choices; a RoCE device added later derives its own.
     pub seed: u64,
+    /// QPN blocks and keys of clients that went, until they may be handed out again.
+    pub quarantine: Quarantine,
 }
 
 impl Host {
@@ -60,6 +63,7 @@ impl Host {
             unclaimed_mads: 0,
             links_file,
             seed,
+            quarantine: Quarantine::default(),
         }
     }
 
@@ -166,6 +170,9 @@ impl HostRt {
             self.accept()?;
         }
         busy |= self.serve_clients();
+        self.host
+            .quarantine
+            .release_due(std_now, &mut self.host.devs);
         if std_now >= self.sysfs_due {
             self.sync_sysfs(std_now);
         }
@@ -323,10 +330,19 @@ impl HostRt {
     }
 
     fn reply(&mut self, id: u64, r: &Response) {
+        use std::os::fd::AsFd;
+        let fds = self
+            .clients
+            .get_mut(&id)
+            .map(|c| std::mem::take(&mut c.reply_fds))
+            .unwrap_or_default();
+        let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
         let failed = match self.conns.get(&id) {
-            Some(c) => proto::send(&c.stream, r, &[]).is_err(),
+            Some(c) => proto::send(&c.stream, r, &borrowed).is_err(),
             None => false,
         };
+        drop(borrowed);
+        drop(fds);
         if failed {
             self.drop_client(id);
         }

@@ -27,6 +27,7 @@
 //!   completions moved into completion rings.
 //! - `events`: what clients learn without asking — asynchronous events of their objects,
 //!   completion channels of armed CQs.
+//! - `quarantine`: QPN blocks and keys of clients that went, held before reuse.
 //! - `parked`: requests that wait (PollCq, RecvMads) and when they are answered.
 //! - `mads`: MADs for local agents — responses to the agent that asked (TID owners), requests
 //!   to the SM, the PMA, the SM's IsSM flag.
@@ -39,6 +40,7 @@ mod handlers;
 mod host_rt;
 mod mads;
 mod parked;
+mod quarantine;
 mod rings;
 mod switch_rt;
 #[cfg(test)]
