@@ -452,6 +452,11 @@ impl<M: Memory> Hca<M> {
         self.res.cqs.get(&cq).map_or(0, Cq::len)
     }
 
+    /// Whether CQ `cq` exists.
+    pub fn has_cq(&self, cq: CqHandle) -> bool {
+        self.res.cqs.contains_key(&cq)
+    }
+
     /// Arms a CQ's completion event (`ibv_req_notify_cq`).
     pub fn req_notify_cq(&mut self, cq: CqHandle, solicited_only: bool) -> Result<(), VerbsError> {
         self.res

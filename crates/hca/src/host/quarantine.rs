@@ -37,11 +37,13 @@ impl Quarantine {
     }
 
     /// How many numbers are held.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.held.len()
     }
 
     /// Whether `what` of `dev` is held.
+    #[cfg(test)]
     pub fn holds(&self, dev: u32, what: Held) -> bool {
         self.held.iter().any(|&(_, d, w)| d == dev && w == what)
     }

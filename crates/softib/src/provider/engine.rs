@@ -1,0 +1,191 @@
+//! One process engine: a device's `softib_engine::Hca` over this process's memory, driven by
+//! `softib_link::RoceCa`, with its own UDP sockets — the member of the device's steering group
+//! it receives on, and the per-QP source sockets it sends from (rxe's source ports, as the
+//! daemon sends).
+//!
+//! `Station::turn` is one pass of the polling order `RoceCa` asks for: what the sockets hold,
+//! then the timers that are due, then everything the engine has to send, sent at once
+//! (sendmmsg, GSO runs). Post and poll call it inline; the progress thread calls it when
+//! something arrives or a timer is due.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::time::Instant as StdInstant;
+
+use softib_engine::{Hca, Instant, IN_PROCESS_MAX_LEN};
+use softib_link::{Incoming, RoceCa, SrcKey};
+use softib_net::{RxBatch, TxQueue, UdpLink};
+use softib_wire::Qpn;
+
+use super::memory::LocalMemory;
+
+/// The most per-QP source sockets an engine opens; QPs beyond send from the member socket.
+const MAX_SOURCE_SOCKETS: usize = 256;
+
+/// A turn sends at once once this much is queued (see the daemon's `TX_FLUSH_BYTES`).
+const TX_FLUSH_BYTES: usize = 1 << 18;
+
+/// The room each datagram is built in (`RoceCa::poll_transmit`).
+const ROOM: usize = IN_PROCESS_MAX_LEN + softib_wire::crc::ICRC_LEN;
+
+/// A process engine and its sockets.
+pub(crate) struct Station {
+    pub ca: RoceCa<LocalMemory>,
+    /// The member of the device's reuseport group: everything for this engine's QPNs.
+    link: UdpLink,
+    src_links: BTreeMap<u16, UdpLink>,
+    src_refused: BTreeSet<u16>,
+    tx: TxQueue<SrcKey>,
+    rx: Box<RxBatch>,
+    origin: StdInstant,
+    /// QPNs of this engine's blocks no QP has.
+    pub free_qpns: Vec<Qpn>,
+    next_region: u64,
+    /// Datagrams the kernel would not take, and datagrams for a QPN this engine does not
+    /// have (steered here while the group changed).
+    pub tx_dropped: u64,
+    pub misdirected: u64,
+}
+
+impl Station {
+    /// An engine running `hca` on the member socket `member` of the group at `addr`.
+    pub fn new(hca: Hca<LocalMemory>, member: UdpSocket, addr: SocketAddr) -> io::Result<Station> {
+        let link = UdpLink::from_socket(member, true)?;
+        Ok(Station {
+            ca: RoceCa::new(hca, softib_link::RoceConfig::new(addr)),
+            link,
+            src_links: BTreeMap::new(),
+            src_refused: BTreeSet::new(),
+            tx: TxQueue::new(),
+            rx: Box::new(RxBatch::new()),
+            origin: StdInstant::now(),
+            free_qpns: Vec::new(),
+            next_region: 1,
+            tx_dropped: 0,
+            misdirected: 0,
+        })
+    }
+
+    /// The member socket (what the progress thread waits on).
+    pub fn socket(&self) -> &UdpSocket {
+        self.link.socket()
+    }
+
+    /// The engine's clock.
+    pub fn now(&self) -> Instant {
+        Instant::from_micros(self.origin.elapsed().as_micros() as u64)
+    }
+
+    /// The OS time of an engine deadline.
+    pub fn std_time(&self, t: Instant) -> StdInstant {
+        self.origin + std::time::Duration::from_micros(t.as_micros())
+    }
+
+    /// A new region id.
+    pub fn new_region(&mut self) -> softib_engine::RegionId {
+        let r = softib_engine::RegionId(self.next_region);
+        self.next_region += 1;
+        r
+    }
+
+    /// Receives what waits, fires due timers, sends what the engine has; returns whether
+    /// anything arrived.
+    pub fn turn(&mut self) -> bool {
+        let got = self.receive();
+        let now = self.now();
+        self.ca.handle_timeout(now);
+        self.transmit(now);
+        got
+    }
+
+    /// Sends what the engine has to send (after a post).
+    pub fn send_now(&mut self) {
+        let now = self.now();
+        self.transmit(now);
+    }
+
+    fn receive(&mut self) -> bool {
+        let mut got = false;
+        // At most 16 calls, so that a flood cannot keep a poller inside forever.
+        for _ in 0..16 {
+            match self.link.recv_batch(&mut self.rx) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let now = self.now();
+            for dg in self.rx.datagrams() {
+                got = true;
+                if !owns_dest(&self.ca, dg.data) {
+                    // The group changed under it; the daemon will steer it right from now on.
+                    self.misdirected += 1;
+                }
+                let _ = self
+                    .ca
+                    .handle_datagram(now, &Incoming::wire(dg.from, dg.index, dg.data));
+            }
+        }
+        got
+    }
+
+    fn transmit(&mut self, now: Instant) {
+        let mut local: [u8; 0] = [];
+        while let Some(mut t) = self.ca.poll_transmit(now, self.tx.space(ROOM), &mut local) {
+            t.src_port = self.source_socket(t.src_port);
+            let gso = self.src_links.get(&t.src_port).unwrap_or(&self.link).gso();
+            let _ = self.ca.commit(&mut self.tx, &t, gso);
+            if self.tx.bytes() >= TX_FLUSH_BYTES {
+                self.flush();
+            }
+        }
+        self.flush();
+    }
+
+    fn flush(&mut self) {
+        if self.tx.is_empty() {
+            return;
+        }
+        let main = self.link.local_addr().port();
+        let (link, srcs) = (&self.link, &self.src_links);
+        let out = self.tx.flush(|key| {
+            if key.port == main {
+                Some(link)
+            } else {
+                srcs.get(&key.port)
+            }
+        });
+        self.tx_dropped += out.dropped;
+    }
+
+    /// The source port a packet meant for `want` leaves from: a socket bound to it (made on
+    /// first use), else the member socket's.
+    fn source_socket(&mut self, want: u16) -> u16 {
+        let main = self.link.local_addr();
+        if want == main.port() || self.src_links.contains_key(&want) {
+            return want;
+        }
+        if self.src_refused.contains(&want) || self.src_links.len() >= MAX_SOURCE_SOCKETS {
+            return main.port();
+        }
+        match UdpLink::bind(SocketAddr::new(main.ip(), want)) {
+            Ok(l) => {
+                self.src_links.insert(want, l);
+                want
+            }
+            Err(_) => {
+                self.src_refused.insert(want);
+                main.port()
+            }
+        }
+    }
+}
+
+/// Whether the datagram's DestQP is a QP of this engine (or multicast, which the engine
+/// sorts out itself).
+fn owns_dest(ca: &RoceCa<LocalMemory>, data: &[u8]) -> bool {
+    let Some(b) = data.get(5..8) else {
+        return true;
+    };
+    let qpn = Qpn::new(u32::from_be_bytes([0, b[0], b[1], b[2]]));
+    qpn == Qpn::MULTICAST || ca.hca().qp(qpn).is_some()
+}
