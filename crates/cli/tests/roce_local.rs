@@ -199,6 +199,38 @@ fn perftest_runs_on_the_process_data_path() {
             .unwrap_or_else(|| panic!("{tool}: no result row:\n{out}"));
         assert_eq!(row.split_whitespace().nth(1), Some(n), "{tool}: {row}");
     }
+    // One end on each path: the daemon sends to a device with process engines through the
+    // kernel (which steers), not in-process.
+    for (i, (server, client)) in [("daemon", "process"), ("process", "daemon")]
+        .into_iter()
+        .enumerate()
+    {
+        let port = format!("{}", 18781 + i);
+        let args = ["-s", "65536", "-n", "100", "-p", &port];
+        let s = softib(&dir, &[&["ib_write_bw", "-d", "rxe1"], &args[..]].concat())
+            .env("SOFTIB_DATAPATH", server)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let c = softib(
+            &dir,
+            &[&["ib_write_bw", "-d", "rxe0"], &args[..], &["127.0.0.1"]].concat(),
+        )
+        .env("SOFTIB_DATAPATH", client)
+        .output()
+        .unwrap();
+        let s = s.wait_with_output().unwrap();
+        assert!(
+            c.status.success() && s.status.success(),
+            "server {server}, client {client}: {}{}\n{}{}",
+            text(&c.stdout),
+            text(&c.stderr),
+            text(&s.stdout),
+            text(&s.stderr)
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

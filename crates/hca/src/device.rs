@@ -129,6 +129,15 @@ impl Device {
         }
     }
 
+    /// Whether processes' own engines hold QPs of this device (they joined its steering
+    /// group).
+    pub fn has_process_engines(&self) -> bool {
+        match self {
+            Device::Ib(_) => false,
+            Device::Roce(d) => d.steer.has_members(),
+        }
+    }
+
     /// A RoCE device's steering group and the socket that is its member 0.
     pub fn steering(&mut self) -> Option<(&mut SteerGroup, &UdpSocket)> {
         match self {

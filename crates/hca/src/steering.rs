@@ -60,6 +60,11 @@ impl SteerGroup {
         self.blocks.get(&(qpn & !(QPN_BLOCK - 1))).copied()
     }
 
+    /// Whether any client joined.
+    pub fn has_members(&self) -> bool {
+        self.members.len() > 1
+    }
+
     /// How many programs were attached.
     pub fn programs(&self) -> u64 {
         self.programs
