@@ -75,6 +75,9 @@ pub(crate) struct RoceDev {
     rx: Option<Box<RxBatch>>,
     /// The processes whose own engines receive on the device's address (`link` is member 0).
     pub steer: SteerGroup,
+    /// Datagrams processes handed on (steered to them while the group changed) that another
+    /// process owns: lost (the daemon has no way into that process yet).
+    handed_on_lost: u64,
 }
 
 /// Bytes queued in a turn after which they are sent at once rather than at the turn's end.
@@ -127,6 +130,24 @@ impl Device {
         if let Device::Roce(d) = self {
             d.ca.set_local_peers(peers.iter().copied());
         }
+    }
+
+    /// A datagram a client's engine received and handed on (not for its QPs): to this
+    /// device's engine when no client owns its DestQP, else counted as lost.
+    pub fn take_handed_on(&mut self, now: Instant, from: SocketAddr, index: u16, data: &[u8]) {
+        let Device::Roce(d) = self else {
+            return;
+        };
+        let dest = data
+            .get(5..8)
+            .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]));
+        if dest.and_then(|q| d.steer.owner_of(q)).is_some() {
+            d.handed_on_lost += 1;
+            return;
+        }
+        let local = d.local();
+        let w = Incoming::wire(from, index, data);
+        accept(&mut d.ca, &mut d.capture, &d.config.name, local, now, &w);
     }
 
     /// Whether processes' own engines hold QPs of this device (they joined its steering
@@ -595,6 +616,7 @@ impl RoceDev {
             tx: TxQueue::new(),
             rx: None,
             steer,
+            handed_on_lost: 0,
             config,
         })
     }
@@ -883,6 +905,9 @@ impl RoceDev {
                 }
                 if self.tx_dropped > 0 {
                     d.push(("tx_refused".to_string(), self.tx_dropped));
+                }
+                if self.handed_on_lost > 0 {
+                    d.push(("handed_on_lost".to_string(), self.handed_on_lost));
                 }
                 d
             },

@@ -421,9 +421,18 @@ pub enum Request {
     /// SO_REUSEPORT group (its own socket is member 0) and answers [`Response::Steered`] with
     /// it (the socket travels with the answer); datagrams to the client's QPN blocks reach it
     /// from then on. A client joins each device once.
+    ///
+    /// The memfd of a `softib_net::ring::PacketRing` of `hand_on` record bytes travels with
+    /// the request: the client hands the daemon every datagram it received whose DestQP is
+    /// not in its blocks (steered to it while the group changed), each record tagged with its
+    /// run index and holding the sender's address ([`crate::HAND_ON_ADDR_LEN`] bytes: IPv6 or
+    /// IPv4-mapped address, UDP port big-endian) and then the UDP payload. The daemon drains
+    /// the ring every turn of its loop.
     SteerJoin {
         /// Device index.
         dev: u32,
+        /// The hand-on ring's record bytes.
+        hand_on: u32,
     },
     /// The client is about to close the socket [`Request::SteerJoin`] gave it.
     SteerLeave {

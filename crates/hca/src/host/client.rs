@@ -11,7 +11,7 @@ use std::rc::Rc;
 
 use softib_engine::verbs::AsyncEvent;
 use softib_engine::{AhHandle, CqHandle, Hca, PdHandle, RegionId, SrqHandle};
-use softib_net::ring::Ring;
+use softib_net::ring::{PacketRing, Ring};
 use softib_net::shm::SharedRegion;
 use softib_proto::{ErrorKind, Mad, ProcessObject};
 use softib_wire::Qpn;
@@ -197,6 +197,8 @@ pub(super) struct Client {
     /// Ring entries the engine refused although the library had checked them (their WRs
     /// are lost; counted and logged, as a device reports an asynchronous error).
     pub submit_errors: u64,
+    /// Hand-on rings by device (`SteerJoin`), drained every turn.
+    pub hand_on: BTreeMap<u32, PacketRing>,
     /// Descriptors that travel with the next answer (a steering socket).
     pub reply_fds: Vec<OwnedFd>,
     /// Asynchronous events of its objects and of the ports, not yet asked for (the newest
@@ -226,6 +228,7 @@ impl Client {
             submit: None,
             wakeup: None,
             submit_errors: 0,
+            hand_on: BTreeMap::new(),
             reply_fds: Vec::new(),
             events: VecDeque::new(),
             events_fd: None,

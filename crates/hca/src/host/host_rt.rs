@@ -162,6 +162,7 @@ impl HostRt {
         let mut busy = false;
         // Receives the clients posted go to the QPs before this turn's packets arrive.
         self.drain_submissions();
+        rings::drain_hand_on(&mut self.host, &mut self.clients, now);
         for d in &mut self.host.devs {
             busy |= d.receive(std_now, now, buf, sb)?;
         }

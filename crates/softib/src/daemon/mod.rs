@@ -67,10 +67,11 @@ impl Conn {
         }
     }
 
-    /// Sends `req` and reads the answer with the descriptors that came with it.
+    /// Sends `req` with `send_fds` and reads the answer with the descriptors that came with it.
     pub(crate) fn call_receiving_fds(
         &mut self,
         req: &Request,
+        send_fds: &[BorrowedFd<'_>],
     ) -> Result<(Response, Vec<std::os::fd::OwnedFd>)> {
         let pid = self.daemon_pid;
         let gone = |e: std::io::Error| match e.kind() {
@@ -79,7 +80,7 @@ impl Conn {
             | std::io::ErrorKind::ConnectionReset => Error::DaemonGone { pid },
             _ => Error::Io(e),
         };
-        proto::send(&self.stream, req, &[]).map_err(gone)?;
+        proto::send(&self.stream, req, send_fds).map_err(gone)?;
         let mut fds = Vec::new();
         let mut frame = vec![0u8; 4];
         let mut have = 0;

@@ -15,6 +15,7 @@ use std::time::Instant as StdInstant;
 
 use softib_engine::{Hca, Instant, IN_PROCESS_MAX_LEN};
 use softib_link::{Incoming, RoceCa, SrcKey};
+use softib_net::ring::PacketRing;
 use softib_net::{RxBatch, TxQueue, UdpLink};
 use softib_wire::Qpn;
 
@@ -42,15 +43,25 @@ pub(crate) struct Station {
     /// QPNs of this engine's blocks no QP has.
     pub free_qpns: Vec<Qpn>,
     next_region: u64,
-    /// Datagrams the kernel would not take, and datagrams for a QPN this engine does not
-    /// have (steered here while the group changed).
+    /// The first QPN of each of this engine's blocks.
+    pub blocks: BTreeSet<u32>,
+    /// Where datagrams steered here for other QPNs go to the daemon (`SteerJoin`).
+    hand_on: PacketRing,
+    /// Datagrams the kernel would not take; datagrams handed on, and those the full hand-on
+    /// ring could not take (lost, as on a congested wire).
     pub tx_dropped: u64,
-    pub misdirected: u64,
+    pub handed_on: u64,
+    pub hand_on_full: u64,
 }
 
 impl Station {
     /// An engine running `hca` on the member socket `member` of the group at `addr`.
-    pub fn new(hca: Hca<LocalMemory>, member: UdpSocket, addr: SocketAddr) -> io::Result<Station> {
+    pub fn new(
+        hca: Hca<LocalMemory>,
+        member: UdpSocket,
+        addr: SocketAddr,
+        hand_on: PacketRing,
+    ) -> io::Result<Station> {
         let link = UdpLink::from_socket(member, true)?;
         Ok(Station {
             ca: RoceCa::new(hca, softib_link::RoceConfig::new(addr)),
@@ -62,8 +73,11 @@ impl Station {
             origin: StdInstant::now(),
             free_qpns: Vec::new(),
             next_region: 1,
+            blocks: BTreeSet::new(),
+            hand_on,
             tx_dropped: 0,
-            misdirected: 0,
+            handed_on: 0,
+            hand_on_full: 0,
         })
     }
 
@@ -116,9 +130,15 @@ impl Station {
             let now = self.now();
             for dg in self.rx.datagrams() {
                 got = true;
-                if !owns_dest(&self.ca, dg.data) {
-                    // The group changed under it; the daemon will steer it right from now on.
-                    self.misdirected += 1;
+                if !in_blocks(&self.blocks, dg.data) {
+                    // Steered here while the group changed: the daemon's (or another
+                    // process's), handed on.
+                    let from = softib_proto::hand_on_addr(dg.from);
+                    match self.hand_on.push(u32::from(dg.index), &[&from, dg.data]) {
+                        Ok(true) => self.handed_on += 1,
+                        Ok(false) | Err(_) => self.hand_on_full += 1,
+                    }
+                    continue;
                 }
                 let _ = self
                     .ca
@@ -180,12 +200,55 @@ impl Station {
     }
 }
 
-/// Whether the datagram's DestQP is a QP of this engine (or multicast, which the engine
-/// sorts out itself).
-fn owns_dest(ca: &RoceCa<LocalMemory>, data: &[u8]) -> bool {
+/// Whether the datagram's DestQP lies in one of this engine's QPN blocks (a datagram too
+/// short for a BTH is the engine's to count).
+fn in_blocks(blocks: &BTreeSet<u32>, data: &[u8]) -> bool {
     let Some(b) = data.get(5..8) else {
         return true;
     };
-    let qpn = Qpn::new(u32::from_be_bytes([0, b[0], b[1], b[2]]));
-    qpn == Qpn::MULTICAST || ca.hca().qp(qpn).is_some()
+    let qpn = u32::from_be_bytes([0, b[0], b[1], b[2]]);
+    blocks.contains(&(qpn & !(softib_engine::QPN_BLOCK - 1)))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use softib_engine::HcaConfig;
+
+    #[test]
+    fn a_datagram_for_a_qpn_outside_the_blocks_is_handed_on_whole() {
+        let member = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = member.local_addr().unwrap();
+        let ring = PacketRing::create("softib-unit-hand-on", 4096).unwrap();
+        let daemon_side =
+            PacketRing::from_fd(ring.fd().try_clone_to_owned().unwrap(), 4096).unwrap();
+        let hca = Hca::new(HcaConfig::with_seed(1), LocalMemory::default());
+        let mut st = Station::new(hca, member, addr, ring).unwrap();
+        st.blocks.insert(0x4000);
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        // A BTH (RC SEND ONLY) to QP 0x9001 and to QP 0x4001 (in the block, no such QP).
+        let bth = |qpn: u32| {
+            let mut b = vec![
+                0x04u8, 0, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0xaa, 0xbb, 0, 0,
+            ];
+            b[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
+            b
+        };
+        tx.send_to(&bth(0x9001), addr).unwrap();
+        tx.send_to(&bth(0x4001), addr).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(st.turn());
+        assert_eq!(st.handed_on, 1);
+        let mut rec = Vec::new();
+        assert_eq!(daemon_side.pop(&mut rec).unwrap(), Some(0));
+        let (from, data) = softib_proto::parse_hand_on(&rec).unwrap();
+        assert_eq!(from, tx.local_addr().unwrap());
+        assert_eq!(data, bth(0x9001));
+        assert_eq!(
+            daemon_side.pop(&mut rec).unwrap(),
+            None,
+            "its own went to the engine"
+        );
+    }
 }

@@ -30,6 +30,7 @@ use softib_engine::{
     AddressVector, AhHandle, AttrMask, CqHandle, Hca, HcaConfig, PdHandle, PortAttr, QpAttr,
     QpInitAttr, SrqHandle, VerbsError,
 };
+use softib_net::ring::PacketRing;
 use softib_net::shm::SharedRegion;
 use softib_proto::{ErrorKind, ProcessObject, Request, Response};
 
@@ -37,6 +38,10 @@ use crate::daemon::Conn;
 use crate::{AccessFlags, DeviceInfo, Error, MrKeys, Qpn, RecvWr, Result, SendWr, WorkCompletion};
 use engine::Station;
 use memory::LocalMemory;
+
+/// The hand-on ring's record bytes: datagrams steered here for QPNs not this engine's wait
+/// there for the daemon's next turn.
+const HAND_ON_BYTES: usize = 1 << 18;
 
 /// Whether this process asked for the process data path (`SOFTIB_DATAPATH=process`).
 pub(crate) fn wanted() -> Result<bool> {
@@ -134,14 +139,19 @@ impl Engine {
             active: port.state == 4,
         }];
         let hca = Hca::new(config, LocalMemory::default());
-        let (resp, mut fds) = conn.call_receiving_fds(&Request::SteerJoin { dev })?;
+        let hand_on = PacketRing::create("softib-hand-on", HAND_ON_BYTES)?;
+        let join = Request::SteerJoin {
+            dev,
+            hand_on: HAND_ON_BYTES as u32,
+        };
+        let (resp, mut fds) = conn.call_receiving_fds(&join, &[hand_on.fd()])?;
         let Response::Steered { addr, .. } = resp else {
             return Err(Error::Unexpected("not Steered"));
         };
         let member = fds
             .pop()
             .ok_or(Error::Unexpected("Steered without its socket"))?;
-        let station = Station::new(hca, std::net::UdpSocket::from(member), addr)?;
+        let station = Station::new(hca, std::net::UdpSocket::from(member), addr, hand_on)?;
         let kick = rustix::event::eventfd(
             0,
             rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
@@ -299,6 +309,7 @@ impl Engine {
                     _ => return Err(Error::Unexpected("not a QPN block")),
                 };
                 let mut st = self.lock();
+                st.blocks.insert(first.value());
                 // Handed out lowest first.
                 st.free_qpns
                     .extend((1..count).rev().map(|i| Qpn::new(first.value() + i)));

@@ -223,7 +223,7 @@ pub(in crate::host) fn handle(
         R::FreeMrKey { dev, key } => process::free_mr_key(h, c, dev, key),
         R::Own { dev, object } => process::own(h, c, dev, object),
         R::Disown { dev, object } => process::disown(h, c, dev, object),
-        R::SteerJoin { dev } => process::steer_join(h, c, dev),
+        R::SteerJoin { dev, hand_on } => process::steer_join(h, c, fds, dev, hand_on),
         R::SteerLeave { dev } => process::steer_leave(h, c, dev),
     };
     Some(r.unwrap_or_else(Response::from))

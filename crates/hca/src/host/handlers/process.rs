@@ -8,7 +8,9 @@ use std::os::fd::OwnedFd;
 use softib_engine::QPN_BLOCK;
 use softib_proto::{ErrorKind, ProcessObject, Response};
 
-use super::{refused, Handled};
+use softib_net::ring::PacketRing;
+
+use super::{passed_fd, refused, Handled};
 use crate::host::client::{
     Client, MAX_AHS_PER_CLIENT, MAX_CQS_PER_CLIENT, MAX_MRS_PER_CLIENT, MAX_PDS_PER_CLIENT,
     MAX_QPS_PER_CLIENT,
@@ -127,9 +129,16 @@ pub(super) fn disown(h: &mut Host, c: &mut Client, dev: u32, object: ProcessObje
     Ok(Response::Ok)
 }
 
-/// `SteerJoin`: binds the client's member of the device's reuseport group; the socket goes
-/// with the answer.
-pub(super) fn steer_join(h: &mut Host, c: &mut Client, dev: u32) -> Handled {
+/// `SteerJoin`: maps the client's hand-on ring, binds the client's member of the device's
+/// reuseport group; the socket goes with the answer.
+pub(super) fn steer_join(
+    h: &mut Host,
+    c: &mut Client,
+    fds: &mut Vec<OwnedFd>,
+    dev: u32,
+    hand_on: u32,
+) -> Handled {
+    let ring = passed_fd(fds, "SteerJoin arrived without its hand-on ring")?;
     let d = h.dev(dev)?;
     let Some((group, socket)) = d.steering() else {
         return Err(refused(
@@ -146,6 +155,14 @@ pub(super) fn steer_join(h: &mut Host, c: &mut Client, dev: u32) -> Handled {
             format!("the device's socket has no address: {e}"),
         )
     })?;
+    if c.owned.steered.contains(&dev) {
+        return Err(refused(
+            ErrorKind::Busy,
+            format!("this client joined device {dev}'s steering group already"),
+        ));
+    }
+    let ring = PacketRing::from_fd(ring, hand_on as usize)
+        .map_err(|e| refused(ErrorKind::Invalid, format!("the hand-on ring: {e}")))?;
     let (member, index) = group.join(c.id, socket).map_err(|e| {
         refused(
             ErrorKind::Busy,
@@ -153,6 +170,7 @@ pub(super) fn steer_join(h: &mut Host, c: &mut Client, dev: u32) -> Handled {
         )
     })?;
     c.owned.steered.insert(dev);
+    c.hand_on.insert(dev, ring);
     c.reply_fds.push(OwnedFd::from(member));
     Ok(Response::Steered { addr, index })
 }
@@ -160,6 +178,7 @@ pub(super) fn steer_join(h: &mut Host, c: &mut Client, dev: u32) -> Handled {
 /// `SteerLeave`: the client closes its member; its blocks go to the daemon.
 pub(super) fn steer_leave(h: &mut Host, c: &mut Client, dev: u32) -> Handled {
     let d = h.dev(dev)?;
+    c.hand_on.remove(&dev);
     if !c.owned.steered.remove(&dev) {
         return Err(refused(
             ErrorKind::NotFound,
@@ -328,7 +347,13 @@ mod tests {
     fn an_ib_device_keeps_the_daemon_path() {
         let mut t = TestHost::new();
         let a = t.client();
-        let (kind, message) = t.refused(a, Request::SteerJoin { dev: 0 });
+        let ring = PacketRing::create("softib-unit-hand-on", 4096).unwrap();
+        let fd = ring.fd().try_clone_to_owned().unwrap();
+        let join = Request::SteerJoin {
+            dev: 0,
+            hand_on: 4096,
+        };
+        let (kind, message) = t.refused_with(a, vec![fd], join);
         assert_eq!(kind, ErrorKind::Invalid);
         assert!(message.contains("emulated IB"), "{message}");
         assert_eq!(
