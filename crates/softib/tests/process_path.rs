@@ -222,3 +222,26 @@ fn a_peer_that_goes_away_leaves_retry_exceeded() {
         "a quarantined block was handed out"
     );
 }
+
+#[test]
+fn when_the_daemon_goes_the_qps_flush_and_control_verbs_say_so() {
+    process_path();
+    let (hca, a, b) = loopback_pair();
+    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
+    let (buf_a, buf_b) = (a.alloc_buffer(4096).unwrap(), b.alloc_buffer(4096).unwrap());
+    let mr_a = pd_a.register(&buf_a, all()).unwrap();
+    let mr_b = pd_b.register(&buf_b, all()).unwrap();
+    let qp_a = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 4).unwrap();
+    let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 4).unwrap();
+    connect(&qp_a, &qp_b);
+    qp_b.recv(&mr_b, 0, 64, 1).unwrap();
+    qp_a.recv(&mr_a, 0, 64, 2).unwrap();
+    drop(hca);
+    let wc = cq_b.wait(Duration::from_secs(10)).unwrap();
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::WrFlushErr), "{wc:?}");
+    let wc = cq_a.wait(Duration::from_secs(10)).unwrap();
+    assert_eq!((wc.wr_id, wc.status), (2, WcStatus::WrFlushErr), "{wc:?}");
+    let e = a.alloc_pd().err().expect("a PD without a daemon");
+    assert!(matches!(e, softib::Error::DaemonGone { .. }), "{e}");
+}

@@ -114,6 +114,12 @@ impl Conn {
         }
     }
 
+    /// The control socket, for a thread that watches it close (the daemon gone).
+    pub(crate) fn socket(&self) -> BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.stream.as_fd()
+    }
+
     pub(crate) fn ok(&mut self, req: &Request) -> Result<()> {
         match self.call(req)? {
             Response::Ok => Ok(()),

@@ -164,9 +164,10 @@ impl Engine {
             sleeping_until: AtomicU64::new(u64::MAX),
         });
         let for_thread = Arc::clone(&shared);
+        let control = conn.socket().try_clone_to_owned()?;
         let thread = std::thread::Builder::new()
             .name(format!("softib-progress-{dev}"))
-            .spawn(move || progress(&for_thread))?;
+            .spawn(move || progress(&for_thread, control))?;
         Ok(Engine {
             dev,
             shared,
@@ -513,8 +514,13 @@ fn at_wr(what: &str, i: usize, e: VerbsError) -> Error {
 }
 
 /// The progress thread: sleeps on the socket and the kick until the engine's deadline, then
-/// runs a turn — what arrived, the due timers, what is to send.
-fn progress(shared: &Shared) {
+/// runs a turn — what arrived, the due timers, what is to send. It also watches the control
+/// connection (`control`): when the daemon goes (stopped, restarted, killed), the HCA's
+/// identity goes with it — QPN and key uniqueness, steering — so every QP moves to the error
+/// state, its outstanding work completing with IBV_WC_WR_FLUSH_ERR, as on a device that was
+/// removed; control verbs then fail with `DaemonGone`.
+fn progress(shared: &Shared, control: OwnedFd) {
+    let mut control = Some(control);
     let socket = {
         let st = shared.station.lock().unwrap_or_else(|p| p.into_inner());
         st.socket().as_fd().try_clone_to_owned()
@@ -541,19 +547,43 @@ fn progress(shared: &Shared) {
             }
         };
         let timeout = wait.map(timespec);
+        use rustix::event::{PollFd, PollFlags};
         let mut pfd = [
-            rustix::event::PollFd::new(&socket, rustix::event::PollFlags::IN),
-            rustix::event::PollFd::new(&shared.kick, rustix::event::PollFlags::IN),
+            PollFd::new(&socket, PollFlags::IN),
+            PollFd::new(&shared.kick, PollFlags::IN),
+            // Only the peer's hang-up, never the answers the application thread reads.
+            PollFd::new(control.as_ref().unwrap_or(&shared.kick), PollFlags::RDHUP),
         ];
-        let _ = rustix::event::poll(&mut pfd, timeout.as_ref());
-        if pfd[1].revents().contains(rustix::event::PollFlags::IN) {
+        let n = if control.is_some() { 3 } else { 2 };
+        let _ = rustix::event::poll(&mut pfd[..n], timeout.as_ref());
+        if pfd[1].revents().contains(PollFlags::IN) {
             let _ = rustix::io::read(&shared.kick, &mut drain);
         }
+        let gone = n == 3
+            && pfd[2]
+                .revents()
+                .intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR);
         if shared.stop.load(Ordering::Acquire) {
             break;
         }
         let mut st = shared.station.lock().unwrap_or_else(|p| p.into_inner());
+        if gone {
+            control = None;
+            fail_all(&mut st);
+        }
         st.turn();
+    }
+}
+
+/// Moves every QP to the error state (the daemon is gone).
+fn fail_all(st: &mut Station) {
+    let qpns: Vec<Qpn> = st.ca.hca().qpns().collect();
+    let err = QpAttr {
+        qp_state: softib_engine::verbs::QpState::Err,
+        ..QpAttr::default()
+    };
+    for qpn in qpns {
+        let _ = st.ca.modify_qp(qpn, &err, AttrMask::STATE);
     }
 }
 
