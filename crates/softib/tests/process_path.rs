@@ -242,6 +242,8 @@ fn when_the_daemon_goes_the_qps_flush_and_control_verbs_say_so() {
     assert_eq!((wc.wr_id, wc.status), (1, WcStatus::WrFlushErr), "{wc:?}");
     let wc = cq_a.wait(Duration::from_secs(10)).unwrap();
     assert_eq!((wc.wr_id, wc.status), (2, WcStatus::WrFlushErr), "{wc:?}");
-    let e = a.alloc_pd().err().expect("a PD without a daemon");
+    let Err(e) = a.alloc_pd() else {
+        panic!("a PD without a daemon");
+    };
     assert!(matches!(e, softib::Error::DaemonGone { .. }), "{e}");
 }

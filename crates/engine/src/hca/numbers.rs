@@ -282,7 +282,7 @@ mod tests {
         assert_eq!(block.value() % QPN_BLOCK, 0);
         // Walk the engine's own counter over the whole block.
         h.next_qpn = block.value() - 3;
-        let made: Vec<Qpn> = (0..8).map(|_| h.create_qp(init.clone()).unwrap()).collect();
+        let made: Vec<Qpn> = (0..8).map(|_| h.create_qp(init).unwrap()).collect();
         assert!(made.iter().all(|q| !h.qpn_reserved(*q)), "{made:?}");
         assert_eq!(made[3].value(), block.value() + QPN_BLOCK);
         // Another block never overlaps the first nor a QP that exists.
@@ -295,14 +295,14 @@ mod tests {
         // the number is free.
         let inside = Qpn::new(block.value() + 5);
         assert_eq!(
-            h.create_qp_numbered(init.clone(), inside),
+            h.create_qp_numbered(init, inside),
             Err(VerbsError::Busy("the QPN is taken"))
         );
         assert!(h.release_qpn_block(block));
         assert!(!h.release_qpn_block(block));
-        h.create_qp_numbered(init.clone(), inside).unwrap();
+        h.create_qp_numbered(init, inside).unwrap();
         assert_eq!(
-            h.create_qp_numbered(init.clone(), inside),
+            h.create_qp_numbered(init, inside),
             Err(VerbsError::Busy("the QPN is taken"))
         );
         assert!(h.create_qp_numbered(init, Qpn::new(1)).is_err());

@@ -125,6 +125,40 @@ pub(super) fn feed_ring(hca: &mut Hca<ShmMemory>, cq: u32, ring: &Ring) -> Resul
     Ok(fed)
 }
 
+/// Delivers what the clients' engines handed on: to the daemon's own engine when no client
+/// owns the datagram's DestQP (its QPs, QP0/QP1, multicast, quarantined QPNs — the engine
+/// counts what it cannot deliver), else counted (`handed_on_lost`: another process owns it,
+/// and the daemon has no way into that process yet; RC retransmits it).
+pub(super) fn drain_hand_on(
+    h: &mut Host,
+    clients: &mut BTreeMap<u64, Client>,
+    now: softib_engine::Instant,
+) {
+    let mut buf = Vec::new();
+    for c in clients.values_mut() {
+        for (&dev, ring) in &c.hand_on {
+            let Some(d) = h.devs.get_mut(dev as usize) else {
+                continue;
+            };
+            loop {
+                let index = match ring.pop(&mut buf) {
+                    Ok(Some(tag)) => tag as u16,
+                    Ok(None) => break,
+                    Err(_) => {
+                        c.broken = true;
+                        break;
+                    }
+                };
+                let Some((from, data)) = proto::parse_hand_on(&buf) else {
+                    c.broken = true;
+                    break;
+                };
+                d.take_handed_on(now, from, index, data);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Instant as StdInstant;
@@ -181,39 +215,5 @@ mod tests {
         assert_eq!(t.hca().cq_len(CqHandle(cq)), 1);
         t.deliver(StdInstant::now());
         assert!(t.clients[&a].broken);
-    }
-}
-
-/// Delivers what the clients' engines handed on: to the daemon's own engine when no client
-/// owns the datagram's DestQP (its QPs, QP0/QP1, multicast, quarantined QPNs — the engine
-/// counts what it cannot deliver), else counted (`handed_on_lost`: another process owns it,
-/// and the daemon has no way into that process yet; RC retransmits it).
-pub(super) fn drain_hand_on(
-    h: &mut Host,
-    clients: &mut BTreeMap<u64, Client>,
-    now: softib_engine::Instant,
-) {
-    let mut buf = Vec::new();
-    for c in clients.values_mut() {
-        for (&dev, ring) in &c.hand_on {
-            let Some(d) = h.devs.get_mut(dev as usize) else {
-                continue;
-            };
-            loop {
-                let index = match ring.pop(&mut buf) {
-                    Ok(Some(tag)) => tag as u16,
-                    Ok(None) => break,
-                    Err(_) => {
-                        c.broken = true;
-                        break;
-                    }
-                };
-                let Some((from, data)) = proto::parse_hand_on(&buf) else {
-                    c.broken = true;
-                    break;
-                };
-                d.take_handed_on(now, from, index, data);
-            }
-        }
     }
 }
