@@ -64,8 +64,20 @@ fn two_devices(name: &str, addrs: [&str; 2]) -> (std::path::PathBuf, Kill) {
 /// Runs `tool` between the two devices (server on rxe1), with `env` set in both when given;
 /// returns the client's output.
 fn pair(dir: &Path, tool: &str, args: &[&str], port: &str, env: Option<(&str, &str)>) -> String {
+    pair_envs(dir, tool, args, port, env, env)
+}
+
+/// [`pair`] with `server_env` set in the server and `client_env` in the client.
+fn pair_envs(
+    dir: &Path,
+    tool: &str,
+    args: &[&str],
+    port: &str,
+    server_env: Option<(&str, &str)>,
+    client_env: Option<(&str, &str)>,
+) -> String {
     let server = softib(dir, &[&[tool, "-d", "rxe1", "-p", port], args].concat())
-        .envs(env)
+        .envs(server_env)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -75,13 +87,13 @@ fn pair(dir: &Path, tool: &str, args: &[&str], port: &str, env: Option<(&str, &s
         dir,
         &[&[tool, "-d", "rxe0", "-p", port], args, &["127.0.0.1"]].concat(),
     )
-    .envs(env)
+    .envs(client_env)
     .output()
     .unwrap();
     let s = server.wait_with_output().unwrap();
     assert!(
         c.status.success() && s.status.success(),
-        "{tool} with {env:?}: {}{}\n{}{}",
+        "{tool} with {server_env:?} (server), {client_env:?} (client): {}{}\n{}{}",
         text(&c.stdout),
         text(&c.stderr),
         text(&s.stdout),
@@ -206,30 +218,9 @@ fn perftest_runs_on_the_process_data_path() {
         .enumerate()
     {
         let port = format!("{}", 18781 + i);
-        let args = ["-s", "65536", "-n", "100", "-p", &port];
-        let s = softib(&dir, &[&["ib_write_bw", "-d", "rxe1"], &args[..]].concat())
-            .env("SOFTIB_DATAPATH", server)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(300));
-        let c = softib(
-            &dir,
-            &[&["ib_write_bw", "-d", "rxe0"], &args[..], &["127.0.0.1"]].concat(),
-        )
-        .env("SOFTIB_DATAPATH", client)
-        .output()
-        .unwrap();
-        let s = s.wait_with_output().unwrap();
-        assert!(
-            c.status.success() && s.status.success(),
-            "server {server}, client {client}: {}{}\n{}{}",
-            text(&c.stdout),
-            text(&c.stderr),
-            text(&s.stdout),
-            text(&s.stderr)
-        );
+        let (s_env, c_env) = (("SOFTIB_DATAPATH", server), ("SOFTIB_DATAPATH", client));
+        let args = ["-s", "65536", "-n", "100"];
+        pair_envs(&dir, "ib_write_bw", &args, &port, Some(s_env), Some(c_env));
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -394,14 +394,7 @@ impl<M: Memory> Hca<M> {
     ) -> Result<u32, VerbsError> {
         self.check_reg_mr(pd, addr, length, access)?;
         let key = self.fresh_key();
-        self.res.mrs.insert(Mr {
-            pd,
-            addr,
-            length,
-            access,
-            key,
-            region,
-        });
+        self.insert_mr(pd, addr, length, access, region, key);
         Ok(key)
     }
 

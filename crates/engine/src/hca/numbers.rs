@@ -134,6 +134,20 @@ impl<M: Memory> Hca<M> {
         if self.res.mrs.contains(key) || self.reserved.keys.contains(&key) {
             return Err(VerbsError::Busy("the memory key is taken"));
         }
+        self.insert_mr(pd, addr, length, access, region, key);
+        Ok(())
+    }
+
+    /// Enters a checked region under `key`.
+    pub(super) fn insert_mr(
+        &mut self,
+        pd: PdHandle,
+        addr: u64,
+        length: u64,
+        access: AccessFlags,
+        region: RegionId,
+        key: u32,
+    ) {
         self.res.mrs.insert(Mr {
             pd,
             addr,
@@ -142,7 +156,6 @@ impl<M: Memory> Hca<M> {
             key,
             region,
         });
-        Ok(())
     }
 
     /// The checks of `ibv_reg_mr` before a key is chosen.

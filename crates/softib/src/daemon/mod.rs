@@ -48,23 +48,8 @@ impl Conn {
         req: &Request,
         fds: &[BorrowedFd<'_>],
     ) -> Result<Response> {
-        let pid = self.daemon_pid;
-        let gone = |e: std::io::Error| match e.kind() {
-            std::io::ErrorKind::UnexpectedEof
-            | std::io::ErrorKind::BrokenPipe
-            | std::io::ErrorKind::ConnectionReset => Error::DaemonGone { pid },
-            _ => Error::Io(e),
-        };
-        proto::send(&self.stream, req, fds).map_err(gone)?;
-        let body = proto::recv_blocking(&mut self.stream).map_err(gone)?;
-        match proto::decode::<Response>(&body) {
-            Ok(Response::Error { kind, message }) => Err(Error::Refused { kind, message }),
-            Ok(r) => Ok(r),
-            Err(m) => Err(Error::Io(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                m,
-            ))),
-        }
+        // No answer but `Steered` carries descriptors; any other's would be closed here.
+        self.call_receiving_fds(req, fds).map(|(r, _)| r)
     }
 
     /// Sends `req` with `send_fds` and reads the answer with the descriptors that came with it.
