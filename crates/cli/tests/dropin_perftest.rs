@@ -139,3 +139,20 @@ fn upstream_perftest_and_softibs_own_interoperate_both_ways() {
         }
     }
 }
+
+/// Debian's perftest on the process data path (`SOFTIB_DATAPATH=process`): the drop-in's
+/// contexts run their devices' engines in the perftest processes themselves.
+#[test]
+fn the_eight_tools_run_on_the_process_data_path() {
+    if !have("ib_send_bw", "perftest") {
+        return;
+    }
+    for tool in TOOLS {
+        let p = port().to_string();
+        let args = [tool, "-d", "rxe0", "-p", &p, "-n", "100"];
+        let (s, c) = pair(&args, &args, &[("SOFTIB_DATAPATH", "process")]);
+        s.loaded_ours();
+        c.loaded_ours();
+        moved(&s, &c, 100.0);
+    }
+}

@@ -64,8 +64,20 @@ fn two_devices(name: &str, addrs: [&str; 2]) -> (std::path::PathBuf, Kill) {
 /// Runs `tool` between the two devices (server on rxe1), with `env` set in both when given;
 /// returns the client's output.
 fn pair(dir: &Path, tool: &str, args: &[&str], port: &str, env: Option<(&str, &str)>) -> String {
+    pair_envs(dir, tool, args, port, env, env)
+}
+
+/// [`pair`] with `server_env` set in the server and `client_env` in the client.
+fn pair_envs(
+    dir: &Path,
+    tool: &str,
+    args: &[&str],
+    port: &str,
+    server_env: Option<(&str, &str)>,
+    client_env: Option<(&str, &str)>,
+) -> String {
     let server = softib(dir, &[&[tool, "-d", "rxe1", "-p", port], args].concat())
-        .envs(env)
+        .envs(server_env)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -75,13 +87,13 @@ fn pair(dir: &Path, tool: &str, args: &[&str], port: &str, env: Option<(&str, &s
         dir,
         &[&[tool, "-d", "rxe0", "-p", port], args, &["127.0.0.1"]].concat(),
     )
-    .envs(env)
+    .envs(client_env)
     .output()
     .unwrap();
     let s = server.wait_with_output().unwrap();
     assert!(
         c.status.success() && s.status.success(),
-        "{tool} with {env:?}: {}{}\n{}{}",
+        "{tool} with {server_env:?} (server), {client_env:?} (client): {}{}\n{}{}",
         text(&c.stdout),
         text(&c.stderr),
         text(&s.stdout),
@@ -169,5 +181,102 @@ fn each_data_path_fallback_carries_a_whole_run() {
             "{knob}=0: {row}"
         );
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The process data path (`SOFTIB_DATAPATH=process`): each perftest process runs its
+/// device's engine itself and sends and receives its own datagrams (the daemon steers them);
+/// every test of the suite runs to the end with the counts it asked for.
+#[test]
+fn perftest_runs_on_the_process_data_path() {
+    let (dir, _daemon) = two_devices("process", ["127.0.0.86", "127.0.0.87"]);
+    let env = Some(("SOFTIB_DATAPATH", "process"));
+    for (i, (tool, size, n)) in [
+        ("ib_write_bw", "65536", "200"),
+        ("ib_read_bw", "65536", "200"),
+        ("ib_send_bw", "4096", "2000"),
+        ("ib_atomic_bw", "8", "500"),
+        ("ib_send_lat", "8", "500"),
+        ("ib_write_lat", "8", "500"),
+        ("ib_read_lat", "8", "500"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let port = format!("{}", 18761 + i);
+        let out = pair(&dir, tool, &["-s", size, "-n", n], &port, env);
+        let row = out
+            .lines()
+            .find(|l| l.trim_start().starts_with(size))
+            .unwrap_or_else(|| panic!("{tool}: no result row:\n{out}"));
+        assert_eq!(row.split_whitespace().nth(1), Some(n), "{tool}: {row}");
+    }
+    // One end on each path: the daemon sends to a device with process engines through the
+    // kernel (which steers), not in-process.
+    for (i, (server, client)) in [("daemon", "process"), ("process", "daemon")]
+        .into_iter()
+        .enumerate()
+    {
+        let port = format!("{}", 18781 + i);
+        let (s_env, c_env) = (("SOFTIB_DATAPATH", server), ("SOFTIB_DATAPATH", client));
+        let args = ["-s", "65536", "-n", "100"];
+        pair_envs(&dir, "ib_write_bw", &args, &port, Some(s_env), Some(c_env));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A process killed mid-transfer on the process path: its peer's WRITEs are no longer
+/// acknowledged and fail with retries exceeded, as with a dead node; the daemon reclaims
+/// what the dead process held.
+#[test]
+fn a_killed_process_leaves_its_peer_with_retries_exceeded() {
+    let (dir, _daemon) = two_devices("process-kill", ["127.0.0.88", "127.0.0.89"]);
+    let spawn = |args: &[&str]| {
+        softib(&dir, args)
+            .env("SOFTIB_DATAPATH", "process")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut server = Kill(spawn(&[
+        "ib_write_bw",
+        "-d",
+        "rxe1",
+        "-n",
+        "100000000",
+        "-p",
+        "18771",
+    ]));
+    std::thread::sleep(Duration::from_millis(300));
+    let client = spawn(&[
+        "ib_write_bw",
+        "-d",
+        "rxe0",
+        "-n",
+        "100000000",
+        "-p",
+        "18771",
+        "127.0.0.1",
+    ]);
+    wait_until("both processes hold a QP", Duration::from_secs(10), || {
+        let r = text(&ok(&dir, &["res"]).stdout);
+        r.contains("0: rxe0: pd 1 cq 1 qp 1") && r.contains("1: rxe1: pd 1 cq 1 qp 1")
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = server.0.kill();
+    let _ = server.0.wait();
+    let c = client.wait_with_output().unwrap();
+    let err = text(&c.stderr);
+    assert!(!c.status.success(), "the client did not notice");
+    assert!(err.contains("Failed status 12"), "{err}{}", text(&c.stdout));
+    wait_until(
+        "the dead process reclaimed",
+        Duration::from_secs(10),
+        || {
+            let r = text(&ok(&dir, &["res"]).stdout);
+            r.contains("1: rxe1: pd 0 cq 0 qp 0")
+        },
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

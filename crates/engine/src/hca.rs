@@ -25,6 +25,9 @@ use crate::verbs::{
 use crate::{AhHandle, CqHandle, PdHandle, RxMeta, SrqHandle, Transmit};
 
 mod invariants;
+mod numbers;
+
+pub use numbers::QPN_BLOCK;
 
 /// Why a verbs command was refused. Nothing changed. The text fits "failed to ...: {error}".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +114,8 @@ pub struct Hca<M: Memory> {
     next_handle: u32,
     next_qpn: u32,
     next_key_index: u32,
+    /// QPN blocks and keys set aside for engines elsewhere (`numbers`).
+    reserved: numbers::Reserved,
     timers: BTreeSet<(Instant, Qpn)>,
     schedule: VecDeque<Qpn>,
     /// Multicast groups this HCA's UD QPs are attached to (`ibv_attach_mcast`): MGID → its
@@ -210,6 +215,7 @@ impl<M: Memory> Hca<M> {
             next_handle: 1,
             next_qpn,
             next_key_index: 1,
+            reserved: numbers::Reserved::default(),
             timers: BTreeSet::new(),
             schedule: VecDeque::new(),
             mcast: BTreeMap::new(),
@@ -398,49 +404,9 @@ impl<M: Memory> Hca<M> {
         access: AccessFlags,
         region: RegionId,
     ) -> Result<u32, VerbsError> {
-        if !self.pds.contains(&pd) {
-            return Err(VerbsError::NotFound("protection domain"));
-        }
-        if length > self.device.max_mr_size {
-            return Err(VerbsError::Invalid(
-                "length exceeds the device's max_mr_size",
-            ));
-        }
-        if addr.checked_add(length).is_none() {
-            return Err(VerbsError::Invalid(
-                "addr + length overflows the address space",
-            ));
-        }
-        // IBA §11.2.8.2 (and ibv_reg_mr): remote write or atomic access needs local write.
-        if (access.contains(AccessFlags::REMOTE_WRITE)
-            || access.contains(AccessFlags::REMOTE_ATOMIC))
-            && !access.contains(AccessFlags::LOCAL_WRITE)
-        {
-            return Err(VerbsError::Invalid(
-                "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE",
-            ));
-        }
-        if self.res.mrs.len() >= self.device.max_mr as usize {
-            return Err(VerbsError::Exhausted("the MR table"));
-        }
-        // Keys are index << 8 | an 8-bit key, like rxe's; the key bits come from the seed so a
-        // stale key is unlikely to name a new region.
-        let key = loop {
-            let index = self.next_key_index & 0x00FF_FFFF;
-            self.next_key_index = self.next_key_index.wrapping_add(1).max(1);
-            let key = (index << 8) | (self.rng.next_u32() & 0xFF);
-            if index != 0 && !self.res.mrs.contains(key) {
-                break key;
-            }
-        };
-        self.res.mrs.insert(Mr {
-            pd,
-            addr,
-            length,
-            access,
-            key,
-            region,
-        });
+        self.check_reg_mr(pd, addr, length, access)?;
+        let key = self.fresh_key();
+        self.insert_mr(pd, addr, length, access, region, key);
         Ok(key)
     }
 
@@ -489,6 +455,11 @@ impl<M: Memory> Hca<M> {
     /// How many completions wait in a CQ.
     pub fn cq_len(&self, cq: CqHandle) -> usize {
         self.res.cqs.get(&cq).map_or(0, Cq::len)
+    }
+
+    /// Whether CQ `cq` exists.
+    pub fn has_cq(&self, cq: CqHandle) -> bool {
+        self.res.cqs.contains_key(&cq)
     }
 
     /// Arms a CQ's completion event (`ibv_req_notify_cq`).
@@ -610,44 +581,8 @@ impl<M: Memory> Hca<M> {
 
     /// Creates a QP in the RESET state; returns its number.
     pub fn create_qp(&mut self, init: QpInitAttr) -> Result<Qpn, VerbsError> {
-        if !self.pds.contains(&init.pd) {
-            return Err(VerbsError::NotFound("protection domain"));
-        }
-        if !self.res.cqs.contains_key(&init.send_cq) || !self.res.cqs.contains_key(&init.recv_cq) {
-            return Err(VerbsError::NotFound("CQ"));
-        }
-        if let Some(srq) = init.srq {
-            if !self.res.srqs.contains_key(&srq) {
-                return Err(VerbsError::NotFound("SRQ"));
-            }
-        }
-        let d = &self.device;
-        let c = &init.cap;
-        if c.max_send_wr > d.max_qp_wr || c.max_recv_wr > d.max_qp_wr {
-            return Err(VerbsError::Invalid(
-                "max_send_wr/max_recv_wr beyond max_qp_wr",
-            ));
-        }
-        if c.max_send_sge > d.max_sge || c.max_recv_sge > d.max_sge {
-            return Err(VerbsError::Invalid(
-                "max_send_sge/max_recv_sge beyond max_sge",
-            ));
-        }
-        if c.max_inline_data > d.max_inline_data {
-            return Err(VerbsError::Invalid(
-                "max_inline_data beyond the device's limit",
-            ));
-        }
-        if self.qps.len() >= d.max_qp as usize {
-            return Err(VerbsError::Exhausted("the QP table"));
-        }
-        let qpn = loop {
-            let q = self.next_qpn & 0x00FF_FFFF;
-            self.next_qpn = self.next_qpn.wrapping_add(1);
-            if q > 1 && q != 0x00FF_FFFF && !self.qps.contains_key(&Qpn::new(q)) {
-                break Qpn::new(q);
-            }
-        };
+        self.check_create_qp(&init)?;
+        let qpn = self.fresh_qpn();
         self.qps.insert(qpn, Qp::new(qpn, init));
         Ok(qpn)
     }

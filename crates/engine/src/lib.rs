@@ -77,7 +77,7 @@ pub mod qp;
 mod res;
 
 pub use config::{DeviceAttr, HcaConfig, PortAttr, TransportConfig};
-pub use hca::{check_send_wr, Hca, VerbsError};
+pub use hca::{check_send_wr, Hca, VerbsError, QPN_BLOCK};
 pub use invariant::InvariantViolation;
 pub use memory::{Memory, RegionId, VecMemory};
 pub use qp::{AddressVector, AttrMask, GlobalRoute, QpAttr, QpCap, QpInitAttr};

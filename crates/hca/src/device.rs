@@ -25,6 +25,7 @@ use softib_wire::{Gid, Guid, Lid, Mtu, Qpn};
 
 use crate::ib::{IbCa, MadIn};
 use crate::shm_memory::ShmMemory;
+use crate::steering::SteerGroup;
 use crate::switchboard::{LocalPayload, LocalRoce, Switchboard};
 
 /// An HCA on IB cables.
@@ -72,6 +73,11 @@ pub(crate) struct RoceDev {
     tx: TxQueue<SrcKey>,
     /// Receive slots (made on first use: 1 MiB).
     rx: Option<Box<RxBatch>>,
+    /// The processes whose own engines receive on the device's address (`link` is member 0).
+    pub steer: SteerGroup,
+    /// Datagrams processes handed on (steered to them while the group changed) that another
+    /// process owns: lost (the daemon has no way into that process yet).
+    handed_on_lost: u64,
 }
 
 /// Bytes queued in a turn after which they are sent at once rather than at the turn's end.
@@ -123,6 +129,41 @@ impl Device {
     pub fn set_local_peers(&mut self, peers: &[SocketAddr]) {
         if let Device::Roce(d) = self {
             d.ca.set_local_peers(peers.iter().copied());
+        }
+    }
+
+    /// A datagram a client's engine received and handed on (not for its QPs): to this
+    /// device's engine when no client owns its DestQP, else counted as lost.
+    pub fn take_handed_on(&mut self, now: Instant, from: SocketAddr, index: u16, data: &[u8]) {
+        let Device::Roce(d) = self else {
+            return;
+        };
+        let dest = data
+            .get(5..8)
+            .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]));
+        if dest.and_then(|q| d.steer.owner_of(q)).is_some() {
+            d.handed_on_lost += 1;
+            return;
+        }
+        let local = d.local();
+        let w = Incoming::wire(from, index, data);
+        accept(&mut d.ca, &mut d.capture, &d.config.name, local, now, &w);
+    }
+
+    /// Whether processes' own engines hold QPs of this device (they joined its steering
+    /// group).
+    pub fn has_process_engines(&self) -> bool {
+        match self {
+            Device::Ib(_) => false,
+            Device::Roce(d) => d.steer.has_members(),
+        }
+    }
+
+    /// A RoCE device's steering group and the socket that is its member 0.
+    pub fn steering(&mut self) -> Option<(&mut SteerGroup, &UdpSocket)> {
+        match self {
+            Device::Ib(_) => None,
+            Device::Roce(d) => Some((&mut d.steer, d.link.socket())),
         }
     }
 
@@ -534,7 +575,7 @@ impl RoceDev {
     pub fn new(config: LinkConfig, seed: u64) -> io::Result<RoceDev> {
         let nd = netdev(&config.netdev)?;
         let local = SocketAddr::new(config.addr, config.udp_port);
-        let link = UdpLink::bind_with(local, true).map_err(|e| {
+        let link = UdpLink::bind_reuseport_with(local, true).map_err(|e| {
             io::Error::new(
                 e.kind(),
                 format!(
@@ -574,6 +615,7 @@ impl RoceDev {
             Hca::new(hc, ShmMemory::new()),
             RoceConfig::new(link.local_addr()),
         );
+        let steer = SteerGroup::new(link.local_addr());
         Ok(RoceDev {
             ca,
             link,
@@ -589,6 +631,8 @@ impl RoceDev {
             src_refused: std::collections::BTreeSet::new(),
             tx: TxQueue::new(),
             rx: None,
+            steer,
+            handed_on_lost: 0,
             config,
         })
     }
@@ -877,6 +921,9 @@ impl RoceDev {
                 }
                 if self.tx_dropped > 0 {
                     d.push(("tx_refused".to_string(), self.tx_dropped));
+                }
+                if self.handed_on_lost > 0 {
+                    d.push(("handed_on_lost".to_string(), self.handed_on_lost));
                 }
                 d
             },

@@ -17,5 +17,6 @@ pub mod ib;
 pub mod issm;
 pub mod pma;
 pub mod shm_memory;
+pub mod steering;
 pub mod switchboard;
 pub mod sysfs;

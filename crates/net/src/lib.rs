@@ -120,7 +120,23 @@ impl UdpLink {
     /// Binds `local` like [`UdpLink::bind`], with UDP GRO on where the kernel has it when
     /// `gro`: for readers that use [`UdpLink::recv_batch`].
     pub fn bind_with(local: SocketAddr, gro: bool) -> io::Result<UdpLink> {
-        let socket = UdpSocket::bind(local)?;
+        UdpLink::from_socket(UdpSocket::bind(local)?, gro)
+    }
+
+    /// Binds `local` like [`UdpLink::bind_with`], as the first member of an SO_REUSEPORT group
+    /// (`steer`): refused, as a plain bind is, when any socket holds the address already. (A
+    /// socket of this user that binds the same address with SO_REUSEPORT between the check and
+    /// the bind joins the group unseen; the check is what keeps two daemons apart otherwise.)
+    pub fn bind_reuseport_with(local: SocketAddr, gro: bool) -> io::Result<UdpLink> {
+        let probe = UdpSocket::bind(local)?;
+        let local = probe.local_addr()?;
+        drop(probe);
+        UdpLink::from_socket(steer::bind_reuseport(local)?, gro)
+    }
+
+    /// A link over a bound socket (made non-blocking, DF on, large buffers, GRO as `gro`).
+    pub fn from_socket(socket: UdpSocket, gro: bool) -> io::Result<UdpLink> {
+        let local = socket.local_addr()?;
         socket.set_nonblocking(true)?;
         match local {
             SocketAddr::V4(_) => {

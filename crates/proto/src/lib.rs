@@ -34,7 +34,7 @@ mod types;
 pub use frame::{
     decode, encode, recv_blocking, send, FrameReader, MAX_BUFFERED, MAX_FRAME, MAX_PENDING_FDS,
 };
-pub use message::{Request, Response};
+pub use message::{ProcessObject, Request, Response};
 pub use ring::{
     decode_completion, encode_completion, Submit, SubmitRef, COMPLETION_ENTRY_MAX,
     CQ_RING_SLOTS_MAX, CQ_RING_SLOT_LEN, SUBMIT_ENTRY_MAX, SUBMIT_SLOTS_MAX, SUBMIT_SLOT_LEN,
@@ -46,6 +46,37 @@ pub use types::{
 
 /// The protocol version; bumped on any incompatible change.
 pub const VERSION: u32 = 3;
+
+/// The sender's address before each handed-on datagram ([`Request::SteerJoin`]): 16 bytes
+/// of IPv6 (IPv4-mapped for IPv4) and the UDP port, big-endian.
+pub const HAND_ON_ADDR_LEN: usize = 18;
+
+/// A sender's address as a hand-on record carries it.
+pub fn hand_on_addr(from: std::net::SocketAddr) -> [u8; HAND_ON_ADDR_LEN] {
+    let ip = match from.ip() {
+        std::net::IpAddr::V4(a) => a.to_ipv6_mapped(),
+        std::net::IpAddr::V6(a) => a,
+    };
+    let mut out = [0u8; HAND_ON_ADDR_LEN];
+    out[..16].copy_from_slice(&ip.octets());
+    out[16..].copy_from_slice(&from.port().to_be_bytes());
+    out
+}
+
+/// The sender's address of a hand-on record, and the datagram after it; `None` when the
+/// record is shorter than an address.
+pub fn parse_hand_on(record: &[u8]) -> Option<(std::net::SocketAddr, &[u8])> {
+    let (addr, data) = record.split_at_checked(HAND_ON_ADDR_LEN)?;
+    let mut ip = [0u8; 16];
+    ip.copy_from_slice(&addr[..16]);
+    let ip = std::net::Ipv6Addr::from(ip);
+    let ip = match ip.to_ipv4_mapped() {
+        Some(v4) => std::net::IpAddr::V4(v4),
+        None => std::net::IpAddr::V6(ip),
+    };
+    let port = u16::from_be_bytes([addr[16], addr[17]]);
+    Some((std::net::SocketAddr::new(ip, port), data))
+}
 
 /// The daemon's control socket, in its runtime directory.
 pub const SOCKET_NAME: &str = "softibd.sock";

@@ -409,6 +409,81 @@ pub enum Request {
         /// Listen or stop.
         listen: bool,
     },
+    /// The process data path (`SOFTIB_DATAPATH=process`): a block of
+    /// [`softib_engine::QPN_BLOCK`] QPNs of device `dev` for the client's own engine, unique on
+    /// the device; datagrams to them are steered to the client's socket once it joined
+    /// ([`Request::SteerJoin`]). Given back, after a quarantine, when the client goes.
+    AllocQpnBlock {
+        /// Device index.
+        dev: u32,
+    },
+    /// The process data path: a memory key of device `dev` for a region the client's own
+    /// engine registers (L_Key and R_Key), unique on the device; counted as the client's MR.
+    AllocMrKey {
+        /// Device index.
+        dev: u32,
+    },
+    /// The client's engine deregistered the region of `key`: the key goes back after a
+    /// quarantine (a stale R_Key in flight must not name a new region at once).
+    FreeMrKey {
+        /// Device index.
+        dev: u32,
+        /// The key [`Request::AllocMrKey`] gave.
+        key: u32,
+    },
+    /// The client's engine made `object` on `dev` (`softib res` counts it); a QP must be
+    /// numbered from one of the client's blocks.
+    Own {
+        /// Device index.
+        dev: u32,
+        /// What it made.
+        object: ProcessObject,
+    },
+    /// The client's engine destroyed `object`.
+    Disown {
+        /// Device index.
+        dev: u32,
+        /// What it destroyed.
+        object: ProcessObject,
+    },
+    /// The process data path on a RoCE device: the daemon binds a socket into the device's
+    /// SO_REUSEPORT group (its own socket is member 0) and answers [`Response::Steered`] with
+    /// it (the socket travels with the answer); datagrams to the client's QPN blocks reach it
+    /// from then on. A client joins each device once.
+    ///
+    /// The memfd of a `softib_net::ring::PacketRing` of `hand_on` record bytes travels with
+    /// the request: the client hands the daemon every datagram it received whose DestQP is
+    /// not in its blocks (steered to it while the group changed), each record tagged with its
+    /// run index and holding the sender's address ([`crate::HAND_ON_ADDR_LEN`] bytes: IPv6 or
+    /// IPv4-mapped address, UDP port big-endian) and then the UDP payload. The daemon drains
+    /// the ring every turn of its loop.
+    SteerJoin {
+        /// Device index.
+        dev: u32,
+        /// The hand-on ring's record bytes.
+        hand_on: u32,
+    },
+    /// The client is about to close the socket [`Request::SteerJoin`] gave it.
+    SteerLeave {
+        /// Device index.
+        dev: u32,
+    },
+}
+
+/// An object a process's own engine holds, as [`Request::Own`] and [`Request::Disown`] name
+/// it (handles are the process engine's own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum ProcessObject {
+    /// A protection domain.
+    Pd(u32),
+    /// A completion queue.
+    Cq(u32),
+    /// A queue pair (its QPN, from one of the client's blocks).
+    Qp(Qpn),
+    /// An address handle.
+    Ah(u32),
+    /// A shared receive queue.
+    Srq(u32),
 }
 
 /// The daemon's answer.
@@ -472,6 +547,23 @@ pub enum Response {
     ),
     /// Asynchronous events: (device index, event), oldest first.
     AsyncEvents(Vec<(u32, softib_engine::verbs::AsyncEvent)>),
+    /// A block of QPNs: `count` from `first`.
+    QpnBlock {
+        /// The first QPN.
+        first: Qpn,
+        /// How many.
+        count: u32,
+    },
+    /// A memory key.
+    MrKey(u32),
+    /// Joined the device's steering group: the socket travels with this answer (SCM_RIGHTS),
+    /// bound to `addr`.
+    Steered {
+        /// The device's address and UDP port.
+        addr: std::net::SocketAddr,
+        /// The index the socket holds in the group.
+        index: u32,
+    },
 }
 
 #[cfg(test)]

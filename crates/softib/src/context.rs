@@ -187,7 +187,9 @@ impl Context {
         let addr = buffer.addr() + offset as u64;
         match &mut self.backend {
             // The daemon checks the extent against the buffer it was given.
-            Backend::Daemon(s) => s.reg_mr(dev, pd, buffer.id, addr, len, access),
+            Backend::Daemon(s) => {
+                s.reg_mr(dev, pd, buffer.id, addr, len, access, Some(&buffer.map))
+            }
             Backend::RdmaCore(r) => {
                 if offset.checked_add(len).is_none_or(|end| end > buffer.len()) {
                     return Err(Error::RdmaCore(format!(
@@ -247,7 +249,7 @@ impl Context {
         access: AccessFlags,
     ) -> Result<MrKeys> {
         self.session("RegMr")?
-            .reg_mr(dev, pd, buffer, addr, len, access)
+            .reg_mr(dev, pd, buffer, addr, len, access, None)
     }
 
     /// `ibv_dereg_mr`.

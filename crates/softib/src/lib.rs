@@ -49,6 +49,7 @@ mod daemon;
 pub mod embedded;
 pub mod mad;
 mod objects;
+mod provider;
 mod rdma_core;
 pub mod typed;
 pub mod verbs_attr;

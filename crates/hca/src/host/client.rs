@@ -11,14 +11,15 @@ use std::rc::Rc;
 
 use softib_engine::verbs::AsyncEvent;
 use softib_engine::{AhHandle, CqHandle, Hca, PdHandle, RegionId, SrqHandle};
-use softib_net::ring::Ring;
+use softib_net::ring::{PacketRing, Ring};
 use softib_net::shm::SharedRegion;
-use softib_proto::{ErrorKind, Mad};
+use softib_proto::{ErrorKind, Mad, ProcessObject};
 use softib_wire::Qpn;
 
 use super::handlers::{refused, Refused};
 use super::host_rt::Host;
 use super::parked::Parked;
+use super::quarantine::Held;
 use crate::device::Device;
 use crate::shm_memory::ShmMemory;
 
@@ -49,6 +50,13 @@ pub(super) struct Owned {
     pub mrs: BTreeMap<(u32, u32), RegionId>,
     /// Buffer id → (mapping, address in the client).
     pub buffers: BTreeMap<u64, (Rc<SharedRegion>, u64)>,
+    /// The process data path: QPN blocks (device, first QPN) and memory keys (device, key)
+    /// the client's own engine numbers its QPs and regions from, the objects that engine
+    /// made (for `softib res`), and the devices whose steering group it joined.
+    pub qpn_blocks: BTreeSet<(u32, Qpn)>,
+    pub keys: BTreeSet<(u32, u32)>,
+    pub process: BTreeSet<(u32, ProcessObject)>,
+    pub steered: BTreeSet<u32>,
 }
 
 /// Refuses one more object when the client already holds `max` of them (`what`, plural, as
@@ -83,19 +91,40 @@ pub(super) fn owns<K: Ord + Copy + Display>(
 
 impl Owned {
     /// How many PDs, CQs, QPs, MRs and AHs it has on `dev` (`softib res`).
+    /// What its own engine holds counts as its, as a hardware provider's objects do.
     pub fn count(&self, dev: u32) -> [u32; 5] {
+        let mut own = [0u32; 5];
+        for (_, o) in self.process.iter().filter(|k| k.0 == dev) {
+            match o {
+                ProcessObject::Pd(_) => own[0] += 1,
+                ProcessObject::Cq(_) => own[1] += 1,
+                ProcessObject::Qp(_) => own[2] += 1,
+                ProcessObject::Ah(_) => own[4] += 1,
+                ProcessObject::Srq(_) => {}
+            }
+        }
+        own[3] = self.keys.iter().filter(|k| k.0 == dev).count() as u32;
         [
-            self.pds.iter().filter(|k| k.0 == dev).count() as u32,
-            self.cqs.iter().filter(|k| k.0 == dev).count() as u32,
-            self.qps.iter().filter(|k| k.0 == dev).count() as u32,
-            self.mrs.keys().filter(|k| k.0 == dev).count() as u32,
-            self.ahs.iter().filter(|k| k.0 == dev).count() as u32,
+            own[0] + self.pds.iter().filter(|k| k.0 == dev).count() as u32,
+            own[1] + self.cqs.iter().filter(|k| k.0 == dev).count() as u32,
+            own[2] + self.qps.iter().filter(|k| k.0 == dev).count() as u32,
+            own[3] + self.mrs.keys().filter(|k| k.0 == dev).count() as u32,
+            own[4] + self.ahs.iter().filter(|k| k.0 == dev).count() as u32,
         ]
     }
 
-    /// Whether it uses `dev` (has PDs or QPs there).
+    /// Whether it uses `dev` (has PDs or QPs there, or QPNs or objects of its own engine).
     pub fn uses(&self, dev: u32) -> bool {
-        self.pds.iter().any(|(d, _)| *d == dev) || self.qps.iter().any(|(d, _)| *d == dev)
+        self.pds.iter().any(|(d, _)| *d == dev)
+            || self.qps.iter().any(|(d, _)| *d == dev)
+            || self.qpn_blocks.iter().any(|(d, _)| *d == dev)
+            || self.process.iter().any(|(d, _)| *d == dev)
+    }
+
+    /// Whether `qpn` lies in one of its blocks of `dev`.
+    pub fn has_qpn(&self, dev: u32, qpn: Qpn) -> bool {
+        let first = Qpn::new(qpn.value() & !(softib_engine::QPN_BLOCK - 1));
+        self.qpn_blocks.contains(&(dev, first))
     }
 
     /// Destroys all of it in the engines, users before what they use: QPs, SRQs, AHs, MRs
@@ -181,6 +210,10 @@ pub(super) struct Client {
     /// Ring entries the engine refused although the library had checked them (their WRs
     /// are lost; counted and logged, as a device reports an asynchronous error).
     pub submit_errors: u64,
+    /// Hand-on rings by device (`SteerJoin`), drained every turn.
+    pub hand_on: BTreeMap<u32, PacketRing>,
+    /// Descriptors that travel with the next answer (a steering socket).
+    pub reply_fds: Vec<OwnedFd>,
     /// Asynchronous events of its objects and of the ports, not yet asked for (the newest
     /// [`MAX_ASYNC_EVENTS`]).
     pub events: VecDeque<(u32, AsyncEvent)>,
@@ -210,6 +243,8 @@ impl Client {
             submit: None,
             wakeup: None,
             submit_errors: 0,
+            hand_on: BTreeMap::new(),
+            reply_fds: Vec::new(),
             events: VecDeque::new(),
             events_fd: None,
             mad_wakeup: None,
@@ -228,8 +263,31 @@ impl Client {
     /// of a dead process sees on real hardware (no more responses: retries exhausted). A port
     /// it ran the SM on no longer says IsSM, and responses to its MADs go to nobody in
     /// particular.
+    ///
+    /// On the process data path its QPs died with its engine: its QPN blocks and memory keys
+    /// are quarantined (`quarantine`), and its steering sockets leave their groups.
     pub fn reclaim(self, host: &mut Host) {
         self.owned.destroy(&mut host.devs);
+        let now = std::time::Instant::now();
+        for &(dev, first) in &self.owned.qpn_blocks {
+            host.quarantine.hold(now, dev, Held::Block(first));
+        }
+        for &(dev, key) in &self.owned.keys {
+            host.quarantine.hold(now, dev, Held::Key(key));
+        }
+        for &dev in &self.owned.steered {
+            if let Some((group, socket)) =
+                host.devs.get_mut(dev as usize).and_then(Device::steering)
+            {
+                if let Err(e) = group.leave(self.id, socket) {
+                    eprintln!(
+                        "softibd[{}]: cannot steer device {dev}'s datagrams after client {} \
+                         left: {e}",
+                        host.name, self.id
+                    );
+                }
+            }
+        }
         for a in self.agents.iter().filter(|a| a.sm) {
             super::mads::set_sm(&mut host.devs, a.dev, a.port, None);
         }

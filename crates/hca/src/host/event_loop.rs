@@ -189,11 +189,14 @@ impl Daemon {
         let std_now = StdInstant::now();
         let now = self.now();
         // Datagrams between this daemon's RoCE devices are handed over in-process, and the RC
-        // QPs between them go in-process.
+        // QPs between them go in-process — except to a device some of whose QPs live in a
+        // process's own engine (the process data path): only the kernel's steering reaches
+        // those, so everything for that device goes through it.
         self.sb.roce.set_ends(
             self.hosts
                 .iter()
                 .flat_map(|h| h.host.devs.iter())
+                .filter(|d| !d.has_process_engines())
                 .filter_map(Device::roce_addr),
         );
         let ends = self.sb.roce.ends();

@@ -20,6 +20,7 @@ use super::client::Client;
 use super::event_loop::engine_now;
 use super::handlers::{self, refused, Refused};
 use super::mads::TidOwners;
+use super::quarantine::Quarantine;
 use super::{events, mads, parked, rings};
 use crate::device::{Device, IbDev};
 use crate::switchboard::Switchboard;
@@ -51,6 +52,8 @@ pub(super) struct Host {
     pub seed: u64,
     /// The ports' IsSM files (`umad_get_issm_path`; `None` without a runtime directory).
     pub issm: Option<crate::issm::IssmFiles>,
+    /// QPN blocks and keys of clients that went, until they may be handed out again.
+    pub quarantine: Quarantine,
 }
 
 impl Host {
@@ -80,6 +83,7 @@ impl Host {
             issm: None,
             links_file,
             seed,
+            quarantine: Quarantine::default(),
         }
     }
 
@@ -187,6 +191,7 @@ impl HostRt {
         let mut busy = false;
         // Receives the clients posted go to the QPs before this turn's packets arrive.
         self.drain_submissions();
+        rings::drain_hand_on(&mut self.host, &mut self.clients, now);
         for d in &mut self.host.devs {
             busy |= d.receive(std_now, now, buf, sb)?;
         }
@@ -198,6 +203,9 @@ impl HostRt {
         if std_now >= self.issm_due {
             self.poll_issm(std_now);
         }
+        self.host
+            .quarantine
+            .release_due(std_now, &mut self.host.devs);
         if std_now >= self.sysfs_due {
             self.sync_sysfs(std_now);
         }
@@ -367,10 +375,19 @@ impl HostRt {
     }
 
     fn reply(&mut self, id: u64, r: &Response) {
+        use std::os::fd::AsFd;
+        let fds = self
+            .clients
+            .get_mut(&id)
+            .map(|c| std::mem::take(&mut c.reply_fds))
+            .unwrap_or_default();
+        let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
         let failed = match self.conns.get(&id) {
-            Some(c) => proto::send(&c.stream, r, &[]).is_err(),
+            Some(c) => proto::send(&c.stream, r, &borrowed).is_err(),
             None => false,
         };
+        drop(borrowed);
+        drop(fds);
         if failed {
             self.drop_client(id);
         }

@@ -27,6 +27,7 @@
 //!   completions moved into completion rings.
 //! - `events`: what clients learn without asking — asynchronous events of their objects,
 //!   completion channels of armed CQs.
+//! - `quarantine`: QPN blocks and keys of clients that went, held before reuse.
 //! - `parked`: requests that wait (PollCq, RecvMads) and when they are answered.
 //! - `liveness`: the heartbeat file that tells waiting clients the loop still turns.
 //! - `mads`: MADs for local agents — responses to the agent that asked (TID owners), requests
@@ -42,6 +43,7 @@ mod host_rt;
 mod liveness;
 mod mads;
 mod parked;
+mod quarantine;
 mod rings;
 mod switch_rt;
 #[cfg(test)]

@@ -2,7 +2,9 @@
 //! memfd both map): the submission ring, whose entries (`proto::Submit`) the daemon executes
 //! every turn as if they were `PostSend`/`PostRecv` requests, and a completion ring per CQ,
 //! into which the daemon moves the CQ's completions so that the client polls without a
-//! request. A client that scribbles on a ring is dropped (`Client::broken`), never followed.
+//! request; and on the process data path a hand-on ring per steered device, through which a
+//! client's engine hands the daemon the datagrams steered to it that are not its own. A
+//! client that scribbles on a ring is dropped (`Client::broken`), never followed.
 
 use std::collections::BTreeMap;
 
@@ -121,6 +123,40 @@ pub(super) fn feed_ring(hca: &mut Hca<ShmMemory>, cq: u32, ring: &Ring) -> Resul
         fed = true;
     }
     Ok(fed)
+}
+
+/// Delivers what the clients' engines handed on: to the daemon's own engine when no client
+/// owns the datagram's DestQP (its QPs, QP0/QP1, multicast, quarantined QPNs — the engine
+/// counts what it cannot deliver), else counted (`handed_on_lost`: another process owns it,
+/// and the daemon has no way into that process yet; RC retransmits it).
+pub(super) fn drain_hand_on(
+    h: &mut Host,
+    clients: &mut BTreeMap<u64, Client>,
+    now: softib_engine::Instant,
+) {
+    let mut buf = Vec::new();
+    for c in clients.values_mut() {
+        for (&dev, ring) in &c.hand_on {
+            let Some(d) = h.devs.get_mut(dev as usize) else {
+                continue;
+            };
+            loop {
+                let index = match ring.pop(&mut buf) {
+                    Ok(Some(tag)) => tag as u16,
+                    Ok(None) => break,
+                    Err(_) => {
+                        c.broken = true;
+                        break;
+                    }
+                };
+                let Some((from, data)) = proto::parse_hand_on(&buf) else {
+                    c.broken = true;
+                    break;
+                };
+                d.take_handed_on(now, from, index, data);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

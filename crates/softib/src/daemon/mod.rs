@@ -10,15 +10,18 @@ mod completions;
 mod liveness;
 mod posting;
 
+use std::collections::BTreeMap;
 use std::os::fd::BorrowedFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use softib_engine::verbs::AsyncEvent;
 use softib_net::shm::SharedRegion;
 use softib_proto::{self as proto, Request, Response};
 
+use crate::provider::{self, Engine};
 use crate::{
     AccessFlags, AddressVector, AhHandle, AttrMask, ClientResources, CompChannel, CqHandle,
     DeviceInfo, Error, ErrorKind, FaultSpec, FaultStats, Gid, Lid, LinkConfig, Mad, MrKeys,
@@ -53,6 +56,16 @@ impl Conn {
         req: &Request,
         fds: &[BorrowedFd<'_>],
     ) -> Result<Response> {
+        // No answer but `Steered` carries descriptors; any other's would be closed here.
+        self.call_receiving_fds(req, fds).map(|(r, _)| r)
+    }
+
+    /// Sends `req` with `send_fds` and reads the answer with the descriptors that came with it.
+    pub(crate) fn call_receiving_fds(
+        &mut self,
+        req: &Request,
+        send_fds: &[BorrowedFd<'_>],
+    ) -> Result<(Response, Vec<std::os::fd::OwnedFd>)> {
         let pid = self.daemon_pid;
         if let Some((pid, state)) = self.unresponsive {
             return Err(Error::DaemonUnresponsive { pid, state });
@@ -63,7 +76,7 @@ impl Conn {
             | std::io::ErrorKind::ConnectionReset => Error::DaemonGone { pid },
             _ => Error::Io(e),
         };
-        proto::send(&self.stream, req, fds).map_err(gone)?;
+        proto::send(&self.stream, req, send_fds).map_err(gone)?;
         // A parked request (a wait for a completion or a MAD) may be answered late; only a
         // daemon whose heartbeat stopped is given up on.
         while !readable(&self.stream, liveness::LOOK_EVERY).map_err(gone)? {
@@ -74,10 +87,32 @@ impl Conn {
                 return Err(e);
             }
         }
-        let body = proto::recv_blocking(&mut self.stream).map_err(gone)?;
-        match proto::decode::<Response>(&body) {
+        let mut fds = Vec::new();
+        let mut frame = vec![0u8; 4];
+        let mut have = 0;
+        let mut want = 4;
+        while have < want {
+            let n = softib_net::fdpass::recv(&self.stream, &mut frame[have..want], &mut fds)
+                .map_err(gone)?;
+            if n == 0 {
+                return Err(gone(std::io::ErrorKind::UnexpectedEof.into()));
+            }
+            have += n;
+            if have == 4 && want == 4 {
+                let len = u32::from_le_bytes([frame[0], frame[1], frame[2], frame[3]]) as usize;
+                if len > proto::MAX_FRAME {
+                    return Err(Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("the daemon sent a {len}-byte frame"),
+                    )));
+                }
+                want = 4 + len;
+                frame.resize(want, 0);
+            }
+        }
+        match proto::decode::<Response>(&frame[4..]) {
             Ok(Response::Error { kind, message }) => Err(Error::Refused { kind, message }),
-            Ok(r) => Ok(r),
+            Ok(r) => Ok((r, fds)),
             Err(m) => Err(Error::Io(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
                 m,
@@ -92,6 +127,12 @@ impl Conn {
             return Err(Error::DaemonUnresponsive { pid, state });
         }
         self.watch.check(std::time::Instant::now())
+    }
+
+    /// The control socket, for a thread that watches it close (the daemon gone).
+    pub(crate) fn socket(&self) -> BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.stream.as_fd()
     }
 
     pub(crate) fn ok(&mut self, req: &Request) -> Result<()> {
@@ -164,6 +205,10 @@ pub(crate) struct Session {
     cqs: CqRings,
     /// What the library knows of its QPs, and the submission ring.
     posts: Posting,
+    /// The process data path (`SOFTIB_DATAPATH=process`): per device, its engine in this
+    /// process, or `None` where the device keeps the daemon path (IB). `None` altogether on
+    /// the daemon path.
+    process: Option<BTreeMap<u32, Option<Arc<Engine>>>>,
 }
 
 impl Session {
@@ -206,6 +251,7 @@ impl Session {
             // SOFTIB_WAKEUP=0 sleeps as with an older daemon (a parked PollCq), to compare.
             cqs: CqRings::new(env_off("SOFTIB_WAKEUP")),
             posts: Posting::new(env_off("SOFTIB_SUBMIT_RING")),
+            process: provider::wanted()?.then(BTreeMap::new),
         })
     }
 
@@ -280,11 +326,17 @@ impl Session {
     }
 
     pub(crate) fn alloc_pd(&mut self, dev: u32) -> Result<PdHandle> {
+        if let Some(e) = self.engine(dev)? {
+            return e.alloc_pd(&mut self.conn);
+        }
         let h = self.conn.handle(&Request::AllocPd { dev })?;
         Ok(PdHandle(h as u32))
     }
 
     pub(crate) fn dealloc_pd(&mut self, dev: u32, pd: PdHandle) -> Result<()> {
+        if let Some(e) = self.engine(dev)? {
+            return e.dealloc_pd(&mut self.conn, pd);
+        }
         self.conn.ok(&Request::DeallocPd { dev, pd: pd.0 })
     }
 
@@ -301,6 +353,11 @@ impl Session {
     }
 
     /// `ibv_reg_mr` over `len` bytes at `addr` of the attached buffer `buffer`.
+    ///
+    /// On the process data path the region is reached in this process: `map` is the buffer's
+    /// mapping when it is a [`crate::Buffer`] (mapped again, so that the region outlives what
+    /// the application does with its `Buffer`), `None` for memory the caller keeps mapped.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn reg_mr(
         &mut self,
         dev: u32,
@@ -309,7 +366,18 @@ impl Session {
         addr: u64,
         len: usize,
         access: AccessFlags,
+        map: Option<&SharedRegion>,
     ) -> Result<MrKeys> {
+        if let Some(e) = self.engine(dev)? {
+            let own = match map {
+                Some(m) => Some((
+                    SharedRegion::from_fd(m.fd().try_clone_to_owned()?, m.len())?,
+                    m.addr(),
+                )),
+                None => None,
+            };
+            return e.reg_mr(&mut self.conn, pd, own, addr, len, access);
+        }
         let req = Request::RegMr {
             dev,
             pd: pd.0,
@@ -331,6 +399,9 @@ impl Session {
         len: usize,
         access: AccessFlags,
     ) -> Result<MrKeys> {
+        if let Some(e) = self.engine(dev)? {
+            return e.reg_mr(&mut self.conn, pd, None, addr, len, access);
+        }
         if let Some(pid) = rustix::process::Pid::from_raw(self.conn.daemon_pid as i32) {
             // Under Yama ptrace_scope 1 the daemon (not our parent) needs this; where Yama is
             // absent the call fails harmlessly and the user check applies.
@@ -347,11 +418,17 @@ impl Session {
     }
 
     pub(crate) fn dereg_mr(&mut self, dev: u32, lkey: u32) -> Result<()> {
+        if let Some(e) = self.engine(dev)? {
+            return e.dereg_mr(&mut self.conn, lkey);
+        }
         self.conn.ok(&Request::DeregMr { dev, lkey })
     }
 
     /// `ibv_create_cq`, with its completion ring.
     pub(crate) fn create_cq(&mut self, dev: u32, cqe: u32) -> Result<CqHandle> {
+        if let Some(e) = self.engine(dev)? {
+            return e.create_cq(&mut self.conn, cqe);
+        }
         let cq = self.conn.handle(&Request::CreateCq { dev, cqe })? as u32;
         // SOFTIB_CQ_RING=0 turns the rings off (completions then come by request), to compare.
         if !env_off("SOFTIB_CQ_RING") {
@@ -361,12 +438,18 @@ impl Session {
     }
 
     pub(crate) fn destroy_cq(&mut self, dev: u32, cq: CqHandle) -> Result<()> {
+        if let Some(e) = self.engine(dev)? {
+            return e.destroy_cq(&mut self.conn, cq);
+        }
         self.conn.ok(&Request::DestroyCq { dev, cq: cq.0 })?;
         self.cqs.forget(dev, cq.0);
         Ok(())
     }
 
     pub(crate) fn create_qp(&mut self, dev: u32, init: QpInitAttr) -> Result<Qpn> {
+        if let Some(e) = self.engine(dev)? {
+            return e.create_qp(&mut self.conn, init);
+        }
         match self.conn.call(&Request::CreateQp { dev, init })? {
             Response::Qp(q) => {
                 self.posts.track(dev, q, &init);
@@ -383,6 +466,9 @@ impl Session {
         attr: &QpAttr,
         mask: AttrMask,
     ) -> Result<()> {
+        if let Some(e) = self.engine(dev)? {
+            return e.modify_qp(qpn, attr, mask);
+        }
         self.conn.ok(&Request::ModifyQp {
             dev,
             qpn,
@@ -396,6 +482,9 @@ impl Session {
     }
 
     pub(crate) fn query_qp(&mut self, dev: u32, qpn: Qpn) -> Result<(QpAttr, QpInitAttr)> {
+        if let Some(e) = self.engine(dev)? {
+            return e.query_qp(qpn);
+        }
         match self.conn.call(&Request::QueryQp { dev, qpn })? {
             Response::QpAttr(a, i) => Ok((*a, i)),
             _ => Err(Error::Unexpected("not QP attributes")),
@@ -403,6 +492,9 @@ impl Session {
     }
 
     pub(crate) fn destroy_qp(&mut self, dev: u32, qpn: Qpn) -> Result<()> {
+        if let Some(e) = self.engine(dev)? {
+            return e.destroy_qp(&mut self.conn, qpn);
+        }
         self.conn.ok(&Request::DestroyQp { dev, qpn })?;
         self.posts.forget(dev, qpn);
         Ok(())
@@ -415,6 +507,9 @@ impl Session {
         max_wr: u32,
         max_sge: u32,
     ) -> Result<SrqHandle> {
+        if let Some(e) = self.engine(dev)? {
+            return e.create_srq(&mut self.conn, pd, max_wr, max_sge);
+        }
         let h = self.conn.handle(&Request::CreateSrq {
             dev,
             pd: pd.0,
@@ -425,6 +520,9 @@ impl Session {
     }
 
     pub(crate) fn modify_srq(&mut self, dev: u32, srq: SrqHandle, limit: u32) -> Result<()> {
+        if let Some(e) = self.engine(dev)? {
+            return e.modify_srq(srq, limit);
+        }
         self.conn.ok(&Request::ModifySrq {
             dev,
             srq: srq.0,
@@ -433,6 +531,9 @@ impl Session {
     }
 
     pub(crate) fn destroy_srq(&mut self, dev: u32, srq: SrqHandle) -> Result<()> {
+        if let Some(e) = self.engine(dev)? {
+            return e.destroy_srq(&mut self.conn, srq);
+        }
         self.conn.ok(&Request::DestroySrq { dev, srq: srq.0 })
     }
 
@@ -442,6 +543,9 @@ impl Session {
         srq: SrqHandle,
         wrs: Vec<RecvWr>,
     ) -> Result<()> {
+        if let Some(e) = self.engine(dev)? {
+            return e.post_srq_recv(srq, wrs);
+        }
         let req = Request::PostSrqRecv {
             dev,
             srq: srq.0,
@@ -459,19 +563,31 @@ impl Session {
         pd: PdHandle,
         av: AddressVector,
     ) -> Result<AhHandle> {
+        if let Some(e) = self.engine(dev)? {
+            return e.create_ah(&mut self.conn, pd, av);
+        }
         let h = self.conn.handle(&Request::CreateAh { dev, pd: pd.0, av })?;
         Ok(AhHandle(h as u32))
     }
 
     pub(crate) fn destroy_ah(&mut self, dev: u32, ah: AhHandle) -> Result<()> {
+        if let Some(e) = self.engine(dev)? {
+            return e.destroy_ah(&mut self.conn, ah);
+        }
         self.conn.ok(&Request::DestroyAh { dev, ah: ah.0 })
     }
 
     pub(crate) fn post_send(&mut self, dev: u32, qpn: Qpn, wrs: Vec<SendWr>) -> Result<()> {
+        if let Some(e) = self.engine(dev)? {
+            return e.post_send(qpn, wrs);
+        }
         self.posts.post_send(&mut self.conn, (dev, qpn), wrs)
     }
 
     pub(crate) fn post_recv(&mut self, dev: u32, qpn: Qpn, wrs: Vec<RecvWr>) -> Result<()> {
+        if let Some(e) = self.engine(dev)? {
+            return e.post_recv(qpn, wrs);
+        }
         self.posts.post_recv(&mut self.conn, (dev, qpn), wrs)
     }
 
@@ -490,16 +606,21 @@ impl Session {
         max: u32,
         wait: Duration,
     ) -> Result<Vec<WorkCompletion>> {
+        if let Some(e) = self.engine(dev)? {
+            return e.poll_cq(cq, max, wait);
+        }
         let wcs = self.cqs.poll(&mut self.conn, dev, cq.0, max, wait)?;
         self.posts.note_completions(dev, &wcs);
         Ok(wcs)
     }
 
     pub(crate) fn attach_mcast(&mut self, dev: u32, qpn: Qpn, gid: Gid, lid: Lid) -> Result<()> {
+        self.daemon_only(dev, "ibv_attach_mcast")?;
         self.conn.ok(&Request::AttachMcast { dev, qpn, gid, lid })
     }
 
     pub(crate) fn detach_mcast(&mut self, dev: u32, qpn: Qpn, gid: Gid) -> Result<()> {
+        self.daemon_only(dev, "ibv_detach_mcast")?;
         self.conn.ok(&Request::DetachMcast { dev, qpn, gid })
     }
 
@@ -527,6 +648,7 @@ impl Session {
         cq: CqHandle,
         channel: &CompChannel,
     ) -> Result<()> {
+        self.daemon_only(dev, "ibv_req_notify_cq")?;
         self.conn.ok(&Request::ReqNotifyCq {
             dev,
             cq: cq.0,
@@ -535,10 +657,58 @@ impl Session {
     }
 
     pub(crate) fn async_events(&mut self) -> Result<Vec<(u32, AsyncEvent)>> {
-        match self.conn.call(&Request::AsyncEvents)? {
-            Response::AsyncEvents(all) => Ok(all),
-            _ => Err(Error::Unexpected("not events")),
+        let mut all = match self.conn.call(&Request::AsyncEvents)? {
+            Response::AsyncEvents(all) => all,
+            _ => return Err(Error::Unexpected("not events")),
+        };
+        for (dev, e) in self.process.iter().flatten() {
+            if let Some(e) = e {
+                all.extend(e.async_events().into_iter().map(|ev| (*dev, ev)));
+            }
         }
+        Ok(all)
+    }
+
+    /// The process engine of device `dev` when this session uses the process data path there
+    /// (`SOFTIB_DATAPATH=process` and a RoCE device), started on first use; `None` for the
+    /// daemon path.
+    fn engine(&mut self, dev: u32) -> Result<Option<Arc<Engine>>> {
+        let Some(engines) = &self.process else {
+            return Ok(None);
+        };
+        if let Some(e) = engines.get(&dev) {
+            return Ok(e.clone());
+        }
+        let devices = self.devices()?;
+        let Some(info) = devices.get(dev as usize) else {
+            // The daemon says what is missing.
+            return Ok(None);
+        };
+        let roce = info.ports.first().is_some_and(|p| !p.link_layer_ib);
+        let engine = if roce {
+            Some(Arc::new(Engine::start(&mut self.conn, dev, info)?))
+        } else {
+            None
+        };
+        if let Some(engines) = &mut self.process {
+            engines.insert(dev, engine.clone());
+        }
+        Ok(engine)
+    }
+
+    /// Refuses `what` on a device whose objects live in this process's engine, where it is
+    /// not built yet.
+    fn daemon_only(&mut self, dev: u32, what: &str) -> Result<()> {
+        if self.engine(dev)?.is_some() {
+            return Err(Error::Refused {
+                kind: ErrorKind::Invalid,
+                message: format!(
+                    "{what} is not available on the process data path yet \
+                     (SOFTIB_DATAPATH=process); run with SOFTIB_DATAPATH=daemon"
+                ),
+            });
+        }
+        Ok(())
     }
 
     pub(crate) fn open_mad(&mut self, dev: u32, port: u8, sm: bool) -> Result<()> {

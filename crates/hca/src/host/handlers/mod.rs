@@ -8,7 +8,9 @@
 //! - `post`: work requests, by request or through the submission ring;
 //! - `mad`: MAD agents, SMPs and GMPs, the SM;
 //! - `links`: RoCE links added, deleted, listed; IB cables pulled and plugged;
-//! - `faults`: injected faults and packet capture.
+//! - `faults`: injected faults and packet capture;
+//! - `process`: the process data path — QPN blocks, memory keys, the objects a process's own
+//!   engine made, the steering group.
 //!
 //! [`handle`] is the dispatch table. A session starts with Hello; after it, every handler
 //! checks that the device exists and that the objects the request names are the client's own
@@ -33,6 +35,7 @@ mod links;
 pub(super) mod mad;
 mod memory;
 pub(super) mod post;
+mod process;
 mod queue;
 
 /// Destroys one of the client's objects: `key` must be one of `set` (named `what` in the
@@ -247,6 +250,14 @@ pub(in crate::host) fn handle(
         R::Faults { dev } => faults::faults(h, dev),
         R::Capture { dev, path } => faults::capture(h, dev, path),
         R::CaptureCount { dev } => faults::capture_count(h, dev),
+        // The process data path.
+        R::AllocQpnBlock { dev } => process::alloc_qpn_block(h, c, dev),
+        R::AllocMrKey { dev } => process::alloc_mr_key(h, c, dev),
+        R::FreeMrKey { dev, key } => process::free_mr_key(h, c, dev, key),
+        R::Own { dev, object } => process::own(h, c, dev, object),
+        R::Disown { dev, object } => process::disown(h, c, dev, object),
+        R::SteerJoin { dev, hand_on } => process::steer_join(h, c, fds, dev, hand_on),
+        R::SteerLeave { dev } => process::steer_leave(h, c, dev),
     };
     Some(r.unwrap_or_else(Response::from))
 }

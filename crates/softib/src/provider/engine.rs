@@ -1,0 +1,254 @@
+//! One process engine: a device's `softib_engine::Hca` over this process's memory, driven by
+//! `softib_link::RoceCa`, with its own UDP sockets — the member of the device's steering group
+//! it receives on, and the per-QP source sockets it sends from (rxe's source ports, as the
+//! daemon sends).
+//!
+//! `Station::turn` is one pass of the polling order `RoceCa` asks for: what the sockets hold,
+//! then the timers that are due, then everything the engine has to send, sent at once
+//! (sendmmsg, GSO runs). Post and poll call it inline; the progress thread calls it when
+//! something arrives or a timer is due.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::time::Instant as StdInstant;
+
+use softib_engine::{Hca, Instant, IN_PROCESS_MAX_LEN};
+use softib_link::{Incoming, RoceCa, SrcKey};
+use softib_net::ring::PacketRing;
+use softib_net::{RxBatch, TxQueue, UdpLink};
+use softib_wire::Qpn;
+
+use super::memory::LocalMemory;
+
+/// The most per-QP source sockets an engine opens; QPs beyond send from the member socket.
+const MAX_SOURCE_SOCKETS: usize = 256;
+
+/// A turn sends at once once this much is queued (see the daemon's `TX_FLUSH_BYTES`).
+const TX_FLUSH_BYTES: usize = 1 << 18;
+
+/// The room each datagram is built in (`RoceCa::poll_transmit`).
+const ROOM: usize = IN_PROCESS_MAX_LEN + softib_wire::crc::ICRC_LEN;
+
+/// A process engine and its sockets.
+pub(crate) struct Station {
+    pub ca: RoceCa<LocalMemory>,
+    /// The member of the device's reuseport group: everything for this engine's QPNs.
+    link: UdpLink,
+    src_links: BTreeMap<u16, UdpLink>,
+    src_refused: BTreeSet<u16>,
+    tx: TxQueue<SrcKey>,
+    rx: Box<RxBatch>,
+    origin: StdInstant,
+    /// QPNs of this engine's blocks no QP has.
+    pub free_qpns: Vec<Qpn>,
+    next_region: u64,
+    /// The first QPN of each of this engine's blocks.
+    pub blocks: BTreeSet<u32>,
+    /// Where datagrams steered here for other QPNs go to the daemon (`SteerJoin`).
+    hand_on: PacketRing,
+    /// Datagrams the kernel would not take; datagrams handed on, and those the full hand-on
+    /// ring could not take (lost, as on a congested wire).
+    pub tx_dropped: u64,
+    pub handed_on: u64,
+    pub hand_on_full: u64,
+}
+
+impl Station {
+    /// An engine running `hca` on the member socket `member` of the group at `addr`.
+    pub fn new(
+        hca: Hca<LocalMemory>,
+        member: UdpSocket,
+        addr: SocketAddr,
+        hand_on: PacketRing,
+    ) -> io::Result<Station> {
+        let link = UdpLink::from_socket(member, true)?;
+        Ok(Station {
+            ca: RoceCa::new(hca, softib_link::RoceConfig::new(addr)),
+            link,
+            src_links: BTreeMap::new(),
+            src_refused: BTreeSet::new(),
+            tx: TxQueue::new(),
+            rx: Box::new(RxBatch::new()),
+            origin: StdInstant::now(),
+            free_qpns: Vec::new(),
+            next_region: 1,
+            blocks: BTreeSet::new(),
+            hand_on,
+            tx_dropped: 0,
+            handed_on: 0,
+            hand_on_full: 0,
+        })
+    }
+
+    /// The member socket (what the progress thread waits on).
+    pub fn socket(&self) -> &UdpSocket {
+        self.link.socket()
+    }
+
+    /// The engine's clock.
+    pub fn now(&self) -> Instant {
+        Instant::from_micros(self.origin.elapsed().as_micros() as u64)
+    }
+
+    /// The OS time of an engine deadline.
+    pub fn std_time(&self, t: Instant) -> StdInstant {
+        self.origin + std::time::Duration::from_micros(t.as_micros())
+    }
+
+    /// A new region id.
+    pub fn new_region(&mut self) -> softib_engine::RegionId {
+        let r = softib_engine::RegionId(self.next_region);
+        self.next_region += 1;
+        r
+    }
+
+    /// Receives what waits, fires due timers, sends what the engine has; returns whether
+    /// anything arrived.
+    pub fn turn(&mut self) -> bool {
+        let got = self.receive();
+        let now = self.now();
+        self.ca.handle_timeout(now);
+        self.transmit(now);
+        got
+    }
+
+    /// Sends what the engine has to send (after a post).
+    pub fn send_now(&mut self) {
+        let now = self.now();
+        self.transmit(now);
+    }
+
+    fn receive(&mut self) -> bool {
+        let mut got = false;
+        // At most 16 calls, so that a flood cannot keep a poller inside forever.
+        for _ in 0..16 {
+            match self.link.recv_batch(&mut self.rx) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let now = self.now();
+            for dg in self.rx.datagrams() {
+                got = true;
+                if !in_blocks(&self.blocks, dg.data) {
+                    // Steered here while the group changed: the daemon's (or another
+                    // process's), handed on.
+                    let from = softib_proto::hand_on_addr(dg.from);
+                    match self.hand_on.push(u32::from(dg.index), &[&from, dg.data]) {
+                        Ok(true) => self.handed_on += 1,
+                        Ok(false) | Err(_) => self.hand_on_full += 1,
+                    }
+                    continue;
+                }
+                let _ = self
+                    .ca
+                    .handle_datagram(now, &Incoming::wire(dg.from, dg.index, dg.data));
+            }
+        }
+        got
+    }
+
+    fn transmit(&mut self, now: Instant) {
+        let mut local: [u8; 0] = [];
+        while let Some(mut t) = self.ca.poll_transmit(now, self.tx.space(ROOM), &mut local) {
+            t.src_port = self.source_socket(t.src_port);
+            let gso = self.src_links.get(&t.src_port).unwrap_or(&self.link).gso();
+            let _ = self.ca.commit(&mut self.tx, &t, gso);
+            if self.tx.bytes() >= TX_FLUSH_BYTES {
+                self.flush();
+            }
+        }
+        self.flush();
+    }
+
+    fn flush(&mut self) {
+        if self.tx.is_empty() {
+            return;
+        }
+        let main = self.link.local_addr().port();
+        let (link, srcs) = (&self.link, &self.src_links);
+        let out = self.tx.flush(|key| {
+            if key.port == main {
+                Some(link)
+            } else {
+                srcs.get(&key.port)
+            }
+        });
+        self.tx_dropped += out.dropped;
+    }
+
+    /// The source port a packet meant for `want` leaves from: a socket bound to it (made on
+    /// first use), else the member socket's.
+    fn source_socket(&mut self, want: u16) -> u16 {
+        let main = self.link.local_addr();
+        if want == main.port() || self.src_links.contains_key(&want) {
+            return want;
+        }
+        if self.src_refused.contains(&want) || self.src_links.len() >= MAX_SOURCE_SOCKETS {
+            return main.port();
+        }
+        match UdpLink::bind(SocketAddr::new(main.ip(), want)) {
+            Ok(l) => {
+                self.src_links.insert(want, l);
+                want
+            }
+            Err(_) => {
+                self.src_refused.insert(want);
+                main.port()
+            }
+        }
+    }
+}
+
+/// Whether the datagram's DestQP lies in one of this engine's QPN blocks (a datagram too
+/// short for a BTH is the engine's to count).
+fn in_blocks(blocks: &BTreeSet<u32>, data: &[u8]) -> bool {
+    let Some(b) = data.get(5..8) else {
+        return true;
+    };
+    let qpn = u32::from_be_bytes([0, b[0], b[1], b[2]]);
+    blocks.contains(&(qpn & !(softib_engine::QPN_BLOCK - 1)))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use softib_engine::HcaConfig;
+
+    #[test]
+    fn a_datagram_for_a_qpn_outside_the_blocks_is_handed_on_whole() {
+        let member = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = member.local_addr().unwrap();
+        let ring = PacketRing::create("softib-unit-hand-on", 4096).unwrap();
+        let daemon_side =
+            PacketRing::from_fd(ring.fd().try_clone_to_owned().unwrap(), 4096).unwrap();
+        let hca = Hca::new(HcaConfig::with_seed(1), LocalMemory::default());
+        let mut st = Station::new(hca, member, addr, ring).unwrap();
+        st.blocks.insert(0x4000);
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        // A BTH (RC SEND ONLY) to QP 0x9001 and to QP 0x4001 (in the block, no such QP).
+        let bth = |qpn: u32| {
+            let mut b = vec![
+                0x04u8, 0, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0xaa, 0xbb, 0, 0,
+            ];
+            b[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
+            b
+        };
+        tx.send_to(&bth(0x9001), addr).unwrap();
+        tx.send_to(&bth(0x4001), addr).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(st.turn());
+        assert_eq!(st.handed_on, 1);
+        let mut rec = Vec::new();
+        assert_eq!(daemon_side.pop(&mut rec).unwrap(), Some(0));
+        let (from, data) = softib_proto::parse_hand_on(&rec).unwrap();
+        assert_eq!(from, tx.local_addr().unwrap());
+        assert_eq!(data, bth(0x9001));
+        assert_eq!(
+            daemon_side.pop(&mut rec).unwrap(),
+            None,
+            "its own went to the engine"
+        );
+    }
+}

@@ -1,0 +1,249 @@
+//! The process data path (`SOFTIB_DATAPATH=process`): each context's RoCE device runs its
+//! engine in this process, with its own socket in the device's steering group. Two contexts on
+//! `rxe0` and `rxe1` of one embedded daemon exchange RC SENDs, WRITEs, READs and atomics and
+//! UD SENDs through the kernel, every byte checked; the daemon hands out their QPNs and keys
+//! and shows what they own; a peer that goes away leaves its partner with retry-exceeded.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use softib::{
+    AccessFlags, CompletionQueue, Context, Device, QpType, RemoteAddr, SendFlags, SendWr, WcOpcode,
+    WcStatus, WrOpcode,
+};
+use softib_engine::QPN_BLOCK;
+
+mod common;
+use common::{all, connect, loopback_pair};
+
+/// Every test of this binary runs on the process path (the variable is read when a context
+/// opens; all tests set the same value).
+fn process_path() {
+    std::env::set_var("SOFTIB_DATAPATH", "process");
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[1] ^ seed)
+        .collect()
+}
+
+fn done(cq: &CompletionQueue, wr_id: u64, opcode: WcOpcode) -> u32 {
+    let wc = cq.wait(Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode),
+        (wr_id, WcStatus::Success, opcode),
+        "{wc:?}"
+    );
+    wc.byte_len
+}
+
+#[test]
+fn rc_send_write_read_and_atomics_move_every_byte() {
+    process_path();
+    let (hca, a, b) = loopback_pair();
+    const LEN: usize = 256 * 1024;
+    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let (buf_a, buf_b) = (a.alloc_buffer(LEN).unwrap(), b.alloc_buffer(LEN).unwrap());
+    let access = all().with(AccessFlags::REMOTE_ATOMIC);
+    let mr_a = pd_a.register(&buf_a, access).unwrap();
+    let mr_b = pd_b.register(&buf_b, access).unwrap();
+    let qp_a = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 16).unwrap();
+    let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 16).unwrap();
+    connect(&qp_a, &qp_b);
+
+    // The daemon numbered them from blocks, and counts what each engine holds.
+    // (The daemon's own engine numbers from 0x10..0x1010 up; blocks start at 0x2000 or above.)
+    for q in [qp_a.qpn(), qp_b.qpn()] {
+        assert_eq!(q.value() % QPN_BLOCK, 0, "the first QPN of a block: {q}");
+        assert!(q.value() >= 0x2000, "{q}");
+    }
+    let res = Context::open_at(hca.dir()).unwrap().resources().unwrap();
+    let held: Vec<_> = res
+        .iter()
+        .flat_map(|r| r.per_device.iter().copied())
+        .filter(|(_, c)| *c == [1, 1, 1, 1, 0])
+        .map(|(d, _)| d)
+        .collect();
+    assert_eq!(held, [0, 1], "{res:?}");
+
+    // SEND: many MTU-sized packets and an odd tail.
+    let data = pattern(1, 70_001);
+    buf_a.write(0, &data);
+    qp_b.recv(&mr_b, 0, LEN, 1).unwrap();
+    qp_a.send(&mr_a, 0, data.len(), None, 2).unwrap();
+    done(&cq_a, 2, WcOpcode::Send);
+    assert_eq!(done(&cq_b, 1, WcOpcode::Recv) as usize, data.len());
+    let mut got = vec![0u8; data.len()];
+    buf_b.read(0, &mut got);
+    assert!(got == data, "SEND");
+
+    // WRITE into B (no thread of B polls: its progress thread answers).
+    let data = pattern(2, 100_003);
+    buf_a.write(1000, &data);
+    qp_a.write(&mr_a, 1000, data.len(), mr_b.addr() + 5, mr_b.rkey(), 3)
+        .unwrap();
+    done(&cq_a, 3, WcOpcode::RdmaWrite);
+    let mut got = vec![0u8; data.len()];
+    buf_b.read(5, &mut got);
+    assert!(got == data, "WRITE");
+
+    // READ from B.
+    let data = pattern(3, 65_537);
+    buf_b.write(131_072, &data);
+    qp_a.read(&mr_a, 7, data.len(), mr_b.addr() + 131_072, mr_b.rkey(), 4)
+        .unwrap();
+    done(&cq_a, 4, WcOpcode::RdmaRead);
+    let mut got = vec![0u8; data.len()];
+    buf_a.read(7, &mut got);
+    assert!(got == data, "READ");
+
+    // Atomics on an aligned word of B.
+    let at = 200_000u64;
+    buf_b.write(at as usize, &40u64.to_ne_bytes());
+    let atomic = |opcode, wr_id| SendWr {
+        wr_id,
+        opcode,
+        sg_list: vec![mr_a.sge(8, 8)],
+        flags: SendFlags::SIGNALED,
+        inline_data: None,
+        ud: None,
+    };
+    let remote = RemoteAddr {
+        addr: mr_b.addr() + at,
+        rkey: softib::RKey(mr_b.rkey()),
+    };
+    qp_a.post_send(vec![atomic(
+        WrOpcode::AtomicFetchAndAdd { remote, add: 2 },
+        5,
+    )])
+    .unwrap();
+    done(&cq_a, 5, WcOpcode::FetchAdd);
+    qp_a.post_send(vec![atomic(
+        WrOpcode::AtomicCmpAndSwp {
+            remote,
+            compare: 42,
+            swap: 7,
+        },
+        6,
+    )])
+    .unwrap();
+    done(&cq_a, 6, WcOpcode::CompSwap);
+    let mut word = [0u8; 8];
+    buf_a.read(8, &mut word);
+    assert_eq!(u64::from_ne_bytes(word), 42, "the value compared");
+    buf_b.read(at as usize, &mut word);
+    assert_eq!(u64::from_ne_bytes(word), 7, "swapped after the add");
+
+    // A READ with a key that is not B's region's is refused by B's responder.
+    qp_a.read(&mr_a, 0, 16, mr_b.addr(), mr_b.rkey() ^ 0x100, 7)
+        .unwrap();
+    let wc = cq_a.wait(Duration::from_secs(10)).unwrap();
+    assert_eq!(wc.status, WcStatus::RemAccessErr, "{wc:?}");
+}
+
+#[test]
+fn ud_sends_arrive_whole() {
+    process_path();
+    let (_hca, a, b) = loopback_pair();
+    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let (buf_a, buf_b) = (a.alloc_buffer(8192).unwrap(), b.alloc_buffer(8192).unwrap());
+    let mr_a = pd_a.register(&buf_a, all()).unwrap();
+    let mr_b = pd_b.register(&buf_b, all()).unwrap();
+    let qp_a = pd_a.create_qp(QpType::Ud, &cq_a, &cq_a, 16).unwrap();
+    let qp_b = pd_b.create_qp(QpType::Ud, &cq_b, &cq_b, 16).unwrap();
+    connect(&qp_a, &qp_b);
+    let eb = qp_b.endpoint().unwrap();
+    for i in 0..8u64 {
+        let data = pattern(i as u8, 100 + 100 * i as usize);
+        buf_a.write(0, &data);
+        // The receive buffer begins with the 40-byte GRH area.
+        qp_b.recv(&mr_b, 0, 4096, 100 + i).unwrap();
+        qp_a.send(&mr_a, 0, data.len(), Some(&eb), i).unwrap();
+        done(&cq_a, i, WcOpcode::Send);
+        assert_eq!(
+            done(&cq_b, 100 + i, WcOpcode::Recv) as usize,
+            40 + data.len()
+        );
+        let mut got = vec![0u8; data.len()];
+        buf_b.read(40, &mut got);
+        assert!(got == data, "UD SEND {i}");
+    }
+}
+
+#[test]
+fn a_peer_that_goes_away_leaves_retry_exceeded() {
+    process_path();
+    let (hca, a, b) = loopback_pair();
+    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
+    let buf_a = a.alloc_buffer(4096).unwrap();
+    let buf_b = b.alloc_buffer(4096).unwrap();
+    let mr_a = pd_a.register(&buf_a, all()).unwrap();
+    let mr_b = pd_b.register(&buf_b, all()).unwrap();
+    let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 4).unwrap();
+    // A gives up quickly: local ACK timeout 10 (4 ms), 2 retries.
+    use softib::typed::{InitAttr, RtrAttr, RtsAttr};
+    let eb = qp_b.endpoint_with(Some(&mr_b)).unwrap();
+    let qp_a = pd_a.create_qp_typed(QpType::Rc, &cq_a, &cq_a, 4).unwrap();
+    let ea = qp_a.endpoint().unwrap();
+    let qp_a = qp_a
+        .init(&InitAttr::default())
+        .map_err(|e| e.error)
+        .unwrap()
+        .ready_to_receive(&RtrAttr::connect(&eb, softib::Mtu::Mtu1024))
+        .map_err(|e| e.error)
+        .unwrap()
+        .ready_to_send(&RtsAttr {
+            timeout: 10,
+            retry_cnt: 2,
+            ..RtsAttr::default()
+        })
+        .map_err(|e| e.error)
+        .unwrap()
+        .into_untyped();
+    qp_b.connect(&ea, softib::Mtu::Mtu1024).unwrap();
+    let qpn_b = qp_b.qpn();
+    // B's process goes: its objects and engine with it (the daemon quarantines its QPNs).
+    drop((qp_b, mr_b, cq_b, pd_b, b));
+    qp_a.write(&mr_a, 0, 64, eb.addr, eb.rkey, 9).unwrap();
+    let wc = cq_a.wait(Duration::from_secs(10)).unwrap();
+    assert_eq!((wc.wr_id, wc.status), (9, WcStatus::RetryExcErr), "{wc:?}");
+    // Its QPN is not handed out again while quarantined: a new process gets another block.
+    let c = Device::open_at(hca.dir(), Some("rxe1")).unwrap();
+    let pd_c = c.alloc_pd().unwrap();
+    let cq_c = c.create_cq(4).unwrap();
+    let qp_c = pd_c.create_qp(QpType::Rc, &cq_c, &cq_c, 4).unwrap();
+    assert_ne!(
+        qp_c.qpn().value() / QPN_BLOCK,
+        qpn_b.value() / QPN_BLOCK,
+        "a quarantined block was handed out"
+    );
+}
+
+#[test]
+fn when_the_daemon_goes_the_qps_flush_and_control_verbs_say_so() {
+    process_path();
+    let (hca, a, b) = loopback_pair();
+    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
+    let (buf_a, buf_b) = (a.alloc_buffer(4096).unwrap(), b.alloc_buffer(4096).unwrap());
+    let mr_a = pd_a.register(&buf_a, all()).unwrap();
+    let mr_b = pd_b.register(&buf_b, all()).unwrap();
+    let qp_a = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 4).unwrap();
+    let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 4).unwrap();
+    connect(&qp_a, &qp_b);
+    qp_b.recv(&mr_b, 0, 64, 1).unwrap();
+    qp_a.recv(&mr_a, 0, 64, 2).unwrap();
+    drop(hca);
+    let wc = cq_b.wait(Duration::from_secs(10)).unwrap();
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::WrFlushErr), "{wc:?}");
+    let wc = cq_a.wait(Duration::from_secs(10)).unwrap();
+    assert_eq!((wc.wr_id, wc.status), (2, WcStatus::WrFlushErr), "{wc:?}");
+    let Err(e) = a.alloc_pd() else {
+        panic!("a PD without a daemon");
+    };
+    assert!(matches!(e, softib::Error::DaemonGone { .. }), "{e}");
+}
