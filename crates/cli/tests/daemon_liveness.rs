@@ -12,38 +12,14 @@ use rustix::process::Signal;
 use softib::{Context, Error};
 
 mod common;
-use common::{signal, wait_until, Kill, SOFTIB};
-
-fn daemon(dir: &Path, addr: &str) -> Kill {
-    let d = Kill(
-        Command::new(SOFTIB)
-            .arg("daemon")
-            .env("SOFTIB_RUNTIME_DIR", dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_until("softibd did not start", Duration::from_secs(10), || {
-        Context::open_at(dir).is_ok()
-    });
-    let o = Command::new(SOFTIB)
-        .args([
-            "link", "add", "rxe0", "type", "rxe", "netdev", "lo", "--addr", addr,
-        ])
-        .env("SOFTIB_RUNTIME_DIR", dir)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    d
-}
+use common::{roce_daemon, signal, Kill, SOFTIB};
 
 #[test]
 fn a_stopped_daemon_is_named_to_waiting_and_spinning_clients() {
     let dir = std::env::temp_dir().join(format!("softib-alive-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let d = daemon(&dir, "127.0.0.94");
+    let d = roce_daemon(&dir, "127.0.0.94");
     let mut ctx = Context::open_at(&dir).unwrap();
     let cq = ctx.create_cq(0, 16).unwrap();
     // Alive: a wait that finds nothing just ends, however long the daemon sleeps meanwhile.
@@ -118,7 +94,7 @@ fn an_unmodified_perftest_stops_and_names_a_stopped_daemon() {
     let dir = std::env::temp_dir().join(format!("softib-alive-pt-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let d = daemon(&dir, "127.0.0.95");
+    let d = roce_daemon(&dir, "127.0.0.95");
     let port = (20000 + std::process::id() % 20000).to_string();
     let run = |extra: &[&str]| {
         let mut c = Command::new(SOFTIB);

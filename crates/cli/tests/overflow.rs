@@ -5,37 +5,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use softib::{AccessFlags, Context, Device, Mtu, QpType, WcStatus};
 
 mod common;
-use common::{signal, wait_until, Kill, SOFTIB};
-
-fn daemon(dir: &Path, addr: &str) -> Kill {
-    let d = Kill(
-        Command::new(SOFTIB)
-            .arg("daemon")
-            .env("SOFTIB_RUNTIME_DIR", dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_until("softibd did not start", Duration::from_secs(10), || {
-        Context::open_at(dir).is_ok()
-    });
-    let o = Command::new(SOFTIB)
-        .args([
-            "link", "add", "rxe0", "type", "rxe", "netdev", "lo", "--addr", addr,
-        ])
-        .env("SOFTIB_RUNTIME_DIR", dir)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    d
-}
+use common::{roce_daemon, signal};
 
 fn drops(dir: &Path, reason: &str) -> u64 {
     let devs = Context::open_at(dir).unwrap().devices().unwrap();
@@ -53,8 +28,8 @@ fn a_full_receive_buffer_drops_ud_datagrams_counted_and_rc_recovers() {
     let (dir_a, dir_b) = (base.join("a"), base.join("b"));
     std::fs::create_dir_all(&dir_a).unwrap();
     std::fs::create_dir_all(&dir_b).unwrap();
-    let _da = daemon(&dir_a, "127.0.0.92");
-    let db = daemon(&dir_b, "127.0.0.93");
+    let _da = roce_daemon(&dir_a, "127.0.0.92");
+    let db = roce_daemon(&dir_b, "127.0.0.93");
 
     const N: usize = 12_000;
     // A full IB MTU each: 49 MB against a 16 MiB receive buffer (8 MiB asked, doubled).

@@ -7,32 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use softib::Context;
-
 mod common;
-use common::{text, wait_until, Kill, SOFTIB};
-
-fn daemon(dir: &Path, addr: &str) -> Kill {
-    let d = Kill(
-        Command::new(SOFTIB)
-            .arg("daemon")
-            .env("SOFTIB_RUNTIME_DIR", dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_until("softibd did not start", Duration::from_secs(10), || {
-        Context::open_at(dir).is_ok()
-    });
-    softib(
-        dir,
-        &[
-            "link", "add", "rxe0", "type", "rxe", "netdev", "lo", "--addr", addr,
-        ],
-    );
-    d
-}
+use common::{roce_daemon, text, Kill, SOFTIB};
 
 fn softib(dir: &Path, args: &[&str]) -> String {
     let o = Command::new(SOFTIB)
@@ -101,8 +77,8 @@ fn pair(name: &str, addrs: (&str, &str)) -> Pair {
     let (a, b) = (base.join("a"), base.join("b"));
     std::fs::create_dir_all(&a).unwrap();
     std::fs::create_dir_all(&b).unwrap();
-    let _da = daemon(&a, addrs.0);
-    let _db = daemon(&b, addrs.1);
+    let _da = roce_daemon(&a, addrs.0);
+    let _db = roce_daemon(&b, addrs.1);
     Pair {
         base,
         a,

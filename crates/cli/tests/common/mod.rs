@@ -8,6 +8,32 @@ use std::time::{Duration, Instant};
 
 pub const SOFTIB: &str = env!("CARGO_BIN_EXE_softib");
 
+/// `softib daemon` on runtime directory `dir` with one RoCE device, `rxe0` on lo at `addr`,
+/// once it answers; killed when the test lets go of it.
+pub fn roce_daemon(dir: &Path, addr: &str) -> Kill {
+    let d = Kill(
+        Command::new(SOFTIB)
+            .arg("daemon")
+            .env("SOFTIB_RUNTIME_DIR", dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_until("softibd did not start", Duration::from_secs(10), || {
+        softib::Context::open_at(dir).is_ok()
+    });
+    let o = Command::new(SOFTIB)
+        .args([
+            "link", "add", "rxe0", "type", "rxe", "netdev", "lo", "--addr", addr,
+        ])
+        .env("SOFTIB_RUNTIME_DIR", dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    d
+}
+
 pub fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
