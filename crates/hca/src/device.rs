@@ -887,23 +887,13 @@ impl RoceDev {
             vendor_id: 0xff_ffff,
             vendor_part_id: 0,
             attr: hca.device().clone(),
-            ports: vec![PortInfo {
-                number: 1,
-                state: if self.up { 4 } else { 1 },
-                phys_state: if self.up { 5 } else { 3 },
-                rate: 10,
-                width: 1,
-                speed: 8,
-                lid: Lid(0),
-                lmc: 0,
-                sm_lid: Lid(0),
-                capability_mask: 0x0001_0000,
-                port_guid: guid,
-                link_layer_ib: false,
-                max_mtu: attr.map_or(Mtu::Mtu4096, |a| a.max_mtu),
-                active_mtu: attr.map_or(Mtu::Mtu1024, |a| a.active_mtu),
-                gids: attr.map_or_else(Vec::new, |a| a.gids.clone()),
-            }],
+            ports: vec![PortInfo::roce(
+                guid,
+                self.up,
+                attr.map_or(Mtu::Mtu4096, |a| a.max_mtu),
+                attr.map_or(Mtu::Mtu1024, |a| a.active_mtu),
+                attr.map_or_else(Vec::new, |a| a.gids.clone()),
+            )],
             drops: {
                 let mut d = drops(hca);
                 // Datagrams that never reached the engine, by reason.

@@ -170,7 +170,7 @@ pub fn files(d: &DeviceInfo) -> Vec<(String, String)> {
 mod tests {
     use super::*;
     use softib_proto::PortInfo;
-    use softib_wire::{Gid, Guid, Lid, Mtu};
+    use softib_wire::{Gid, Guid, Mtu};
 
     fn roce() -> DeviceInfo {
         DeviceInfo {
@@ -184,25 +184,15 @@ mod tests {
             vendor_id: 0xff_ffff,
             vendor_part_id: 0,
             attr: softib_engine::DeviceAttr::default(),
-            ports: vec![PortInfo {
-                number: 1,
-                state: 4,
-                phys_state: 5,
-                rate: 10,
-                width: 1,
-                speed: 8,
-                lid: Lid(0),
-                lmc: 0,
-                sm_lid: Lid(0),
-                capability_mask: 0x0001_0000,
-                port_guid: Guid(0x0200_00ff_fe00_0002),
-                link_layer_ib: false,
-                max_mtu: Mtu::Mtu4096,
-                active_mtu: Mtu::Mtu1024,
-                gids: vec![Gid([
+            ports: vec![PortInfo::roce(
+                Guid(0x0200_00ff_fe00_0002),
+                true,
+                Mtu::Mtu4096,
+                Mtu::Mtu1024,
+                vec![Gid([
                     0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 2,
                 ])],
-            }],
+            )],
             drops: Vec::new(),
             verbs: None,
         }

@@ -143,6 +143,29 @@ pub struct PortInfo {
 }
 
 impl PortInfo {
+    /// Port 1 of a RoCE device as rxe reports it: no LIDs, 1X at 25 Gb/s (rate 10 in the
+    /// kernel's encoding), the device-management capability bit only; Active/LinkUp while its
+    /// interface is up, Down/Disabled otherwise.
+    pub fn roce(guid: Guid, up: bool, max_mtu: Mtu, active_mtu: Mtu, gids: Vec<Gid>) -> PortInfo {
+        PortInfo {
+            number: 1,
+            state: if up { 4 } else { 1 },
+            phys_state: if up { 5 } else { 3 },
+            rate: 10,
+            width: 1,
+            speed: 8,
+            lid: Lid(0),
+            lmc: 0,
+            sm_lid: Lid(0),
+            capability_mask: 0x0001_0000,
+            port_guid: guid,
+            link_layer_ib: false,
+            max_mtu,
+            active_mtu,
+            gids,
+        }
+    }
+
     /// The logical state's name, as `ibstat` prints it.
     pub fn state_name(&self) -> &'static str {
         match self.state {

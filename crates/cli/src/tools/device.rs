@@ -197,7 +197,7 @@ pub fn ibv_devinfo(args: &[String]) -> Result<u8> {
 #[cfg(test)]
 mod device_view_tests {
     use super::*;
-    use softib::{Gid, Guid, Lid, Mtu, PortInfo, VerbsAttr, VerbsPortAttr};
+    use softib::{Gid, Guid, Mtu, PortInfo, VerbsAttr, VerbsPortAttr};
 
     /// What the rdma-core backend reads from the kernel's rxe in the qemu guest (its
     /// `ibv_query_device`, `ibv_query_port` and `ibv_context`), as a `DeviceInfo`.
@@ -246,23 +246,13 @@ mod device_view_tests {
             vendor_id: 0xff_ffff,
             vendor_part_id: 0,
             attr,
-            ports: vec![PortInfo {
-                number: 1,
-                state: 4,
-                phys_state: 5,
-                rate: 10,
-                width: 1,
-                speed: 8,
-                lid: Lid(0),
-                lmc: 0,
-                sm_lid: Lid(0),
-                capability_mask: 0x0001_0000,
-                port_guid: guid,
-                link_layer_ib: false,
-                max_mtu: Mtu::Mtu4096,
-                active_mtu: Mtu::Mtu1024,
-                gids: vec![Gid(gid0), Gid(gid1)],
-            }],
+            ports: vec![PortInfo::roce(
+                guid,
+                true,
+                Mtu::Mtu4096,
+                Mtu::Mtu1024,
+                vec![Gid(gid0), Gid(gid1)],
+            )],
             drops: Vec::new(),
             verbs: Some(VerbsAttr {
                 device_cap_flags: 0x0122_3c76,
