@@ -3,7 +3,7 @@
 //! port sends from ([`roce_gid_index`]). perftest's tools and the pingpong examples explain a
 //! stall from the same facts, each in its own words.
 
-use softib::{Context, PortInfo};
+use softib::{AccessFlags, AttrMask, Context, PortInfo, QpAttr, QpState};
 
 /// What the HCA says about a stalled run.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,4 +59,26 @@ pub fn roce_gid_index(port: &PortInfo) -> u8 {
         .iter()
         .position(|g| g.0[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff])
         .map_or(0, |i| u8::try_from(i).unwrap_or(0))
+}
+
+/// The RESET → INIT attributes of a QP on `port`, as perftest and the pingpongs give them: a
+/// UD QP gets the Q_Key both use (0x11111111, [`softib::UD_QKEY`]), a connected one `access`.
+pub fn init_attr(ud: bool, port: u8, access: AccessFlags) -> (QpAttr, AttrMask) {
+    let mut attr = QpAttr {
+        qp_state: QpState::Init,
+        pkey_index: 0,
+        port_num: port,
+        ..QpAttr::default()
+    };
+    let mut mask = AttrMask::STATE
+        .with(AttrMask::PKEY_INDEX)
+        .with(AttrMask::PORT);
+    if ud {
+        attr.qkey = softib::UD_QKEY;
+        mask = mask.with(AttrMask::QKEY);
+    } else {
+        attr.qp_access_flags = access;
+        mask = mask.with(AttrMask::ACCESS_FLAGS);
+    }
+    (attr, mask)
 }

@@ -27,8 +27,6 @@ use crate::report::{
     self, address_lines, BannerInfo, BannerStyle, BwResult, BwUnit, LatResult, LinkLayer, Side,
 };
 
-/// perftest's default Q_Key for UD (`DEF_QKEY`).
-const DEF_QKEY: u32 = 0x1111_1111;
 /// Bytes of the GRH area that starts every UD receive buffer.
 const GRH_AREA: u64 = 40;
 
@@ -395,24 +393,10 @@ impl Local {
                     sq_sig_all: false,
                 },
             )?;
-            let mut a = QpAttr {
-                qp_state: QpState::Init,
-                pkey_index: 0,
-                port_num: args.ib_port,
-                ..QpAttr::default()
-            };
-            let mut mask = AttrMask::STATE
-                .with(AttrMask::PKEY_INDEX)
-                .with(AttrMask::PORT);
-            if qp_type == QpType::Ud {
-                a.qkey = DEF_QKEY;
-                mask = mask.with(AttrMask::QKEY);
-            } else {
-                a.qp_access_flags = AccessFlags::REMOTE_WRITE
-                    .with(AccessFlags::REMOTE_READ)
-                    .with(AccessFlags::REMOTE_ATOMIC);
-                mask = mask.with(AttrMask::ACCESS_FLAGS);
-            }
+            let remote = AccessFlags::REMOTE_WRITE
+                .with(AccessFlags::REMOTE_READ)
+                .with(AccessFlags::REMOTE_ATOMIC);
+            let (a, mask) = crate::port::init_attr(qp_type == QpType::Ud, args.ib_port, remote);
             ctx.modify_qp(dev, qpn, &a, mask)?;
             qps.push(qpn);
         }
@@ -585,7 +569,7 @@ impl Local {
             ud: self.ahs.get(q).map(|&ah| UdDest {
                 ah,
                 remote_qpn: Qpn::new(r.qpn),
-                remote_qkey: DEF_QKEY,
+                remote_qkey: softib::UD_QKEY,
             }),
         }
     }

@@ -12,7 +12,7 @@ use softib::{
 
 use super::args::Args;
 use super::exchange::Dest;
-use super::{because, Fail, Pp, Result, Transport, FILL, GRH_BYTES, RECV_WRID, SEND_WRID, UD_QKEY};
+use super::{because, Fail, Pp, Result, Transport, FILL, GRH_BYTES, RECV_WRID, SEND_WRID};
 
 impl Pp {
     /// `pp_init_ctx`: buffer, PD, MR, CQ, QP, and the QP to INIT.
@@ -68,23 +68,8 @@ impl Pp {
                 },
             )
             .map_err(|e| because("Couldn't create QP", e))?;
-        let mut attr = QpAttr {
-            qp_state: QpState::Init,
-            pkey_index: 0,
-            port_num: a.ib_port,
-            ..QpAttr::default()
-        };
-        let mut mask = AttrMask::STATE
-            .with(AttrMask::PKEY_INDEX)
-            .with(AttrMask::PORT);
-        if t == Transport::Ud {
-            attr.qkey = UD_QKEY;
-            mask = mask.with(AttrMask::QKEY);
-        } else {
-            // Sends only: no remote access at all.
-            attr.qp_access_flags = AccessFlags::NONE;
-            mask = mask.with(AttrMask::ACCESS_FLAGS);
-        }
+        // Sends only: no remote access at all.
+        let (attr, mask) = crate::port::init_attr(t == Transport::Ud, a.ib_port, AccessFlags::NONE);
         ctx.modify_qp(dev, qpn, &attr, mask)
             .map_err(|e| because("Failed to modify QP to INIT", e))?;
         Ok(Pp {
@@ -146,7 +131,7 @@ impl Pp {
             ud: self.ah.map(|ah| UdDest {
                 ah,
                 remote_qpn: Qpn::new(remote.qpn),
-                remote_qkey: UD_QKEY,
+                remote_qkey: softib::UD_QKEY,
             }),
         };
         self.ctx

@@ -58,8 +58,6 @@ impl Transport {
 /// Upstream's work request ids: a bit each, so that `pending` is a mask of both.
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
-/// The Q_Key both UD sides use (upstream's constant).
-const UD_QKEY: u32 = 0x1111_1111;
 /// The GRH area at the start of every UD receive buffer.
 const GRH_BYTES: usize = 40;
 /// The byte upstream fills its buffer with.
