@@ -49,59 +49,16 @@ mod srq;
 mod sysfs;
 mod unsupported;
 
-include!(concat!(env!("OUT_DIR"), "/exports.rs"));
+pub(crate) use softib_verbs_abi::ffi::{
+    returning_errno as ffi_errno, returning_minus_one as ffi_neg, returning_ptr as ffi_ptr,
+    set_errno,
+};
 
-/// Sets the calling thread's `errno`.
-pub(crate) fn set_errno(e: c_int) {
-    // SAFETY: `__errno_location` returns the calling thread's errno, always valid to write.
-    unsafe { *libc::__errno_location() = e }
-}
+include!(concat!(env!("OUT_DIR"), "/exports.rs"));
 
 /// Runs `f`, turning a panic (a bug) into `Err` instead of unwinding into C.
 pub(crate) fn catch<R>(f: impl FnOnce() -> R) -> std::thread::Result<R> {
     std::panic::catch_unwind(AssertUnwindSafe(f))
-}
-
-/// Runs an exported function's body that returns 0 or a positive errno value (the
-/// convention of `ibv_modify_qp`, `ibv_dereg_mr`, ...). A panic — a bug — becomes EIO
-/// rather than unwinding into C.
-pub(crate) fn ffi_errno(f: impl FnOnce() -> Result<(), c_int>) -> c_int {
-    match std::panic::catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => 0,
-        Ok(Err(e)) => e,
-        Err(_) => libc::EIO,
-    }
-}
-
-/// Runs an exported function's body that returns a pointer, NULL with `errno` on failure.
-pub(crate) fn ffi_ptr<T>(f: impl FnOnce() -> Result<*mut T, c_int>) -> *mut T {
-    match std::panic::catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(p)) => p,
-        Ok(Err(e)) => {
-            set_errno(e);
-            std::ptr::null_mut()
-        }
-        Err(_) => {
-            set_errno(libc::EIO);
-            std::ptr::null_mut()
-        }
-    }
-}
-
-/// Runs an exported function's body that returns a count or 0, and `-1` with `errno` on
-/// failure (`ibv_get_cq_event`, `ibv_query_gid`, ...).
-pub(crate) fn ffi_neg(f: impl FnOnce() -> Result<c_int, c_int>) -> c_int {
-    match std::panic::catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(n)) => n,
-        Ok(Err(e)) => {
-            set_errno(e);
-            -1
-        }
-        Err(_) => {
-            set_errno(libc::EIO);
-            -1
-        }
-    }
 }
 
 /// The errno value rdma-core would return for what softib answered.

@@ -27,7 +27,6 @@
 #![cfg_attr(test, allow(dead_code))]
 
 use std::ffi::c_int;
-use std::panic::AssertUnwindSafe;
 
 mod addrinfo;
 mod agent;
@@ -39,45 +38,11 @@ mod qp;
 mod sync;
 mod unsupported;
 
+pub(crate) use softib_verbs_abi::ffi::{
+    returning_ptr as ffi_ptr, returning_zero_or_minus_one as ffi, set_errno,
+};
+
 include!(concat!(env!("OUT_DIR"), "/exports.rs"));
-
-/// Sets the calling thread's `errno`.
-pub(crate) fn set_errno(e: c_int) {
-    // SAFETY: `__errno_location` returns the calling thread's errno, always valid to write.
-    unsafe { *libc::__errno_location() = e }
-}
-
-/// Runs an exported function's body that returns 0, or -1 with `errno` (rdma_cm's
-/// convention for almost every call). A panic — a bug — becomes EIO rather than unwinding
-/// into C.
-pub(crate) fn ffi(f: impl FnOnce() -> Result<(), c_int>) -> c_int {
-    match std::panic::catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => 0,
-        Ok(Err(e)) => {
-            set_errno(e);
-            -1
-        }
-        Err(_) => {
-            set_errno(libc::EIO);
-            -1
-        }
-    }
-}
-
-/// Runs an exported function's body that returns a pointer, NULL with `errno` on failure.
-pub(crate) fn ffi_ptr<T>(f: impl FnOnce() -> Result<*mut T, c_int>) -> *mut T {
-    match std::panic::catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(p)) => p,
-        Ok(Err(e)) => {
-            set_errno(e);
-            std::ptr::null_mut()
-        }
-        Err(_) => {
-            set_errno(libc::EIO);
-            std::ptr::null_mut()
-        }
-    }
-}
 
 /// Says on stderr why softib refused an rdma_cm call (rdma-core says nothing, and programs
 /// print only "rdma_connect: Invalid argument"); `SOFTIB_VERBS_LOG=0` silences it. Returns

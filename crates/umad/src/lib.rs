@@ -21,7 +21,6 @@
 #![cfg_attr(test, allow(dead_code))]
 
 use std::ffi::{c_char, c_int, CStr};
-use std::panic::AssertUnwindSafe;
 
 pub mod agents;
 mod buffer;
@@ -29,30 +28,9 @@ mod ca;
 mod port;
 mod strings;
 
+pub(crate) use softib_verbs_abi::ffi::{returning_neg_errno as ffi_neg, set_errno};
+
 include!(concat!(env!("OUT_DIR"), "/exports.rs"));
-
-/// Sets the calling thread's `errno`.
-pub(crate) fn set_errno(e: c_int) {
-    // SAFETY: `__errno_location` returns the calling thread's errno, always valid to write.
-    unsafe { *libc::__errno_location() = e }
-}
-
-/// Runs an exported function's body that returns a count, an id or 0, and a negative errno
-/// value on failure (libibumad's convention); a panic (a bug) becomes -EIO rather than
-/// unwinding into C. `errno` is set too, as the real functions leave it.
-pub(crate) fn ffi_neg(f: impl FnOnce() -> Result<c_int, c_int>) -> c_int {
-    match std::panic::catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(n)) => n,
-        Ok(Err(e)) => {
-            set_errno(e);
-            -e
-        }
-        Err(_) => {
-            set_errno(libc::EIO);
-            -libc::EIO
-        }
-    }
-}
 
 /// A C string argument, or EINVAL.
 pub(crate) fn c_str<'a>(p: *const c_char) -> Result<&'a str, c_int> {

@@ -1362,6 +1362,7 @@ layout!(IbUserPathRec, 64, dlid @ 32, raw_traffic @ 36, mtu @ 48, pkey @ 52, pre
 layout!(IbvSaPathRec, 64, dlid @ 32, raw_traffic @ 36, reversible @ 48, numb_path @ 52,
     pkey @ 54, preference @ 63);
 
+pub mod ffi;
 pub mod umad;
 // After `layout!`, which it uses.
 pub mod rdma_cm;
