@@ -63,7 +63,7 @@ fn two_devices(name: &str, addrs: [&str; 2]) -> (std::path::PathBuf, Kill) {
 
 /// Runs `tool` between the two devices (server on rxe1), with `env` set in both when given;
 /// returns the client's output.
-fn pair(dir: &Path, tool: &str, args: &[&str], port: &str, env: Option<(&str, &str)>) -> String {
+fn pair(dir: &Path, tool: &str, args: &[&str], port: &str, env: &[(&str, &str)]) -> String {
     pair_envs(dir, tool, args, port, env, env)
 }
 
@@ -73,11 +73,11 @@ fn pair_envs(
     tool: &str,
     args: &[&str],
     port: &str,
-    server_env: Option<(&str, &str)>,
-    client_env: Option<(&str, &str)>,
+    server_env: &[(&str, &str)],
+    client_env: &[(&str, &str)],
 ) -> String {
     let server = softib(dir, &[&[tool, "-d", "rxe1", "-p", port], args].concat())
-        .envs(server_env)
+        .envs(server_env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -87,7 +87,7 @@ fn pair_envs(
         dir,
         &[&[tool, "-d", "rxe0", "-p", port], args, &["127.0.0.1"]].concat(),
     )
-    .envs(client_env)
+    .envs(client_env.iter().copied())
     .output()
     .unwrap();
     let s = server.wait_with_output().unwrap();
@@ -125,7 +125,7 @@ fn datagrams_between_devices_of_one_daemon_skip_the_kernel_and_are_still_capture
     std::thread::sleep(Duration::from_millis(300));
 
     for (tool, tcp) in [("ib_write_bw", "18741"), ("ib_read_bw", "18742")] {
-        pair(&dir, tool, &["-s", "65536", "-n", "20"], tcp, None);
+        pair(&dir, tool, &["-s", "65536", "-n", "20"], tcp, &[]);
     }
     // Stop the device capture: on SIGINT it stops the daemon's capture, which flushes it.
     let mut cap = cap;
@@ -169,7 +169,7 @@ fn each_data_path_fallback_carries_a_whole_run() {
             "ib_send_bw",
             &["-s", "4096", "-n", "3000"],
             &port,
-            Some((knob, "0")),
+            &[(knob, "0")],
         );
         let row = out
             .lines()
@@ -190,7 +190,7 @@ fn each_data_path_fallback_carries_a_whole_run() {
 #[test]
 fn perftest_runs_on_the_process_data_path() {
     let (dir, _daemon) = two_devices("process", ["127.0.0.86", "127.0.0.87"]);
-    let env = Some(("SOFTIB_DATAPATH", "process"));
+    let env = &[("SOFTIB_DATAPATH", "process")];
     for (i, (tool, size, n)) in [
         ("ib_write_bw", "65536", "200"),
         ("ib_read_bw", "65536", "200"),
@@ -229,7 +229,28 @@ fn perftest_runs_on_the_process_data_path() {
         let port = format!("{}", 18781 + i);
         let (s_env, c_env) = (("SOFTIB_DATAPATH", server), ("SOFTIB_DATAPATH", client));
         let args = ["-s", "65536", "-n", "100"];
-        pair_envs(&dir, "ib_write_bw", &args, &port, Some(s_env), Some(c_env));
+        pair_envs(&dir, "ib_write_bw", &args, &port, &[s_env], &[c_env]);
+    }
+    // Both on the process path with the rings between their engines turned off: RC goes
+    // through the kernel, steered to each process's socket.
+    let kernel = &[("SOFTIB_DATAPATH", "process"), ("SOFTIB_PEER_RINGS", "0")];
+    for (i, (tool, size, n)) in [("ib_write_bw", "65536", "200"), ("ib_send_lat", "8", "500")]
+        .into_iter()
+        .enumerate()
+    {
+        let port = format!("{}", 18783 + i);
+        let out = pair(
+            &dir,
+            tool,
+            &["-s", size, "-n", n, "--timeout", "60"],
+            &port,
+            kernel,
+        );
+        let row = out
+            .lines()
+            .find(|l| l.trim_start().starts_with(size))
+            .unwrap_or_else(|| panic!("{tool} without rings: no result row:\n{out}"));
+        assert_eq!(row.split_whitespace().nth(1), Some(n), "{tool}: {row}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -34,7 +34,7 @@ mod types;
 pub use frame::{
     decode, encode, recv_blocking, send, FrameReader, MAX_BUFFERED, MAX_FRAME, MAX_PENDING_FDS,
 };
-pub use message::{ProcessObject, Request, Response};
+pub use message::{Event, ProcessObject, Request, Response};
 pub use ring::{
     decode_completion, encode_completion, Submit, SubmitRef, COMPLETION_ENTRY_MAX,
     CQ_RING_SLOTS_MAX, CQ_RING_SLOT_LEN, SUBMIT_ENTRY_MAX, SUBMIT_SLOTS_MAX, SUBMIT_SLOT_LEN,
@@ -45,7 +45,11 @@ pub use types::{
 };
 
 /// The protocol version; bumped on any incompatible change.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
+
+/// The record bytes of each ring between two process engines ([`Event::Ring`]): a window of
+/// in-process segments (64 of them) in flight without back-pressure.
+pub const PEER_RING_BYTES: usize = 4 << 20;
 
 /// The sender's address before each handed-on datagram ([`Request::SteerJoin`]): 16 bytes
 /// of IPv6 (IPv4-mapped for IPv4) and the UDP port, big-endian.

@@ -468,6 +468,53 @@ pub enum Request {
         /// Device index.
         dev: u32,
     },
+    /// The process data path: the client's engine on device `dev` opens its event channel.
+    /// Two descriptors travel with the request: the daemon's end of a unix stream socket
+    /// pair, on which the daemon pushes [`Event`]s (framed as requests are, with their
+    /// descriptors), and the engine's doorbell, an eventfd that peers write after they put
+    /// packets into a ring to this engine while it is not polling ([`Request::RingTo`]).
+    OpenEvents {
+        /// Device index.
+        dev: u32,
+    },
+    /// The process data path, intra-host: the client's RC QP on device `dev` got a path to
+    /// QP `dqpn` at `dgid`. When that QP belongs to another process's engine on a device of
+    /// this daemon, both engines get a pair of shared-memory packet rings ([`Response::Ring`]
+    /// to the asker, [`Event::Ring`] to the other) and their QPs' packets travel through
+    /// them instead of the kernel; otherwise [`Response::NoRing`] says why.
+    RingTo {
+        /// Device index.
+        dev: u32,
+        /// The path's destination GID.
+        dgid: Gid,
+        /// The destination QPN.
+        dqpn: Qpn,
+    },
+}
+
+/// What the daemon pushes on a process engine's event channel ([`Request::OpenEvents`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Event {
+    /// Another process's engine asked for rings to this one ([`Request::RingTo`]): three
+    /// descriptors come with it — the ring this engine reads, the ring it writes, and the
+    /// other engine's doorbell — each ring a `softib_net::ring::PacketRing` of
+    /// [`crate::PEER_RING_BYTES`] record bytes whose records are a datagram as a peer sends
+    /// it: the sender's address ([`crate::HAND_ON_ADDR_LEN`] bytes) and the UDP payload
+    /// (unsealed, in-process segments).
+    Ring {
+        /// The pair's id (what [`Event::RingGone`] names).
+        id: u64,
+        /// The other engine's device address and UDP port.
+        peer: std::net::SocketAddr,
+        /// The first QPN of each QPN block the other engine holds on its device now.
+        peer_blocks: Vec<u32>,
+    },
+    /// The other end of ring pair `id` is gone (its process exited or was killed): its rings
+    /// are dropped, and QPs that used them see what they would with a dead node.
+    RingGone {
+        /// The pair's id.
+        id: u64,
+    },
 }
 
 /// An object a process's own engine holds, as [`Request::Own`] and [`Request::Disown`] name
@@ -556,6 +603,22 @@ pub enum Response {
     },
     /// A memory key.
     MrKey(u32),
+    /// The rings to another process's engine ([`Request::RingTo`]): when `fresh`, three
+    /// descriptors come with it as with [`Event::Ring`]; otherwise the asker has them
+    /// already (an earlier answer or event named the same `id`).
+    Ring {
+        /// The pair's id.
+        id: u64,
+        /// The other engine's device address and UDP port.
+        peer: std::net::SocketAddr,
+        /// The first QPN of each QPN block the other engine holds on its device now.
+        peer_blocks: Vec<u32>,
+        /// Whether the descriptors come with this answer.
+        fresh: bool,
+    },
+    /// No rings for this path ([`Request::RingTo`]): why (its packets go through the
+    /// kernel, which is always correct).
+    NoRing(String),
     /// Joined the device's steering group: the socket travels with this answer (SCM_RIGHTS),
     /// bound to `addr`.
     Steered {

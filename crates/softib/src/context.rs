@@ -287,6 +287,15 @@ impl Context {
         }
     }
 
+    /// What the process engine of device `dev` carried and lost (rings to other processes'
+    /// engines, its sockets); `None` when the device's data path is the daemon's.
+    pub fn process_counters(&mut self, dev: u32) -> Result<Option<crate::ProcessCounters>> {
+        match &mut self.backend {
+            Backend::Daemon(s) => s.process_counters(dev),
+            Backend::RdmaCore(_) => Ok(None),
+        }
+    }
+
     /// `ibv_modify_qp`.
     pub fn modify_qp(&mut self, dev: u32, qpn: Qpn, attr: &QpAttr, mask: AttrMask) -> Result<()> {
         match &mut self.backend {

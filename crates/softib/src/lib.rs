@@ -61,6 +61,7 @@ pub use objects::{
     AddressHandle, CompletionQueue, Device, Endpoint, MemoryRegion, ProtectionDomain, QueuePair,
     SharedReceiveQueue,
 };
+pub use provider::ProcessCounters;
 
 /// The Q_Key softib's objects use on UD QPs (perftest's and the pingpong examples' 0x11111111).
 pub const UD_QKEY: u32 = 0x1111_1111;

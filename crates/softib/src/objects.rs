@@ -98,6 +98,12 @@ impl Device {
             })
     }
 
+    /// What this device's engine in this process carried and lost, on the process data path
+    /// (`None` on the daemon's).
+    pub fn process_counters(&self) -> Result<Option<crate::ProcessCounters>> {
+        self.ctx().process_counters(self.index)
+    }
+
     /// Memory shared with the HCA, to register.
     pub fn alloc_buffer(&self, len: usize) -> Result<Buffer> {
         self.ctx().alloc_buffer(len)

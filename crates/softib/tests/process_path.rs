@@ -1,8 +1,10 @@
 //! The process data path (`SOFTIB_DATAPATH=process`): each context's RoCE device runs its
 //! engine in this process, with its own socket in the device's steering group. Two contexts on
-//! `rxe0` and `rxe1` of one embedded daemon exchange RC SENDs, WRITEs, READs and atomics and
-//! UD SENDs through the kernel, every byte checked; the daemon hands out their QPNs and keys
-//! and shows what they own; a peer that goes away leaves its partner with retry-exceeded.
+//! `rxe0` and `rxe1` of one embedded daemon — two clients, as two processes would be —
+//! exchange RC SENDs, WRITEs, READs and atomics through the rings the daemon gives their
+//! engines, and UD SENDs through the kernel, every byte checked; the daemon hands out their
+//! QPNs and keys and shows what they own; a peer that goes away leaves its partner with
+//! retry-exceeded. (The kernel's path for RC is the perftest tests' `SOFTIB_PEER_RINGS=0`.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
@@ -68,6 +70,13 @@ fn rc_send_write_read_and_atomics_move_every_byte() {
         .collect();
     assert_eq!(held, [0, 1], "{res:?}");
 
+    // Their QPs reach each other through rings: nothing sent yet.
+    let (ca, cb) = (
+        a.process_counters().unwrap().expect("a process engine"),
+        b.process_counters().unwrap().expect("a process engine"),
+    );
+    assert_eq!((ca.peers, cb.peers), (1, 1), "{ca:?} {cb:?}");
+
     // SEND: many MTU-sized packets and an odd tail.
     let data = pattern(1, 70_001);
     buf_a.write(0, &data);
@@ -88,6 +97,16 @@ fn rc_send_write_read_and_atomics_move_every_byte() {
     let mut got = vec![0u8; data.len()];
     buf_b.read(5, &mut got);
     assert!(got == data, "WRITE");
+    // In in-process segments through the ring: two for 100,003 bytes (the SEND's too), and
+    // B's acknowledgements back.
+    let (ca, cb) = (
+        a.process_counters().unwrap().unwrap(),
+        b.process_counters().unwrap().unwrap(),
+    );
+    assert!((2..=8).contains(&ca.ring_sent), "{ca:?}");
+    assert_eq!(cb.ring_received, ca.ring_sent, "{cb:?}");
+    assert!(ca.ring_received >= 2, "acknowledgements: {ca:?}");
+    assert_eq!((ca.ring_lost, cb.ring_lost), (0, 0));
 
     // READ from B.
     let data = pattern(3, 65_537);

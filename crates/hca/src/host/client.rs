@@ -221,6 +221,8 @@ pub(super) struct Client {
     pub events_fd: Option<OwnedFd>,
     /// The eventfd signalled when a MAD is queued for it (`AttachMadWakeup`).
     pub mad_wakeup: Option<OwnedFd>,
+    /// Its process engines' event channels, by device (`OpenEvents`).
+    pub event_channels: BTreeMap<u32, super::peer_rings::EventChannel>,
 }
 
 impl Client {
@@ -248,6 +250,7 @@ impl Client {
             events: VecDeque::new(),
             events_fd: None,
             mad_wakeup: None,
+            event_channels: BTreeMap::new(),
         }
     }
 
@@ -293,6 +296,7 @@ impl Client {
         }
         host.tids.forget(self.id);
         host.cm.forget(self.id);
+        host.peer_rings.client_gone(self.id);
         if std::env::var_os("SOFTIB_LOG").is_some() {
             eprintln!(
                 "softibd[{}]: client {} (pid {}) gone; its resources reclaimed",

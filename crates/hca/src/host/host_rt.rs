@@ -54,6 +54,8 @@ pub(super) struct Host {
     pub issm: Option<crate::issm::IssmFiles>,
     /// QPN blocks and keys of clients that went, until they may be handed out again.
     pub quarantine: Quarantine,
+    /// Rings between process engines of this host's clients.
+    pub peer_rings: super::peer_rings::PeerRings,
 }
 
 impl Host {
@@ -84,6 +86,7 @@ impl Host {
             links_file,
             seed,
             quarantine: Quarantine::default(),
+            peer_rings: Default::default(),
         }
     }
 

@@ -43,6 +43,7 @@ mod host_rt;
 mod liveness;
 mod mads;
 mod parked;
+mod peer_rings;
 mod quarantine;
 mod rings;
 mod switch_rt;

@@ -277,6 +277,9 @@ pub struct RoceCa<M: Memory> {
     config: RoceConfig,
     /// The destinations the embedder declared to be engines of this process.
     local_peers: Vec<SocketAddr>,
+    /// The QPs whose peer the embedder reaches locally whatever their path's address (a
+    /// ring to another process's engine on the same daemon).
+    local_qps: BTreeSet<Qpn>,
     /// Whether nothing between this device and a local peer could see or change a datagram.
     trust_local: bool,
     /// The RC QPs whose in-process flag was decided from their path, to decide again when the
@@ -300,6 +303,7 @@ impl<M: Memory> RoceCa<M> {
             hca,
             config,
             local_peers: Vec::new(),
+            local_qps: BTreeSet::new(),
             trust_local: false,
             decided: BTreeSet::new(),
             ident: IdentPatch::default(),
@@ -351,6 +355,7 @@ impl<M: Memory> RoceCa<M> {
             self.decide(qpn);
         } else if mask.contains(AttrMask::STATE) && attr.qp_state == QpState::Reset {
             self.decided.remove(&qpn);
+            self.local_qps.remove(&qpn);
         }
         Ok(())
     }
@@ -376,6 +381,22 @@ impl<M: Memory> RoceCa<M> {
         }
     }
 
+    /// Declares that QP `qpn`'s peer is (or is no longer) reached locally whatever its
+    /// path's address says — a process engine with a ring to the peer's engine: its
+    /// datagrams come out with [`RoceTransmit::local`] and, for RC, it goes in-process, as
+    /// with a local peer ([`RoceCa::set_local_peers`]). Forgotten when the QP is reset or
+    /// destroyed.
+    pub fn set_qp_local(&mut self, qpn: Qpn, local: bool) {
+        let changed = if local {
+            self.local_qps.insert(qpn)
+        } else {
+            self.local_qps.remove(&qpn)
+        };
+        if changed && self.decided.contains(&qpn) {
+            self.decide(qpn);
+        }
+    }
+
     /// Says whether nothing between this device and its local peers (no capture, no fault)
     /// could see or change a datagram. Then an in-process payload is left where it lies for
     /// the embedder to hand over ([`Transmit::payload`]) and such datagrams need no ICRC;
@@ -393,16 +414,21 @@ impl<M: Memory> RoceCa<M> {
     fn decide(&mut self, qpn: Qpn) {
         let Some(qp) = self.hca.qp(qpn) else {
             self.decided.remove(&qpn);
+            self.local_qps.remove(&qpn);
             return;
         };
+        if qp.state == QpState::Reset {
+            self.local_qps.remove(&qpn);
+        }
         if qp.qp_type() != QpType::Rc || qp.state == QpState::Reset {
             self.decided.remove(&qpn);
             return;
         }
-        let local = qp.attr.ah_attr.grh.is_some_and(|g| {
-            let to = SocketAddr::new(framing::ip_of(&g.dgid), self.config.peer_port);
-            self.local_peers.contains(&to)
-        });
+        let local = self.local_qps.contains(&qpn)
+            || qp.attr.ah_attr.grh.is_some_and(|g| {
+                let to = SocketAddr::new(framing::ip_of(&g.dgid), self.config.peer_port);
+                self.local_peers.contains(&to)
+            });
         self.hca.set_in_process(qpn, local);
         self.decided.insert(qpn);
     }
@@ -596,7 +622,8 @@ impl<M: Memory> RoceCa<M> {
                 continue;
             };
             let to = SocketAddr::new(framing::ip_of(&grh.dgid), self.config.peer_port);
-            let is_local = self.local_peers.contains(&to);
+            let is_local = !local.is_empty()
+                && (self.local_peers.contains(&to) || self.local_qps.contains(&packet.src_qpn));
             self.last_local = is_local;
             if is_local != built_local {
                 let (from, into): (&[u8], &mut [u8]) = if built_local {

@@ -21,7 +21,7 @@ use softib_engine::verbs::AsyncEvent;
 use softib_net::shm::SharedRegion;
 use softib_proto::{self as proto, Request, Response};
 
-use crate::provider::{self, Engine};
+use crate::provider::{self, Engine, ProcessCounters};
 use crate::{
     AccessFlags, AddressVector, AhHandle, AttrMask, ClientResources, CompChannel, CqHandle,
     DeviceInfo, Error, ErrorKind, FaultSpec, FaultStats, Gid, Lid, LinkConfig, Mad, MrKeys,
@@ -467,7 +467,7 @@ impl Session {
         mask: AttrMask,
     ) -> Result<()> {
         if let Some(e) = self.engine(dev)? {
-            return e.modify_qp(qpn, attr, mask);
+            return e.modify_qp(&mut self.conn, qpn, attr, mask);
         }
         self.conn.ok(&Request::ModifyQp {
             dev,
@@ -667,6 +667,11 @@ impl Session {
             }
         }
         Ok(all)
+    }
+
+    /// What device `dev`'s process engine carried, if this session runs one there.
+    pub(crate) fn process_counters(&mut self, dev: u32) -> Result<Option<ProcessCounters>> {
+        Ok(self.engine(dev)?.map(|e| e.counters()))
     }
 
     /// The process engine of device `dev` when this session uses the process data path there

@@ -20,6 +20,7 @@ use softib_net::{RxBatch, TxQueue, UdpLink};
 use softib_wire::Qpn;
 
 use super::memory::LocalMemory;
+use super::peers::Peers;
 
 /// The most per-QP source sockets an engine opens; QPs beyond send from the member socket.
 const MAX_SOURCE_SOCKETS: usize = 256;
@@ -47,6 +48,10 @@ pub(crate) struct Station {
     pub blocks: BTreeSet<u32>,
     /// Where datagrams steered here for other QPNs go to the daemon (`SteerJoin`).
     hand_on: PacketRing,
+    /// Rings to other processes' engines on this daemon.
+    pub peers: Peers,
+    /// Where datagrams for those peers are built.
+    local_room: Box<[u8]>,
     /// Datagrams the kernel would not take; datagrams handed on, and those the full hand-on
     /// ring could not take (lost, as on a congested wire).
     pub tx_dropped: u64,
@@ -75,6 +80,8 @@ impl Station {
             next_region: 1,
             blocks: BTreeSet::new(),
             hand_on,
+            peers: Peers::default(),
+            local_room: vec![0u8; ROOM].into_boxed_slice(),
             tx_dropped: 0,
             handed_on: 0,
             hand_on_full: 0,
@@ -104,23 +111,35 @@ impl Station {
     }
 
     /// Receives what waits, fires due timers, sends what the engine has; returns whether
-    /// anything arrived.
+    /// anything arrived or left.
     pub fn turn(&mut self) -> bool {
         let got = self.receive();
         let now = self.now();
         self.ca.handle_timeout(now);
-        self.transmit(now);
-        got
+        let sent = self.transmit(now);
+        got || sent
     }
 
     /// Sends what the engine has to send (after a post).
     pub fn send_now(&mut self) {
         let now = self.now();
-        self.transmit(now);
+        let _ = self.transmit(now);
     }
 
     fn receive(&mut self) -> bool {
-        let mut got = false;
+        let now = self.now();
+        let ca = &mut self.ca;
+        let mut got = self.peers.receive(|from, data| {
+            let d = Incoming {
+                from,
+                index: 0,
+                data,
+                sealed: false,
+                in_process: true,
+                payload: None,
+            };
+            let _ = ca.handle_datagram(now, &d);
+        });
         // At most 16 calls, so that a flood cannot keep a poller inside forever.
         for _ in 0..16 {
             match self.link.recv_batch(&mut self.rx) {
@@ -148,9 +167,22 @@ impl Station {
         got
     }
 
-    fn transmit(&mut self, now: Instant) {
-        let mut local: [u8; 0] = [];
-        while let Some(mut t) = self.ca.poll_transmit(now, self.tx.space(ROOM), &mut local) {
+    /// Sends what the engine has; returns whether there was anything.
+    fn transmit(&mut self, now: Instant) -> bool {
+        let mut sent = false;
+        let ip = self.link.local_addr().ip();
+        while let Some(mut t) =
+            self.ca
+                .poll_transmit(now, self.tx.space(ROOM), &mut self.local_room)
+        {
+            sent = true;
+            if t.local {
+                let from = SocketAddr::new(ip, t.src_port);
+                let len = t.datagram_len();
+                self.peers
+                    .send(t.to.ip(), t.packet.dest_qpn, from, &self.local_room[..len]);
+                continue;
+            }
             t.src_port = self.source_socket(t.src_port);
             let gso = self.src_links.get(&t.src_port).unwrap_or(&self.link).gso();
             let _ = self.ca.commit(&mut self.tx, &t, gso);
@@ -159,6 +191,8 @@ impl Station {
             }
         }
         self.flush();
+        // Packets that wait for room in a peer's ring keep the engine turning.
+        self.peers.flush() || sent
     }
 
     fn flush(&mut self) {

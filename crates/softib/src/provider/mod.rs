@@ -19,6 +19,7 @@
 
 mod engine;
 mod memory;
+mod peers;
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -32,7 +33,7 @@ use softib_engine::{
 };
 use softib_net::ring::PacketRing;
 use softib_net::shm::SharedRegion;
-use softib_proto::{ErrorKind, ProcessObject, Request, Response};
+use softib_proto::{ErrorKind, Event, ProcessObject, Request, Response};
 
 use crate::daemon::Conn;
 use crate::{AccessFlags, DeviceInfo, Error, MrKeys, Qpn, RecvWr, Result, SendWr, WorkCompletion};
@@ -42,6 +43,58 @@ use memory::LocalMemory;
 /// The hand-on ring's record bytes: datagrams steered here for QPNs not this engine's wait
 /// there for the daemon's next turn.
 const HAND_ON_BYTES: usize = 1 << 18;
+
+/// What a process engine's links carried and lost ([`crate::Context::process_counters`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcessCounters {
+    /// Other processes' engines this one has rings to.
+    pub peers: u64,
+    /// Packets put into peers' rings, and taken from them.
+    pub ring_sent: u64,
+    /// Packets taken from peers' rings.
+    pub ring_received: u64,
+    /// Packets for a peer lost (its ring and backlog full, or the peer gone).
+    pub ring_lost: u64,
+    /// Rings a peer broke (the pair was dropped).
+    pub rings_broken: u64,
+    /// Datagrams the kernel would not take.
+    pub tx_dropped: u64,
+    /// Datagrams steered here for another's QPN, handed on to the daemon.
+    pub handed_on: u64,
+    /// Datagrams the full hand-on ring could not take.
+    pub hand_on_full: u64,
+}
+
+/// Whether RC QPs may reach other processes' engines through rings (`SOFTIB_PEER_RINGS=0`
+/// keeps every packet on the kernel's path, for comparison and tests).
+fn rings_wanted() -> bool {
+    std::env::var("SOFTIB_PEER_RINGS").map_or(true, |v| v != "0")
+}
+
+/// An application thread waiting for a completion, counted while it waits.
+struct Waiting<'a>(&'a std::sync::atomic::AtomicU32);
+
+impl<'a> Waiting<'a> {
+    fn new(count: &'a std::sync::atomic::AtomicU32) -> Waiting<'a> {
+        count.fetch_add(1, Ordering::SeqCst);
+        Waiting(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A non-blocking eventfd.
+fn eventfd() -> std::io::Result<OwnedFd> {
+    rustix::event::eventfd(
+        0,
+        rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+    )
+    .map_err(std::io::Error::from)
+}
 
 /// Whether this process asked for the process data path (`SOFTIB_DATAPATH=process`).
 pub(crate) fn wanted() -> Result<bool> {
@@ -85,6 +138,14 @@ struct Shared {
     stop: AtomicBool,
     /// When the progress thread sleeps until, in engine microseconds (`u64::MAX`: no timer).
     sleeping_until: AtomicU64,
+    /// The engine's member socket, which application threads waiting for a completion
+    /// sleep on (with the kick, which peers write, and `app_bell`).
+    socket: OwnedFd,
+    /// Written by the progress thread after a turn that did something while application
+    /// threads wait for a completion (`app_waiting` of them): what it did may have been
+    /// their completion.
+    app_bell: OwnedFd,
+    app_waiting: std::sync::atomic::AtomicU32,
 }
 
 impl Shared {
@@ -152,22 +213,31 @@ impl Engine {
             .pop()
             .ok_or(Error::Unexpected("Steered without its socket"))?;
         let station = Station::new(hca, std::net::UdpSocket::from(member), addr, hand_on)?;
-        let kick = rustix::event::eventfd(
-            0,
-            rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
-        )
-        .map_err(std::io::Error::from)?;
+        let kick = eventfd()?;
+        let socket = station.socket().as_fd().try_clone_to_owned()?;
         let shared = Arc::new(Shared {
             station: Mutex::new(station),
             kick,
             stop: AtomicBool::new(false),
             sleeping_until: AtomicU64::new(u64::MAX),
+            socket,
+            app_bell: eventfd()?,
+            app_waiting: std::sync::atomic::AtomicU32::new(0),
         });
+        // The event channel: the daemon pushes rings to other processes' engines on it, and
+        // those engines write the kick when they put packets into a ring to this one.
+        let (events, daemons_end) = std::os::unix::net::UnixStream::pair()?;
+        events.set_nonblocking(true)?;
+        conn.call_with_fds(
+            &Request::OpenEvents { dev },
+            &[daemons_end.as_fd(), shared.kick.as_fd()],
+        )?;
+        drop(daemons_end);
         let for_thread = Arc::clone(&shared);
         let control = conn.socket().try_clone_to_owned()?;
         let thread = std::thread::Builder::new()
             .name(format!("softib-progress-{dev}"))
-            .spawn(move || progress(&for_thread, control))?;
+            .spawn(move || progress(&for_thread, control, events))?;
         Ok(Engine {
             dev,
             shared,
@@ -329,13 +399,95 @@ impl Engine {
         Ok(qpn)
     }
 
-    pub(crate) fn modify_qp(&self, qpn: Qpn, attr: &QpAttr, mask: AttrMask) -> Result<()> {
+    pub(crate) fn modify_qp(
+        &self,
+        conn: &mut Conn,
+        qpn: Qpn,
+        attr: &QpAttr,
+        mask: AttrMask,
+    ) -> Result<()> {
+        if mask.contains(AttrMask::STATE) && attr.qp_state == softib_engine::verbs::QpState::Rtr {
+            self.ring_to(conn, qpn, attr);
+        }
         let mut st = self.lock();
         st.ca.modify_qp(qpn, attr, mask).map_err(refused)?;
         // A transition may have queued packets (flushes) or armed a timer.
         st.send_now();
         self.after_command(&st);
         Ok(())
+    }
+
+    /// Before RC QP `qpn` goes to RTR with `attr`'s path: when its peer is another process's
+    /// engine on this daemon, its packets go through a ring to it (the daemon makes one on
+    /// the first such path between the two). Anything else — a peer elsewhere, the daemon's
+    /// own QP, a daemon that answers otherwise — leaves the QP on the kernel's path, which is
+    /// always correct.
+    fn ring_to(&self, conn: &mut Conn, qpn: Qpn, attr: &QpAttr) {
+        let Some(grh) = attr.ah_attr.grh.filter(|_| rings_wanted()) else {
+            return;
+        };
+        let dqpn = attr.dest_qp_num;
+        let peer_ip = softib_link::roce::framing::ip_of(&grh.dgid);
+        {
+            let mut st = self.lock();
+            let rc = st
+                .ca
+                .hca()
+                .qp(qpn)
+                .is_some_and(|q| q.qp_type() == softib_engine::verbs::QpType::Rc);
+            if !rc {
+                return;
+            }
+            if st.peers.reaches(peer_ip, dqpn) {
+                st.ca.set_qp_local(qpn, true);
+                return;
+            }
+        }
+        let req = Request::RingTo {
+            dev: self.dev,
+            dgid: grh.dgid,
+            dqpn,
+        };
+        let (resp, fds) = match conn.call_receiving_fds(&req, &[]) {
+            Ok(r) => r,
+            Err(e) => {
+                log(format_args!(
+                    "QP {qpn}: no ring to {dqpn} at {peer_ip}: {e}"
+                ));
+                return;
+            }
+        };
+        let mut st = self.lock();
+        match resp {
+            Response::Ring {
+                id,
+                peer,
+                peer_blocks,
+                fresh,
+            } => {
+                if fresh {
+                    let Ok(fds) = <[OwnedFd; 3]>::try_from(fds) else {
+                        log(format_args!(
+                            "QP {qpn}: the daemon's rings came without three descriptors"
+                        ));
+                        return;
+                    };
+                    if let Err(e) = st.peers.add(id, peer, &peer_blocks, fds) {
+                        log(format_args!(
+                            "QP {qpn}: cannot map the rings to {peer}: {e}"
+                        ));
+                        return;
+                    }
+                } else {
+                    st.peers.route(id, peer, &peer_blocks);
+                }
+                if st.peers.reaches(peer_ip, dqpn) {
+                    st.ca.set_qp_local(qpn, true);
+                }
+            }
+            Response::NoRing(why) => log(format_args!("QP {qpn}: no ring to {dqpn}: {why}")),
+            _ => {}
+        }
     }
 
     pub(crate) fn query_qp(&self, qpn: Qpn) -> Result<(QpAttr, QpInitAttr)> {
@@ -346,6 +498,7 @@ impl Engine {
         {
             let mut st = self.lock();
             st.ca.hca_mut().destroy_qp(qpn).map_err(refused)?;
+            st.ca.set_qp_local(qpn, false);
             st.free_qpns.push(qpn);
         }
         self.disown(conn, ProcessObject::Qp(qpn))
@@ -454,6 +607,9 @@ impl Engine {
     ) -> Result<Vec<WorkCompletion>> {
         let until = StdInstant::now() + wait;
         let mut out = Vec::new();
+        // Counted before the first look, so that a turn of the progress thread after it rings
+        // the bell (see `progress`).
+        let _waiting = (!wait.is_zero()).then(|| Waiting::new(&self.shared.app_waiting));
         loop {
             let next = {
                 let mut st = self.lock();
@@ -479,27 +635,89 @@ impl Engine {
         }
     }
 
-    /// Sleeps until the engine's socket is readable or `d` has passed.
+    /// Sleeps until the engine's socket is readable, a peer wrote the kick, the progress
+    /// thread did something (`app_bell`), or `d` has passed. The kick is the progress
+    /// thread's to drain: this thread only wakes on it.
     fn wait_readable(&self, d: Duration) {
-        let fd = {
-            let st = self.lock();
-            st.socket().as_fd().try_clone_to_owned()
-        };
-        let Ok(fd) = fd else {
-            std::thread::sleep(d.min(Duration::from_millis(1)));
-            return;
-        };
-        let mut pfd = [rustix::event::PollFd::new(
-            &fd,
-            rustix::event::PollFlags::IN,
-        )];
+        use rustix::event::{PollFd, PollFlags};
+        let s = &self.shared;
+        let mut pfd = [
+            PollFd::new(&s.socket, PollFlags::IN),
+            PollFd::new(&s.kick, PollFlags::IN),
+            PollFd::new(&s.app_bell, PollFlags::IN),
+        ];
         let _ = rustix::event::poll(&mut pfd, Some(&timespec(d)));
+        if pfd[2].revents().contains(PollFlags::IN) {
+            let _ = rustix::io::read(&s.app_bell, &mut [0u8; 8]);
+        }
+    }
+
+    /// What the engine's links carried and lost.
+    pub(crate) fn counters(&self) -> ProcessCounters {
+        let st = self.lock();
+        ProcessCounters {
+            peers: st.peers.len() as u64,
+            ring_sent: st.peers.sent,
+            ring_received: st.peers.received,
+            ring_lost: st.peers.lost,
+            rings_broken: st.peers.broken,
+            tx_dropped: st.tx_dropped,
+            handed_on: st.handed_on,
+            hand_on_full: st.hand_on_full,
+        }
     }
 
     /// The engine's asynchronous events (device `dev`'s).
     pub(crate) fn async_events(&self) -> Vec<softib_engine::verbs::AsyncEvent> {
         let mut st = self.lock();
         std::iter::from_fn(|| st.ca.poll_event()).collect()
+    }
+}
+
+/// A line for whoever debugs the process path (`SOFTIB_LOG`).
+fn log(what: std::fmt::Arguments<'_>) {
+    if std::env::var_os("SOFTIB_LOG").is_some() {
+        eprintln!("softib[{}]: {what}", std::process::id());
+    }
+}
+
+/// What the daemon pushed on the event channel: rings to a peer's engine, or a peer gone.
+fn take_events(st: &mut Station, reader: &mut softib_proto::FrameReader) {
+    loop {
+        let frame = match reader.next_frame() {
+            Ok(Some(f)) => f,
+            Ok(None) => return,
+            Err(e) => {
+                log(format_args!("the daemon's event channel: {e}"));
+                return;
+            }
+        };
+        match softib_proto::decode::<Event>(&frame) {
+            Ok(Event::Ring {
+                id,
+                peer,
+                peer_blocks,
+            }) => {
+                if reader.fds.len() < 3 {
+                    log(format_args!(
+                        "rings to {peer} came without their descriptors"
+                    ));
+                    continue;
+                }
+                let mut fds = reader.fds.drain(..3);
+                let (Some(a), Some(b), Some(c)) = (fds.next(), fds.next(), fds.next()) else {
+                    continue;
+                };
+                drop(fds);
+                if st.peers.has(id) {
+                    st.peers.route(id, peer, &peer_blocks);
+                } else if let Err(e) = st.peers.add(id, peer, &peer_blocks, [a, b, c]) {
+                    log(format_args!("cannot map the rings to {peer}: {e}"));
+                }
+            }
+            Ok(Event::RingGone { id }) => st.peers.gone(id),
+            Err(e) => log(format_args!("the daemon's event channel: {e}")),
+        }
     }
 }
 
@@ -513,65 +731,122 @@ fn at_wr(what: &str, i: usize, e: VerbsError) -> Error {
     }
 }
 
+/// How long the progress thread keeps looking for work after the last turn that had some,
+/// yielding between looks, before it sleeps (`SOFTIB_PROVIDER_SPIN_US`; the daemon's loop does
+/// the same with `SOFTIB_DAEMON_SPIN_US`). Work comes in bursts — the next message of a
+/// ping-pong, the rest of a window — and a sleeping thread pays a wakeup for each.
+const PROGRESS_SPIN: Duration = Duration::from_micros(50);
+
+fn progress_spin() -> Duration {
+    std::env::var("SOFTIB_PROVIDER_SPIN_US")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(PROGRESS_SPIN, Duration::from_micros)
+}
+
 /// The progress thread: sleeps on the socket and the kick until the engine's deadline, then
-/// runs a turn — what arrived, the due timers, what is to send. It also watches the control
-/// connection (`control`): when the daemon goes (stopped, restarted, killed), the HCA's
-/// identity goes with it — QPN and key uniqueness, steering — so every QP moves to the error
-/// state, its outstanding work completing with IBV_WC_WR_FLUSH_ERR, as on a device that was
-/// removed; control verbs then fail with `DaemonGone`.
-fn progress(shared: &Shared, control: OwnedFd) {
+/// runs a turn — what arrived, the due timers, what is to send — and, for [`PROGRESS_SPIN`]
+/// after a turn that had work, keeps turning without sleeping. While it spins it never waits
+/// for the engine's lock: an application thread that holds it (a poll, a post) runs the
+/// engine itself, so the progress thread yields to it instead.
+///
+/// It also watches the control connection (`control`): when the daemon goes (stopped,
+/// restarted, killed), the HCA's identity goes with it — QPN and key uniqueness, steering — so
+/// every QP moves to the error state, its outstanding work completing with
+/// IBV_WC_WR_FLUSH_ERR, as on a device that was removed; control verbs then fail with
+/// `DaemonGone`.
+fn progress(shared: &Shared, control: OwnedFd, events: std::os::unix::net::UnixStream) {
+    use rustix::event::{PollFd, PollFlags};
     let mut control = Some(control);
-    let socket = {
-        let st = shared.station.lock().unwrap_or_else(|p| p.into_inner());
-        st.socket().as_fd().try_clone_to_owned()
-    };
-    let Ok(socket) = socket else {
-        return;
-    };
+    let mut events = Some(events);
+    let mut reader = softib_proto::FrameReader::default();
+    let socket = &shared.socket;
+    let spin = progress_spin();
+    let mut last_busy: Option<StdInstant> = None;
     let mut drain = [0u8; 8];
     while !shared.stop.load(Ordering::Acquire) {
-        let wait = {
+        let spinning = last_busy.is_some_and(|t| t.elapsed() < spin);
+        let timeout = if spinning {
+            Some(Duration::ZERO)
+        } else {
             let st = shared.station.lock().unwrap_or_else(|p| p.into_inner());
-            match st.ca.poll_timeout() {
-                Some(t) => {
-                    shared
-                        .sleeping_until
-                        .store(t.as_micros(), Ordering::Release);
-                    let at = st.std_time(t);
-                    Some(at.saturating_duration_since(StdInstant::now()))
-                }
-                None => {
-                    shared.sleeping_until.store(u64::MAX, Ordering::Release);
-                    None
+            // Peers write the kick from now on; what they put in before is looked at now.
+            if st.peers.set_polling(false) {
+                Some(Duration::ZERO)
+            } else {
+                match st.ca.poll_timeout() {
+                    Some(t) => {
+                        shared
+                            .sleeping_until
+                            .store(t.as_micros(), Ordering::Release);
+                        let at = st.std_time(t);
+                        Some(at.saturating_duration_since(StdInstant::now()))
+                    }
+                    None => {
+                        shared.sleeping_until.store(u64::MAX, Ordering::Release);
+                        None
+                    }
                 }
             }
         };
-        let timeout = wait.map(timespec);
-        use rustix::event::{PollFd, PollFlags};
+        let timeout = timeout.map(timespec);
+        let events_fd = events.as_ref().map(|e| e.as_fd());
         let mut pfd = [
-            PollFd::new(&socket, PollFlags::IN),
+            PollFd::new(socket, PollFlags::IN),
             PollFd::new(&shared.kick, PollFlags::IN),
+            PollFd::from_borrowed_fd(events_fd.unwrap_or(shared.kick.as_fd()), PollFlags::IN),
             // Only the peer's hang-up, never the answers the application thread reads.
             PollFd::new(control.as_ref().unwrap_or(&shared.kick), PollFlags::RDHUP),
         ];
-        let n = if control.is_some() { 3 } else { 2 };
+        let n = if control.is_some() { 4 } else { 3 };
         let _ = rustix::event::poll(&mut pfd[..n], timeout.as_ref());
         if pfd[1].revents().contains(PollFlags::IN) {
             let _ = rustix::io::read(&shared.kick, &mut drain);
         }
-        let gone = n == 3
-            && pfd[2]
+        let event = events.is_some() && !pfd[2].revents().is_empty();
+        let gone = n == 4
+            && pfd[3]
                 .revents()
                 .intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR);
         if shared.stop.load(Ordering::Acquire) {
             break;
         }
-        let mut st = shared.station.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = if spinning && !gone {
+            match shared.station.try_lock() {
+                Ok(st) => st,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    std::thread::yield_now();
+                    continue;
+                }
+            }
+        } else {
+            shared.station.lock().unwrap_or_else(|p| p.into_inner())
+        };
         if gone {
             control = None;
             fail_all(&mut st);
         }
-        st.turn();
+        if event {
+            match events.as_ref().map(|e| reader.fill(e)) {
+                Some(Ok(true)) => take_events(&mut st, &mut reader),
+                _ => events = None,
+            }
+        }
+        let busy = st.turn();
+        if busy {
+            // While it spins, peers need not write the kick.
+            st.peers.set_polling(true);
+        }
+        drop(st);
+        if busy && shared.app_waiting.load(Ordering::SeqCst) > 0 {
+            let _ = rustix::io::write(&shared.app_bell, &1u64.to_ne_bytes());
+        }
+        if busy {
+            last_busy = Some(StdInstant::now());
+        } else if spinning {
+            std::thread::yield_now();
+        }
     }
 }
 

@@ -141,6 +141,13 @@ pub(in crate::host) fn handle(
         return Some(hello(h, c, req));
     }
     use Request as R;
+    // The one request that needs two clients: the asker and the owner of the QP it names.
+    if let R::RingTo { dev, dgid, dqpn } = req {
+        return Some(
+            process::ring_to(h, clients, id, dev, dgid, dqpn).unwrap_or_else(Response::from),
+        );
+    }
+    let c = clients.get_mut(&id)?;
     let r = match req {
         R::Hello { .. } => Err(refused(ErrorKind::Protocol, "Hello was already sent")),
         // The devices and who uses them.
@@ -258,6 +265,9 @@ pub(in crate::host) fn handle(
         R::Disown { dev, object } => process::disown(h, c, dev, object),
         R::SteerJoin { dev, hand_on } => process::steer_join(h, c, fds, dev, hand_on),
         R::SteerLeave { dev } => process::steer_leave(h, c, dev),
+        R::OpenEvents { dev } => process::open_events(h, c, fds, dev),
+        // Served before the others (it needs the owner's client too).
+        R::RingTo { .. } => Err(refused(ErrorKind::Protocol, "RingTo was not served")),
     };
     Some(r.unwrap_or_else(Response::from))
 }

@@ -3,19 +3,24 @@
 //! `softib res` shows them), and the device's steering group the client's socket joins.
 //! Reclamation and the quarantine of what a client held are `client::reclaim`'s.
 
-use std::os::fd::OwnedFd;
+use std::collections::BTreeMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
 
 use softib_engine::QPN_BLOCK;
-use softib_proto::{ErrorKind, ProcessObject, Response};
+use softib_proto::{ErrorKind, Event, ProcessObject, Response};
+use softib_wire::{Gid, Qpn};
 
 use softib_net::ring::PacketRing;
 
 use super::{passed_fd, refused, Handled};
+use crate::device::Device;
 use crate::host::client::{
     Client, MAX_AHS_PER_CLIENT, MAX_CQS_PER_CLIENT, MAX_MRS_PER_CLIENT, MAX_PDS_PER_CLIENT,
     MAX_QPS_PER_CLIENT,
 };
 use crate::host::host_rt::Host;
+use crate::host::peer_rings::{end_fds, EngineId, EventChannel};
 use crate::host::quarantine::Held;
 
 /// The most QPN blocks a client holds on a device: its QP limit's worth.
@@ -196,6 +201,144 @@ pub(super) fn steer_leave(h: &mut Host, c: &mut Client, dev: u32) -> Handled {
     Ok(Response::Ok)
 }
 
+/// `OpenEvents`: the client's engine on `dev` takes events on the stream that came with the
+/// request and is woken through the eventfd that came after it.
+pub(super) fn open_events(
+    h: &mut Host,
+    c: &mut Client,
+    fds: &mut Vec<OwnedFd>,
+    dev: u32,
+) -> Handled {
+    let bell = passed_fd(fds, "OpenEvents arrived without its doorbell")?;
+    let stream = passed_fd(fds, "OpenEvents arrived without its event stream")?;
+    if h.dev(dev)?.steering().is_none() {
+        return Err(refused(
+            ErrorKind::Invalid,
+            format!("device {dev} is an emulated IB device: it has no process engines"),
+        ));
+    }
+    if !c.owned.steered.contains(&dev) {
+        return Err(refused(
+            ErrorKind::WrongState,
+            format!("join device {dev}'s steering group (SteerJoin) before OpenEvents"),
+        ));
+    }
+    let stream = UnixStream::from(stream);
+    stream.set_nonblocking(true).map_err(|e| {
+        refused(
+            ErrorKind::Invalid,
+            format!("the event stream cannot be made non-blocking: {e}"),
+        )
+    })?;
+    c.event_channels.insert(dev, EventChannel { stream, bell });
+    Ok(Response::Ok)
+}
+
+/// The address of device `dev`'s socket, if it is a RoCE device.
+fn roce_addr(d: &mut Device) -> Option<std::net::SocketAddr> {
+    d.steering().and_then(|(_, s)| s.local_addr().ok())
+}
+
+/// The first QPN of each block client `c` holds on device `dev`.
+fn blocks_of(c: &Client, dev: u32) -> Vec<u32> {
+    c.owned
+        .qpn_blocks
+        .iter()
+        .filter(|(d, _)| *d == dev)
+        .map(|(_, first)| first.value())
+        .collect()
+}
+
+/// `RingTo`: rings between the asker's engine on `dev` and the engine that owns `dqpn` at
+/// `dgid`, when that is another client's on a device of this host (see `peer_rings`).
+pub(super) fn ring_to(
+    h: &mut Host,
+    clients: &mut BTreeMap<u64, Client>,
+    id: u64,
+    dev: u32,
+    dgid: Gid,
+    dqpn: Qpn,
+) -> Handled {
+    let no = |why: String| Ok(Response::NoRing(why));
+    let Some(_) = roce_addr(h.dev(dev)?) else {
+        return no(format!("device {dev} is not a RoCE device"));
+    };
+    let ip = softib_link::roce::framing::ip_of(&dgid);
+    let target = h.devs.iter_mut().enumerate().find_map(|(i, d)| {
+        let addr = roce_addr(d).filter(|a| a.ip() == ip)?;
+        let owner = d.steering().and_then(|(g, _)| g.owner_of(dqpn.value()));
+        Some((i as u32, addr, owner))
+    });
+    let Some((tdev, peer, owner)) = target else {
+        return no(format!("{ip} is not a RoCE device of this daemon"));
+    };
+    let Some(owner) = owner.filter(|o| *o != id) else {
+        return no(format!(
+            "QP {dqpn} on {ip} is not another process engine's (the daemon's, this session's, \
+             or nobody's)"
+        ));
+    };
+    let me: EngineId = (id, dev);
+    let other: EngineId = (owner, tdev);
+    let (Some(mine), Some(theirs)) = (clients.get(&id), clients.get(&owner)) else {
+        return no(format!("the owner of QP {dqpn} is gone"));
+    };
+    let peer_blocks = blocks_of(theirs, tdev);
+    if let Some(pair) = h.peer_rings.find(me, other) {
+        return Ok(Response::Ring {
+            id: pair,
+            peer,
+            peer_blocks,
+            fresh: false,
+        });
+    }
+    let (Some(my_events), Some(their_events)) = (
+        mine.event_channels.get(&dev),
+        theirs.event_channels.get(&tdev),
+    ) else {
+        return no("an engine without an event channel (OpenEvents)".into());
+    };
+    let Some(my_addr) = h.devs.get_mut(dev as usize).and_then(roce_addr) else {
+        return no(format!("device {dev} is not a RoCE device"));
+    };
+    let failed = |e: std::io::Error| refused(ErrorKind::Exhausted, format!("rings to a peer: {e}"));
+    let rings = h.peer_rings.make().map_err(failed)?;
+    let told = their_events.push(
+        &Event::Ring {
+            id: rings.id,
+            peer: my_addr,
+            peer_blocks: blocks_of(mine, dev),
+        },
+        &end_fds(&rings.to_b, &rings.to_a, &my_events.bell),
+    );
+    if !told {
+        return no(format!("the owner of QP {dqpn} does not take events"));
+    }
+    let streams = [
+        my_events.stream.try_clone().map_err(failed)?,
+        their_events.stream.try_clone().map_err(failed)?,
+    ];
+    let fds = [
+        rings.to_a.fd().try_clone_to_owned().map_err(failed)?,
+        rings.to_b.fd().try_clone_to_owned().map_err(failed)?,
+        their_events
+            .bell
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(failed)?,
+    ];
+    h.peer_rings.record(rings.id, [me, other], streams);
+    if let Some(c) = clients.get_mut(&id) {
+        c.reply_fds.extend(fds);
+    }
+    Ok(Response::Ring {
+        id: rings.id,
+        peer,
+        peer_blocks,
+        fresh: true,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, Instant as StdInstant};
@@ -341,6 +484,33 @@ mod tests {
         t.hca()
             .create_qp_numbered(qp_init(pd.0, cq.0), inside)
             .unwrap();
+    }
+
+    #[test]
+    fn an_ib_device_has_no_event_channel_and_no_rings() {
+        let mut t = TestHost::new();
+        let a = t.client();
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let bell = rustix::event::eventfd(0, rustix::event::EventfdFlags::NONBLOCK).unwrap();
+        let (kind, msg) = t.refused_with(
+            a,
+            vec![OwnedFd::from(theirs), bell],
+            Request::OpenEvents { dev: 0 },
+        );
+        assert_eq!(kind, ErrorKind::Invalid, "{msg}");
+        assert!(msg.contains("emulated IB device"), "{msg}");
+        drop(ours);
+        match t.ok(
+            a,
+            Request::RingTo {
+                dev: 0,
+                dgid: Gid::default(),
+                dqpn: Qpn::new(0x2000),
+            },
+        ) {
+            Response::NoRing(why) => assert!(why.contains("not a RoCE device"), "{why}"),
+            r => panic!("{r:?}"),
+        }
     }
 
     #[test]
