@@ -198,6 +198,9 @@ impl Ring {
 
 /// Where a [`PacketRing`]'s records start.
 const DATA: usize = 128;
+/// A [`PacketRing`]'s consumer sets this flag (on its own line) when it cannot take records
+/// that name the producer's memory instead of carrying it ([`PacketRing::refuse_references`]).
+const REFERENCES_REFUSED: usize = 80;
 /// A record's header: its length and the producer's tag, each a little-endian `u32`.
 const RECORD_HEADER: usize = 8;
 /// The length of a record header that says "the rest of the data area is unused; the next
@@ -299,6 +302,76 @@ impl PacketRing {
     pub fn wants_wakeup(&self) -> Result<bool, RingError> {
         std::sync::atomic::fence(Ordering::SeqCst);
         Ok(self.index(POLLING)?.load(Ordering::Relaxed) == 0)
+    }
+
+    /// The consumer says it cannot read the producer's memory (the kernel refused it): from
+    /// now on the producer puts payloads into the ring itself.
+    pub fn refuse_references(&self) -> Result<(), RingError> {
+        self.index(REFERENCES_REFUSED)?.store(1, Ordering::Release);
+        Ok(())
+    }
+
+    /// Whether the consumer takes records that name the producer's memory.
+    pub fn takes_references(&self) -> bool {
+        self.index(REFERENCES_REFUSED)
+            .is_ok_and(|f| f.load(Ordering::Acquire) == 0)
+    }
+
+    /// Appends a record of `len` bytes that `fill` writes in place (after `head`, which is
+    /// copied first): one copy fewer for a payload that lies elsewhere. `Ok(None)` when the
+    /// ring is full; `Ok(Some(false))` when `fill` failed, and nothing is published.
+    pub fn push_with(
+        &mut self,
+        tag: u32,
+        head: &[u8],
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> bool,
+    ) -> Result<Option<bool>, RingError> {
+        let total = head.len() + len;
+        if total > self.max_record() {
+            return Err(RingError::TooLarge);
+        }
+        let size = (RECORD_HEADER + total).next_multiple_of(8) as u64;
+        let mut p = self.index(PRODUCER)?.load(Ordering::Relaxed);
+        let c = self.index(CONSUMER)?.load(Ordering::Acquire);
+        let used = p.wrapping_sub(c);
+        if used > self.capacity {
+            return Err(RingError::Corrupt);
+        }
+        let at = p % self.capacity;
+        let skip = if at + size > self.capacity {
+            self.capacity - at
+        } else {
+            0
+        };
+        if used + skip + size > self.capacity {
+            return Ok(None);
+        }
+        if skip != 0 {
+            self.region
+                .write(DATA + at as usize, &WRAP.to_le_bytes())
+                .map_err(|_| RingError::Corrupt)?;
+            p = p.wrapping_add(skip);
+        }
+        let at = DATA + (p % self.capacity) as usize;
+        let mut header = [0u8; RECORD_HEADER];
+        header[..4].copy_from_slice(&(total as u32).to_le_bytes());
+        header[4..].copy_from_slice(&tag.to_le_bytes());
+        let slot = self
+            .region
+            .as_mut_slice()
+            .get_mut(at..at + RECORD_HEADER + total)
+            .ok_or(RingError::Corrupt)?;
+        let (h, rest) = slot.split_at_mut(RECORD_HEADER);
+        h.copy_from_slice(&header);
+        let (hd, body) = rest.split_at_mut(head.len());
+        hd.copy_from_slice(head);
+        if !fill(body) {
+            return Ok(Some(false));
+        }
+        self.index(PRODUCER)?
+            .store(p.wrapping_add(size), Ordering::Release);
+        Ok(Some(true))
     }
 
     /// Appends one record of the concatenation of `parts`, with `tag`; `Ok(false)` when the

@@ -47,8 +47,9 @@ pub use types::{
 /// The protocol version; bumped on any incompatible change.
 pub const VERSION: u32 = 4;
 
-/// The record bytes of each ring between two process engines ([`Event::Ring`]): a window of
-/// in-process segments (64 of them) in flight without back-pressure.
+/// The record bytes of each ring between two process engines ([`Event::Ring`]). Large
+/// payloads travel by reference (the records hold headers), so this holds perftest's default
+/// window (128 WRs) of payloads below the reference size, and stays small for the cache.
 pub const PEER_RING_BYTES: usize = 4 << 20;
 
 /// The sender's address before each handed-on datagram ([`Request::SteerJoin`]): 16 bytes

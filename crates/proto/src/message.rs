@@ -508,6 +508,9 @@ pub enum Event {
         peer: std::net::SocketAddr,
         /// The first QPN of each QPN block the other engine holds on its device now.
         peer_blocks: Vec<u32>,
+        /// The other engine's process (as the kernel names it), whose memory a record may
+        /// name instead of carrying a large payload (see `softib::provider::peers`).
+        peer_pid: u32,
     },
     /// The other end of ring pair `id` is gone (its process exited or was killed): its rings
     /// are dropped, and QPs that used them see what they would with a dead node.
@@ -613,6 +616,8 @@ pub enum Response {
         peer: std::net::SocketAddr,
         /// The first QPN of each QPN block the other engine holds on its device now.
         peer_blocks: Vec<u32>,
+        /// The other engine's process (as the kernel names it).
+        peer_pid: u32,
         /// Whether the descriptors come with this answer.
         fresh: bool,
     },

@@ -13,7 +13,7 @@ use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Instant as StdInstant;
 
-use softib_engine::{Hca, Instant, IN_PROCESS_MAX_LEN};
+use softib_engine::{Hca, Instant, Memory, IN_PROCESS_MAX_LEN};
 use softib_link::{Incoming, RoceCa, SrcKey};
 use softib_net::ring::PacketRing;
 use softib_net::{RxBatch, TxQueue, UdpLink};
@@ -68,8 +68,12 @@ impl Station {
         hand_on: PacketRing,
     ) -> io::Result<Station> {
         let link = UdpLink::from_socket(member, true)?;
+        let mut ca = RoceCa::new(hca, softib_link::RoceConfig::new(addr));
+        // Between two engines' rings nothing can see or change a packet (faults and capture
+        // are not applied on the process path): payloads stay where they lie until the ring.
+        ca.set_trust_local(true);
         Ok(Station {
-            ca: RoceCa::new(hca, softib_link::RoceConfig::new(addr)),
+            ca,
             link,
             src_links: BTreeMap::new(),
             src_refused: BTreeSet::new(),
@@ -129,14 +133,14 @@ impl Station {
     fn receive(&mut self) -> bool {
         let now = self.now();
         let ca = &mut self.ca;
-        let mut got = self.peers.receive(|from, data| {
+        let mut got = self.peers.receive(|from, data, payload| {
             let d = Incoming {
                 from,
                 index: 0,
                 data,
                 sealed: false,
                 in_process: true,
-                payload: None,
+                payload,
             };
             let _ = ca.handle_datagram(now, &d);
         });
@@ -177,10 +181,22 @@ impl Station {
         {
             sent = true;
             if t.local {
+                // The payload (left where it lies: nothing is between two engines' rings)
+                // goes from the application's memory straight into the ring.
                 let from = SocketAddr::new(ip, t.src_port);
-                let len = t.datagram_len();
-                self.peers
-                    .send(t.to.ip(), t.packet.dest_qpn, from, &self.local_room[..len]);
+                let head = &self.local_room[..t.datagram_len()];
+                let payload = t.packet.payload;
+                let memory = self.ca.hca_mut().memory_mut();
+                let len = payload.map_or(0, |p| p.len as usize);
+                let at = payload.and_then(|p| memory.process_addr(p.region, p.addr, len));
+                self.peers.send(
+                    t.to.ip(),
+                    t.packet.dest_qpn,
+                    from,
+                    head,
+                    (len, at),
+                    |into| payload.is_none_or(|p| memory.read(p.region, p.addr, into).is_ok()),
+                );
                 continue;
             }
             t.src_port = self.source_socket(t.src_port);

@@ -43,6 +43,15 @@ impl LocalMemory {
         self.regions.insert(id, Region::Own { base, len });
     }
 
+    /// This process's address of `len` bytes at `addr` of `region` (what a peer engine reads
+    /// with `process_vm_readv`), bounds-checked.
+    pub(crate) fn process_addr(&self, region: RegionId, addr: u64, len: usize) -> Option<u64> {
+        match self.at(region, addr, len).ok()? {
+            At::Mapped(map, off) => Some(map.addr() + off as u64),
+            At::Own(p) => Some(p as u64),
+        }
+    }
+
     /// Forgets a region.
     pub(crate) fn remove(&mut self, id: RegionId) {
         self.regions.remove(&id);

@@ -49,12 +49,16 @@ const HAND_ON_BYTES: usize = 1 << 18;
 pub struct ProcessCounters {
     /// Other processes' engines this one has rings to.
     pub peers: u64,
-    /// Packets put into peers' rings, and taken from them.
+    /// Packets put into peers' rings.
     pub ring_sent: u64,
     /// Packets taken from peers' rings.
     pub ring_received: u64,
     /// Packets for a peer lost (its ring and backlog full, or the peer gone).
     pub ring_lost: u64,
+    /// Payloads sent by reference (the peer read them from this process's memory).
+    pub by_reference: u64,
+    /// Payloads read from a peer's memory.
+    pub read_by_reference: u64,
     /// Rings a peer broke (the pair was dropped).
     pub rings_broken: u64,
     /// Datagrams the kernel would not take.
@@ -463,6 +467,7 @@ impl Engine {
                 id,
                 peer,
                 peer_blocks,
+                peer_pid,
                 fresh,
             } => {
                 if fresh {
@@ -472,7 +477,7 @@ impl Engine {
                         ));
                         return;
                     };
-                    if let Err(e) = st.peers.add(id, peer, &peer_blocks, fds) {
+                    if let Err(e) = st.peers.add(id, peer, peer_pid, &peer_blocks, fds) {
                         log(format_args!(
                             "QP {qpn}: cannot map the rings to {peer}: {e}"
                         ));
@@ -660,6 +665,8 @@ impl Engine {
             ring_sent: st.peers.sent,
             ring_received: st.peers.received,
             ring_lost: st.peers.lost,
+            by_reference: st.peers.by_reference,
+            read_by_reference: st.peers.read_by_reference,
             rings_broken: st.peers.broken,
             tx_dropped: st.tx_dropped,
             handed_on: st.handed_on,
@@ -697,6 +704,7 @@ fn take_events(st: &mut Station, reader: &mut softib_proto::FrameReader) {
                 id,
                 peer,
                 peer_blocks,
+                peer_pid,
             }) => {
                 if reader.fds.len() < 3 {
                     log(format_args!(
@@ -711,7 +719,7 @@ fn take_events(st: &mut Station, reader: &mut softib_proto::FrameReader) {
                 drop(fds);
                 if st.peers.has(id) {
                     st.peers.route(id, peer, &peer_blocks);
-                } else if let Err(e) = st.peers.add(id, peer, &peer_blocks, [a, b, c]) {
+                } else if let Err(e) = st.peers.add(id, peer, peer_pid, &peer_blocks, [a, b, c]) {
                     log(format_args!("cannot map the rings to {peer}: {e}"));
                 }
             }

@@ -5,7 +5,19 @@
 //! in-process segments (up to `softib_engine::IN_PROCESS_SEGMENT` bytes of payload each).
 //!
 //! A record is what a datagram would be: the sender's address
-//! ([`softib_proto::HAND_ON_ADDR_LEN`] bytes) and the UDP payload. Packets for a peer whose
+//! ([`softib_proto::HAND_ON_ADDR_LEN`] bytes), then the UDP payload — its headers with the
+//! ICRC's room, then the packet's payload, written into the ring straight from the memory it
+//! lies in (one copy there, one out). The record's tag is the length of the headers and the
+//! ICRC's room; a record whose payload is empty is a whole datagram. A payload of
+//! [`REFERENCE_MIN`] bytes or more goes by reference instead (cross-memory attach, as UCX's
+//! `cma` transport): the record names where it lies in the sender's process (tag bit
+//! [`BY_REFERENCE`]; the address and length), and the receiver reads it from there with
+//! `process_vm_readv` — one copy from memory to memory, and the ring stays small enough for
+//! the cache. The sender's payload stays put until the receiver has it: an RC requester keeps
+//! it until the acknowledgement, a responder's READ data is the region itself. A receiver the
+//! kernel does not let read the sender's memory (another user, a ptrace policy) says so in
+//! the ring ([`PacketRing::refuse_references`]) and drops that packet, which RC retransmits
+//! whole. Packets for a peer whose
 //! ring is full wait in a bounded backlog, tried again every turn; beyond it they are lost,
 //! as on a congested wire, and RC retransmits them. After a turn that wrote to a peer, the
 //! peer's doorbell is written once, unless the peer said it is polling.
@@ -15,8 +27,16 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::fd::OwnedFd;
 
 use softib_engine::QPN_BLOCK;
+use softib_net::procmem::ProcessMemory;
 use softib_net::ring::PacketRing;
 use softib_wire::Qpn;
+
+/// The least payload that goes by reference rather than through the ring.
+pub(crate) const REFERENCE_MIN: usize = 16 * 1024;
+
+/// A record's tag bit: its payload is a reference (address `u64`, length `u32`, little-endian)
+/// into the sender's memory.
+const BY_REFERENCE: u32 = 1 << 31;
 
 /// The most bytes waiting for one peer's full ring.
 const MAX_BACKLOG_BYTES: usize = 8 << 20;
@@ -32,7 +52,10 @@ struct Peer {
     writes: PacketRing,
     /// The peer's doorbell.
     bell: OwnedFd,
-    backlog: VecDeque<Vec<u8>>,
+    /// The peer's memory, which its records may name.
+    memory: Option<ProcessMemory>,
+    /// Records (tag, bytes) waiting for room in `writes`.
+    backlog: VecDeque<(u32, Vec<u8>)>,
     backlog_bytes: usize,
     /// Written to since its doorbell was last considered.
     wrote: bool,
@@ -51,6 +74,12 @@ pub(crate) struct Peers {
     pub lost: u64,
     /// Rings a peer broke (impossible indices): the pair is dropped.
     pub broken: u64,
+    /// Payloads sent by reference, and those read from a peer's memory.
+    pub by_reference: u64,
+    pub read_by_reference: u64,
+    /// Where a payload read from a peer's memory lands before the engine takes it (reused:
+    /// it stays in the cache).
+    scratch: Vec<u8>,
 }
 
 fn block(qpn: Qpn) -> u32 {
@@ -64,14 +93,21 @@ impl Peers {
         &mut self,
         id: u64,
         peer: SocketAddr,
+        peer_pid: u32,
         blocks: &[u32],
         [reads, writes, bell]: [OwnedFd; 3],
     ) -> std::io::Result<()> {
         let bytes = softib_proto::PEER_RING_BYTES;
+        let reads = PacketRing::from_fd(reads, bytes)?;
+        let memory = ProcessMemory::new(peer_pid).ok();
+        if memory.is_none() {
+            let _ = reads.refuse_references();
+        }
         let p = Peer {
-            reads: PacketRing::from_fd(reads, bytes)?,
+            reads,
             writes: PacketRing::from_fd(writes, bytes)?,
             bell,
+            memory,
             backlog: VecDeque::new(),
             backlog_bytes: 0,
             wrote: false,
@@ -112,8 +148,19 @@ impl Peers {
     }
 
     /// Puts a datagram for QP `dqpn` at `to`, from `from`, into its peer's ring (or the
-    /// backlog behind it); false when it has no ring (lost, counted).
-    pub fn send(&mut self, to: IpAddr, dqpn: Qpn, from: SocketAddr, bytes: &[u8]) -> bool {
+    /// backlog behind it): `head`, its headers and the ICRC's room, then `payload_len` bytes
+    /// that `fill` writes (false: they cannot be read) — or, when the payload lies at
+    /// `at` in this process and is large, a reference to it. False when it is lost
+    /// (counted): no ring, a full backlog, a payload that cannot be read.
+    pub fn send(
+        &mut self,
+        to: IpAddr,
+        dqpn: Qpn,
+        from: SocketAddr,
+        head: &[u8],
+        payload: (usize, Option<u64>),
+        fill: impl FnOnce(&mut [u8]) -> bool,
+    ) -> bool {
         let Some(p) = self
             .routes
             .get(&(to, block(dqpn)))
@@ -123,30 +170,68 @@ impl Peers {
             return false;
         };
         let addr = softib_proto::hand_on_addr(from);
+        let (payload_len, at) = payload;
+        let mut tag = head.len() as u32;
+        let reference = match at {
+            Some(at) if payload_len >= REFERENCE_MIN && p.writes.takes_references() => {
+                let mut r = [0u8; 12];
+                r[..8].copy_from_slice(&at.to_le_bytes());
+                r[8..].copy_from_slice(&(payload_len as u32).to_le_bytes());
+                tag |= BY_REFERENCE;
+                Some(r)
+            }
+            _ => None,
+        };
+        let payload_len = reference.map_or(payload_len, |r| r.len());
+        // What follows the headers: the reference, or the payload `fill` writes (once).
+        let mut fill = Some(fill);
+        let mut body = |into: &mut [u8]| match &reference {
+            Some(r) => {
+                into.copy_from_slice(r);
+                true
+            }
+            None => fill.take().is_some_and(|f| f(into)),
+        };
         if p.backlog.is_empty() {
-            match p.writes.push(0, &[&addr, bytes]) {
-                Ok(true) => {
+            let mut record_head = [0u8; 128];
+            let Some(h) = record_head.get_mut(..addr.len() + head.len()) else {
+                self.lost += 1;
+                return false;
+            };
+            h[..addr.len()].copy_from_slice(&addr);
+            h[addr.len()..].copy_from_slice(head);
+            let pushed = p.writes.push_with(tag, h, payload_len, &mut body);
+            match pushed {
+                Ok(Some(true)) => {
                     p.wrote = true;
                     self.sent += 1;
+                    self.by_reference += u64::from(reference.is_some());
                     return true;
                 }
-                Ok(false) => {}
-                Err(_) => {
+                Ok(None) => {}
+                Ok(Some(false)) | Err(_) => {
                     self.lost += 1;
                     return false;
                 }
             }
         }
-        if p.backlog_bytes + bytes.len() > MAX_BACKLOG_BYTES {
+        let len = addr.len() + head.len() + payload_len;
+        if p.backlog_bytes + len > MAX_BACKLOG_BYTES {
             self.lost += 1;
             return false;
         }
-        let mut record = Vec::with_capacity(addr.len() + bytes.len());
-        record.extend_from_slice(&addr);
-        record.extend_from_slice(bytes);
+        let mut record = vec![0u8; len];
+        record[..addr.len()].copy_from_slice(&addr);
+        record[addr.len()..addr.len() + head.len()].copy_from_slice(head);
+        // The ring was full (before `fill` ran), or the backlog was waiting.
+        if !body(&mut record[addr.len() + head.len()..]) {
+            self.lost += 1;
+            return false;
+        }
         p.backlog_bytes += record.len();
-        p.backlog.push_back(record);
+        p.backlog.push_back((tag, record));
         self.sent += 1;
+        self.by_reference += u64::from(reference.is_some());
         true
     }
 
@@ -157,8 +242,8 @@ impl Peers {
         let mut waiting = false;
         let mut broken = Vec::new();
         for (&id, p) in &mut self.by_id {
-            while let Some(r) = p.backlog.front() {
-                match p.writes.push(0, &[r]) {
+            while let Some((tag, r)) = p.backlog.front() {
+                match p.writes.push(*tag, &[r]) {
                     Ok(true) => {
                         p.backlog_bytes -= r.len();
                         p.backlog.pop_front();
@@ -184,14 +269,40 @@ impl Peers {
     }
 
     /// Hands every record waiting in the rings (up to a bound per peer) to `take` as the
-    /// sender's address and the datagram; returns whether there were any.
-    pub fn receive(&mut self, mut take: impl FnMut(SocketAddr, &[u8])) -> bool {
+    /// sender's address, the headers with the ICRC's room, and the payload (`None`: the
+    /// headers are the whole datagram); returns whether there were any.
+    pub fn receive(&mut self, mut take: impl FnMut(SocketAddr, &[u8], Option<&[u8]>)) -> bool {
         let mut got = false;
         let mut broken = Vec::new();
+        let scratch = &mut self.scratch;
+        let mut read_by_reference = 0;
         for (&id, p) in &self.by_id {
             for _ in 0..MAX_RECORDS_PER_TURN {
-                let r = p.reads.pop_with(|_, record| {
-                    softib_proto::parse_hand_on(record).map(|(from, data)| take(from, data))
+                let r = p.reads.pop_with(|tag, record| {
+                    let (from, data) = softib_proto::parse_hand_on(record)?;
+                    let (head, payload) = data.split_at_checked((tag & !BY_REFERENCE) as usize)?;
+                    if tag & BY_REFERENCE == 0 {
+                        take(from, head, (!payload.is_empty()).then_some(payload));
+                        return Some(());
+                    }
+                    let (at, len) = payload.split_first_chunk::<8>()?;
+                    let len = u32::from_le_bytes(*len.first_chunk::<4>()?) as usize;
+                    if len > softib_engine::IN_PROCESS_SEGMENT as usize {
+                        return None;
+                    }
+                    scratch.resize(len, 0);
+                    let read = p
+                        .memory
+                        .as_ref()
+                        .is_some_and(|m| m.read(u64::from_le_bytes(*at), scratch).is_ok());
+                    if read {
+                        read_by_reference += 1;
+                        take(from, head, Some(scratch));
+                    } else {
+                        // Lost, as on a wire: RC sends it again, whole.
+                        let _ = p.reads.refuse_references();
+                    }
+                    Some(())
                 });
                 match r {
                     Ok(Some(Some(()))) => {
@@ -206,6 +317,7 @@ impl Peers {
                 }
             }
         }
+        self.read_by_reference += read_by_reference;
         for id in broken {
             self.broken += 1;
             self.gone(id);
@@ -244,10 +356,22 @@ mod tests {
         );
         let mut a = Peers::default();
         let mut b = Peers::default();
-        a.add(7, b_addr, &[64], [fd(&to_a), fd(&to_b), bell(0)])
-            .unwrap();
-        b.add(7, a_addr, &[128], [fd(&to_b), fd(&to_a), bell(1)])
-            .unwrap();
+        a.add(
+            7,
+            b_addr,
+            std::process::id(),
+            &[64],
+            [fd(&to_a), fd(&to_b), bell(0)],
+        )
+        .unwrap();
+        b.add(
+            7,
+            a_addr,
+            std::process::id(),
+            &[128],
+            [fd(&to_b), fd(&to_a), bell(1)],
+        )
+        .unwrap();
         (a, b)
     }
 
@@ -258,12 +382,25 @@ mod tests {
         let from: SocketAddr = "127.0.0.2:50000".parse().unwrap();
         assert!(a.reaches(to, Qpn::new(70)));
         assert!(!a.reaches(to, Qpn::new(140)));
-        assert!(a.send(to, Qpn::new(70), from, b"hello"));
+        assert!(a.send(to, Qpn::new(70), from, b"head", (5, None), |b| {
+            b.copy_from_slice(b"hello");
+            true
+        }));
+        assert!(a.send(to, Qpn::new(70), from, b"whole", (0, None), |_| true));
         assert!(!a.flush());
         let mut seen = Vec::new();
-        assert!(b.receive(|f, d| seen.push((f, d.to_vec()))));
-        assert_eq!(seen, vec![(from, b"hello".to_vec())]);
-        assert!(!b.receive(|_, _| panic!("one record only")));
+        assert!(b.receive(|f, h, p| seen.push((f, h.to_vec(), p.map(<[u8]>::to_vec)))));
+        assert_eq!(
+            seen,
+            vec![
+                (from, b"head".to_vec(), Some(b"hello".to_vec())),
+                (from, b"whole".to_vec(), None)
+            ]
+        );
+        assert!(!b.receive(|_, _, _| panic!("two records only")));
+        // A payload that cannot be read loses the packet.
+        assert!(!a.send(to, Qpn::new(70), from, b"head", (5, None), |_| false));
+        assert_eq!(a.lost, 1);
     }
 
     #[test]
@@ -275,9 +412,12 @@ mod tests {
         // More than the ring holds: the rest waits in the backlog.
         let n = softib_proto::PEER_RING_BYTES / big.len() + 8;
         for i in 0..n {
-            let mut d = big.clone();
-            d[0] = i as u8;
-            assert!(a.send(to, Qpn::new(64), from, &d));
+            assert!(
+                a.send(to, Qpn::new(64), from, &[i as u8], (big.len(), None), |b| {
+                    b.copy_from_slice(&big);
+                    true
+                })
+            );
         }
         assert!(a.flush(), "some wait for room");
         let mut order = Vec::new();
@@ -285,13 +425,68 @@ mod tests {
             if order.len() == n {
                 break;
             }
-            b.receive(|_, d| order.push(d[0]));
+            b.receive(|_, h, _| order.push(h[0]));
             a.flush();
         }
         assert_eq!(order, (0..n).map(|i| i as u8).collect::<Vec<_>>());
         assert_eq!(a.lost, 0);
         a.gone(7);
-        assert!(!a.send(to, Qpn::new(64), from, b"x"));
+        assert!(!a.send(to, Qpn::new(64), from, b"x", (0, None), |_| true));
         assert_eq!(a.lost, 1);
+    }
+
+    #[test]
+    fn a_large_payload_goes_by_reference_and_is_read_from_the_senders_memory() {
+        let (mut a, mut b) = pair();
+        let to: IpAddr = "127.0.0.3".parse().unwrap();
+        let from: SocketAddr = "127.0.0.2:50000".parse().unwrap();
+        let data: Vec<u8> = (0..REFERENCE_MIN + 5).map(|i| (i * 7) as u8).collect();
+        let at = data.as_ptr() as u64;
+        assert!(a.send(
+            to,
+            Qpn::new(64),
+            from,
+            b"hd",
+            (data.len(), Some(at)),
+            |_| { panic!("a reference needs no copy") }
+        ));
+        a.flush();
+        let mut got = Vec::new();
+        assert!(b.receive(|_, h, p| got.push((h.to_vec(), p.unwrap().to_vec()))));
+        assert_eq!(got, vec![(b"hd".to_vec(), data.clone())]);
+        assert_eq!((a.by_reference, b.read_by_reference), (1, 1));
+        // A small one goes through the ring.
+        assert!(
+            a.send(to, Qpn::new(64), from, b"hd", (10, Some(at)), |into| {
+                into.copy_from_slice(&data[..10]);
+                true
+            })
+        );
+        assert!(b.receive(|_, _, p| assert_eq!(p, Some(&data[..10]))));
+        assert_eq!(a.by_reference, 1);
+        // Memory the sender does not have cannot be read: the packet is lost, and the
+        // receiver says it takes no references from then on.
+        assert!(a.send(
+            to,
+            Qpn::new(64),
+            from,
+            b"hd",
+            (REFERENCE_MIN, Some(8)),
+            |_| true
+        ));
+        assert!(b.receive(|_, _, _| panic!("nothing to take")));
+        assert!(a.send(
+            to,
+            Qpn::new(64),
+            from,
+            b"hd",
+            (REFERENCE_MIN, Some(at)),
+            |into| {
+                into.copy_from_slice(&data[..REFERENCE_MIN]);
+                true
+            }
+        ));
+        assert!(b.receive(|_, _, p| assert_eq!(p, Some(&data[..REFERENCE_MIN]))));
+        assert_eq!(a.by_reference, 2, "the last went through the ring");
     }
 }

@@ -284,11 +284,13 @@ pub(super) fn ring_to(
         return no(format!("the owner of QP {dqpn} is gone"));
     };
     let peer_blocks = blocks_of(theirs, tdev);
+    let peer_pid = theirs.peer_pid;
     if let Some(pair) = h.peer_rings.find(me, other) {
         return Ok(Response::Ring {
             id: pair,
             peer,
             peer_blocks,
+            peer_pid,
             fresh: false,
         });
     }
@@ -308,6 +310,7 @@ pub(super) fn ring_to(
             id: rings.id,
             peer: my_addr,
             peer_blocks: blocks_of(mine, dev),
+            peer_pid: mine.peer_pid,
         },
         &end_fds(&rings.to_b, &rings.to_a, &my_events.bell),
     );
@@ -335,6 +338,7 @@ pub(super) fn ring_to(
         id: rings.id,
         peer,
         peer_blocks,
+        peer_pid,
         fresh: true,
     })
 }
