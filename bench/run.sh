@@ -2,14 +2,17 @@
 # softib beside the systems a user would otherwise pick, on this machine, in one run (issue 7).
 #
 #   bench/run.sh [--quick] [--only intra,inter,scale] [--runs N] [--mtu "1500 9000"]
-#                [--rev REV | --no-build] [--no-install] [--keep]
+#                [--datapath "daemon process"] [--rev REV | --no-build] [--no-install] [--keep]
 #
 # softib is built from the working tree (cargo build --release -p softib-cli), or with
 # --rev REV from that commit alone (git archive into target/bench/src, built there), or not at
 # all with --no-build (SOFTIB=path picks the binary).
 #
 # intra  two processes on one softib daemon (two RoCEv2 devices on loopback) beside
-#        ucx_perftest over shared memory (UCX_TLS=posix,cma,self) and a single-core memcpy;
+#        ucx_perftest over shared memory (UCX_TLS=posix,cma,self) and a single-core memcpy,
+#        softib once for each --datapath: daemon (series intra.softib.*, the engine in
+#        softibd) and process (intra.process.*: SOFTIB_DATAPATH=process, the engine in each
+#        perftest process, rings between them; issue 22's targets);
 # inter  two daemons in two network namespaces joined by a veth pair, at each MTU, beside
 #        iperf3 (one TCP stream; UDP 64 B), qperf (tcp_bw, udp_lat, tcp_lat) and ucx_perftest
 #        over TCP on the same veth;
@@ -34,6 +37,7 @@ RUNS=3
 QUICK=0
 ONLY=intra,inter,scale,ipoib,dropin
 MTUS="1500 9000"
+DATAPATHS="daemon process"
 INSTALL=1
 BUILD=1
 KEEP=0
@@ -51,6 +55,7 @@ while [ $# -gt 0 ]; do
     --only=*) ONLY=${1#--only=} ;;
     --runs) RUNS=$2; shift ;;
     --mtu) MTUS=$2; shift ;;
+    --datapath) DATAPATHS=$2; shift ;;
     --no-install) INSTALL=0 ;;
     --no-build) BUILD=0 ;;
     --rev) REV=$2; shift ;;
@@ -371,12 +376,17 @@ if want intra; then
   SHM="UCX_TLS=posix,cma,self"
   for r in $(seq 1 "$RUNS"); do
     log "intra run $r/$RUNS"
-    for s in $SIZES; do
-      for t in ib_write_bw ib_send_bw ib_read_bw; do sib_bw "intra.softib.$t.RC.$s" RC "$s" $t "${P[@]}"; done
+    for dp in $DATAPATHS; do
+      case $dp in daemon) k=softib ;; process) k=process ;; *) echo "--datapath: unknown $dp" >&2; exit 2 ;; esac
+      export SOFTIB_DATAPATH=$dp
+      for s in $SIZES; do
+        for t in ib_write_bw ib_send_bw ib_read_bw; do sib_bw "intra.$k.$t.RC.$s" RC "$s" $t "${P[@]}"; done
+      done
+      sib_bw "intra.$k.ib_send_bw.UD.2" UD 2 ib_send_bw "${P[@]}"
+      sib_lat "intra.$k.ib_send_lat.RC.8" ib_send_lat "${P[@]}"
+      sib_lat "intra.$k.ib_write_lat.RC.8" ib_write_lat "${P[@]}"
     done
-    sib_bw intra.softib.ib_send_bw.UD.2 UD 2 ib_send_bw "${P[@]}"
-    sib_lat intra.softib.ib_send_lat.RC.8 ib_send_lat "${P[@]}"
-    sib_lat intra.softib.ib_write_lat.RC.8 ib_write_lat "${P[@]}"
+    unset SOFTIB_DATAPATH
     for s in $SIZES; do
       for t in ucp_put_bw tag_bw; do
         ucx "intra.ucx_shm.$t.$s" "$NSA" "$SHM" "$NSA" "$SHM" 127.0.0.1 $t "$s" "$(ucx_iters $t "$s")"
@@ -412,6 +422,16 @@ if want intra; then
   row "intra RC ib_send_lat 8 B (median)" us intra.softib.ib_send_lat.RC.8 "$U tag_lat" intra.ucx_shm.tag_lat.8 le 2.0
   row "intra RC ib_write_lat 8 B (median)" us intra.softib.ib_write_lat.RC.8 "$U ucp_put_lat" intra.ucx_shm.ucp_put_lat.8 - -
   row "intra UD ib_send_bw 2 B msg rate" Mpps intra.softib.ib_send_bw.UD.2 "ConnectX-3 IB (seed)" const:8.24 ge 1.0
+  if [[ " $DATAPATHS " == *" process "* ]]; then
+    # issue 22's table for the process data path
+    row "intra process RC ib_send_lat 8 B (median)" us intra.process.ib_send_lat.RC.8 "$U tag_lat" intra.ucx_shm.tag_lat.8 le 2.0
+    row "intra process RC ib_write_lat 8 B (median)" us intra.process.ib_write_lat.RC.8 "$U ucp_put_lat" intra.ucx_shm.ucp_put_lat.8 le 3.0
+    row "intra process UD ib_send_bw 2 B msg rate" Mpps intra.process.ib_send_bw.UD.2 "ConnectX-3 IB (seed)" const:8.24 ge 1.0
+    row "intra process RC ib_write_bw 8 B" MiB/s intra.process.ib_write_bw.RC.8 "$U ucp_put_bw" intra.ucx_shm.ucp_put_bw.8 ge 1.0
+    row "intra process RC ib_write_bw 64 KiB" MiB/s intra.process.ib_write_bw.RC.65536 "$U ucp_put_bw" intra.ucx_shm.ucp_put_bw.65536 ge 0.8
+    row "intra process RC ib_send_bw 1 MiB" MiB/s intra.process.ib_send_bw.RC.1048576 "$U tag_bw" intra.ucx_shm.tag_bw.1048576 ge 1.0
+    row "intra process RC ib_read_bw 64 KiB" MiB/s intra.process.ib_read_bw.RC.65536 "daemon path" intra.softib.ib_read_bw.RC.65536 - -
+  fi
 fi
 
 # --- the drop-in libibverbs.so.1 ----------------------------------------------------------
