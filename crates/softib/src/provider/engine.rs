@@ -28,6 +28,10 @@ const MAX_SOURCE_SOCKETS: usize = 256;
 /// A turn sends at once once this much is queued (see the daemon's `TX_FLUSH_BYTES`).
 const TX_FLUSH_BYTES: usize = 1 << 18;
 
+/// How often an application thread's poll reads the socket while the engine has rings to
+/// peers ([`Station::app_turn`]).
+const APP_SOCKET_EVERY: u32 = 16;
+
 /// The room each datagram is built in (`RoceCa::poll_transmit`).
 const ROOM: usize = IN_PROCESS_MAX_LEN + softib_wire::crc::ICRC_LEN;
 
@@ -52,6 +56,8 @@ pub(crate) struct Station {
     pub peers: Peers,
     /// Where datagrams for those peers are built.
     local_room: Box<[u8]>,
+    /// Application threads' turns, counted ([`Station::app_turn`]).
+    app_turns: u32,
     /// Datagrams the kernel would not take; datagrams handed on, and those the full hand-on
     /// ring could not take (lost, as on a congested wire).
     pub tx_dropped: u64,
@@ -86,6 +92,7 @@ impl Station {
             hand_on,
             peers: Peers::default(),
             local_room: vec![0u8; ROOM].into_boxed_slice(),
+            app_turns: 0,
             tx_dropped: 0,
             handed_on: 0,
             hand_on_full: 0,
@@ -124,6 +131,22 @@ impl Station {
         got || sent
     }
 
+    /// A turn on an application thread's poll: as [`Station::turn`], except that while the
+    /// engine has rings to peers the socket is read only every [`APP_SOCKET_EVERY`]th time —
+    /// a busy poller would otherwise make a system call per empty poll for a socket that
+    /// carries little, which the progress thread wakes for anyway.
+    pub fn app_turn(&mut self) -> bool {
+        self.app_turns = self.app_turns.wrapping_add(1);
+        if self.peers.is_empty() || self.app_turns % APP_SOCKET_EVERY == 0 {
+            return self.turn();
+        }
+        let got = self.receive_rings();
+        let now = self.now();
+        self.ca.handle_timeout(now);
+        let sent = self.transmit(now);
+        got || sent
+    }
+
     /// Sends what the engine has to send (after a post).
     pub fn send_now(&mut self) {
         let now = self.now();
@@ -131,9 +154,15 @@ impl Station {
     }
 
     fn receive(&mut self) -> bool {
+        let mut got = self.receive_rings();
+        got |= self.receive_socket();
+        got
+    }
+
+    fn receive_rings(&mut self) -> bool {
         let now = self.now();
         let ca = &mut self.ca;
-        let mut got = self.peers.receive(|from, data, payload| {
+        self.peers.receive(|from, data, payload| {
             let d = Incoming {
                 from,
                 index: 0,
@@ -143,7 +172,11 @@ impl Station {
                 payload,
             };
             let _ = ca.handle_datagram(now, &d);
-        });
+        })
+    }
+
+    fn receive_socket(&mut self) -> bool {
+        let mut got = false;
         // At most 16 calls, so that a flood cannot keep a poller inside forever.
         for _ in 0..16 {
             match self.link.recv_batch(&mut self.rx) {

@@ -610,7 +610,9 @@ impl Engine {
         max: u32,
         wait: Duration,
     ) -> Result<Vec<WorkCompletion>> {
-        let until = StdInstant::now() + wait;
+        let start = StdInstant::now();
+        let until = start + wait;
+        let spin = progress_spin().min(wait);
         let mut out = Vec::new();
         // Counted before the first look, so that a turn of the progress thread after it rings
         // the bell (see `progress`).
@@ -618,7 +620,7 @@ impl Engine {
         loop {
             let next = {
                 let mut st = self.lock();
-                st.turn();
+                st.app_turn();
                 while out.len() < max as usize {
                     match st.ca.hca_mut().poll_cq(cq) {
                         Some(wc) => out.push(wc),
@@ -634,6 +636,12 @@ impl Engine {
             let now = StdInstant::now();
             if !out.is_empty() || now >= until {
                 return Ok(out);
+            }
+            if now < start + spin {
+                // The completion is often microseconds away (a peer's reply through a ring):
+                // look again rather than pay a wakeup, letting others run meanwhile.
+                std::thread::yield_now();
+                continue;
             }
             let wake = next.map_or(until, |t| t.min(until));
             self.wait_readable(wake.saturating_duration_since(now));

@@ -122,6 +122,11 @@ impl Peers {
         self.by_id.len()
     }
 
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+
     /// Whether pair `id` is known.
     pub fn has(&self, id: u64) -> bool {
         self.by_id.contains_key(&id)
