@@ -16,6 +16,7 @@ pub mod fault;
 pub mod fdpass;
 pub mod netdev;
 pub mod pcap;
+pub mod peer;
 pub mod procmem;
 pub mod ring;
 pub mod shm;
