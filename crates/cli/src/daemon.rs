@@ -38,28 +38,33 @@ fn admission(a: &DaemonArgs) -> Result<Admission> {
     use nix::unistd::{Group, User};
     let mut adm = Admission::owner_only();
     for u in &a.allow_users {
-        let uid = match u.parse::<u32>() {
-            Ok(uid) => uid,
-            Err(_) => User::from_name(u)
-                .with_context(|| format!("looking up user {u}"))?
-                .ok_or_else(|| anyhow!("--allow-users: there is no user {u} on this host"))?
-                .uid
-                .as_raw(),
-        };
+        let uid = id_or_name(u, "--allow-users", "user", |n| {
+            User::from_name(n).map(|u| u.map(|u| u.uid.as_raw()))
+        })?;
         adm.users.insert(uid);
     }
     for g in &a.allow_group {
-        let gid = match g.parse::<u32>() {
-            Ok(gid) => gid,
-            Err(_) => Group::from_name(g)
-                .with_context(|| format!("looking up group {g}"))?
-                .ok_or_else(|| anyhow!("--allow-group: there is no group {g} on this host"))?
-                .gid
-                .as_raw(),
-        };
+        let gid = id_or_name(g, "--allow-group", "group", |n| {
+            Group::from_name(n).map(|g| g.map(|g| g.gid.as_raw()))
+        })?;
         adm.groups.insert(gid);
     }
     Ok(adm)
+}
+
+/// `word` as a numeric id, or the id of the `what` (user, group) it names.
+fn id_or_name(
+    word: &str,
+    flag: &str,
+    what: &str,
+    lookup: impl FnOnce(&str) -> nix::Result<Option<u32>>,
+) -> Result<u32> {
+    if let Ok(id) = word.parse::<u32>() {
+        return Ok(id);
+    }
+    lookup(word)
+        .with_context(|| format!("looking up {what} {word}"))?
+        .ok_or_else(|| anyhow!("{flag}: there is no {what} {word} on this host"))
 }
 
 /// `softib link ...`.
