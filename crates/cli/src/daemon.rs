@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context as _, Result};
 use clap::{Args, Subcommand};
 use softib::LinkConfig;
-use softib_hca::host::{Daemon, SOCKET_NAME};
+use softib_hca::host::{Admission, Daemon, SOCKET_NAME};
 
 use crate::exit;
 
@@ -24,6 +24,47 @@ pub struct DaemonArgs {
     /// Write the daemon's process id here [default with --detach: DIR/softibd.pid].
     #[arg(long, value_name = "FILE")]
     pidfile: Option<PathBuf>,
+    /// Give these users verbs too (names or uids, comma-separated); managing the HCA —
+    /// faults, capture, ports, links, the SM, SMP Sets — stays with this user and root.
+    #[arg(long, value_name = "USER,...", value_delimiter = ',')]
+    allow_users: Vec<String>,
+    /// Give the members of this group verbs too (a name or gid).
+    #[arg(long, value_name = "GROUP")]
+    allow_group: Vec<String>,
+}
+
+/// Who `softib daemon` admits besides its user and root.
+fn admission(a: &DaemonArgs) -> Result<Admission> {
+    use nix::unistd::{Group, User};
+    let mut adm = Admission::owner_only();
+    for u in &a.allow_users {
+        let uid = id_or_name(u, "--allow-users", "user", |n| {
+            User::from_name(n).map(|u| u.map(|u| u.uid.as_raw()))
+        })?;
+        adm.users.insert(uid);
+    }
+    for g in &a.allow_group {
+        let gid = id_or_name(g, "--allow-group", "group", |n| {
+            Group::from_name(n).map(|g| g.map(|g| g.gid.as_raw()))
+        })?;
+        adm.groups.insert(gid);
+    }
+    Ok(adm)
+}
+
+/// `word` as a numeric id, or the id of the `what` (user, group) it names.
+fn id_or_name(
+    word: &str,
+    flag: &str,
+    what: &str,
+    lookup: impl FnOnce(&str) -> nix::Result<Option<u32>>,
+) -> Result<u32> {
+    if let Ok(id) = word.parse::<u32>() {
+        return Ok(id);
+    }
+    lookup(word)
+        .with_context(|| format!("looking up {what} {word}"))?
+        .ok_or_else(|| anyhow!("{flag}: there is no {what} {word} on this host"))
 }
 
 /// `softib link ...`.
@@ -130,10 +171,17 @@ pub struct LinkAddArgs {
 
 /// Runs softibd.
 pub fn daemon(a: &DaemonArgs) -> Result<u8> {
+    let admission = admission(a)?;
     let dir = softib::runtime_dir();
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     if a.detach {
         let mut args = vec!["daemon".to_string()];
+        for u in &a.allow_users {
+            args.extend(["--allow-users".into(), u.clone()]);
+        }
+        for g in &a.allow_group {
+            args.extend(["--allow-group".into(), g.clone()]);
+        }
         let pidfile = a.pidfile.clone().unwrap_or_else(|| dir.join("softibd.pid"));
         args.extend(["--pidfile".into(), pidfile.display().to_string()]);
         let child = crate::fabric::spawn_detached(&args, &dir.join("softibd.log"), &[])?;
@@ -168,6 +216,18 @@ pub fn daemon(a: &DaemonArgs) -> Result<u8> {
     for w in warnings {
         eprintln!("softibd: {w}");
     }
+    if admission.admits_others() {
+        let users: Vec<String> = admission.users.iter().map(u32::to_string).collect();
+        let groups: Vec<String> = admission.groups.iter().map(u32::to_string).collect();
+        eprintln!(
+            "softibd: verbs also for uid [{}] and gid [{}]; management for uid {} and root only",
+            users.join(","),
+            groups.join(","),
+            admission.owner
+        );
+    }
+    d.set_admission(admission)
+        .with_context(|| format!("admitting users to {}", dir.display()))?;
     if let Some(p) = &a.pidfile {
         std::fs::write(p, format!("{}\n", std::process::id()))
             .with_context(|| format!("writing {}", p.display()))?;

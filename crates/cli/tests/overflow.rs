@@ -32,7 +32,7 @@ fn a_full_receive_buffer_drops_ud_datagrams_counted_and_rc_recovers() {
     let db = roce_daemon(&dir_b, "127.0.0.93");
 
     const N: usize = 12_000;
-    // A full IB MTU each: 49 MB against a 16 MiB receive buffer (8 MiB asked, doubled).
+    // A full IB MTU each: 49 MB against a 32 MiB receive buffer (16 MiB asked, doubled).
     const UD_LEN: usize = 4096;
     const RC_LEN: usize = 256 * 1024;
     let (a, b) = (

@@ -84,6 +84,9 @@ drop_reasons! {
     RcRnrNakSent => "rc_rnr_nak_sent",
     /// A multicast packet (not supported yet).
     Multicast => "multicast",
+    /// The BTH's transport header version (TVer) is not 0, the only one defined (IBA
+    /// §9.2; C9-3: silently dropped).
+    TransportVersion => "bad_transport_version",
 }
 
 /// How many packets were dropped for each reason.

@@ -26,6 +26,7 @@ use crate::{AhHandle, CqHandle, PdHandle, RxMeta, SrqHandle, Transmit};
 
 mod invariants;
 mod numbers;
+mod screen;
 
 pub use numbers::QPN_BLOCK;
 
@@ -933,6 +934,10 @@ impl<M: Memory> Hca<M> {
                 return;
             }
         };
+        if t.bth.tver != 0 {
+            self.res.drop_packet(DropReason::TransportVersion);
+            return;
+        }
         if !self.res.port(port).is_some_and(|p| p.active) {
             self.res.drop_packet(DropReason::PortNotActive);
             return;

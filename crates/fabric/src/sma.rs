@@ -408,6 +408,9 @@ struct Port {
     pkeys: Vec<PKey>,
     /// Whether the link layer reports the cable trained (survives a Disabled state).
     link_trained: bool,
+    /// When the M_Key lease ends (microseconds on the host's clock): started by a failed
+    /// M_Key check, stopped by a matching key; at its end the protect bits go to 0.
+    m_key_lease_until: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -445,6 +448,8 @@ pub struct Sma {
     trap_tid: u64,
     /// The LRH SLID of the SMP being handled (permissive for one from this node).
     requester: Lid,
+    /// The host's clock as last given ([`Sma::handle_timeout`]), in microseconds.
+    now_us: u64,
 }
 
 /// Traps kept for a link layer that does not send them.
@@ -480,6 +485,7 @@ impl Sma {
                     guids,
                     pkeys,
                     link_trained: false,
+                    m_key_lease_until: None,
                 }
             })
             .collect();
@@ -518,7 +524,26 @@ impl Sma {
             traps: VecDeque::new(),
             trap_tid: 0,
             requester: Lid::PERMISSIVE,
+            now_us: 0,
         }
+    }
+
+    /// Time passed (`now_us`, microseconds on the host's clock, never going back): an M_Key
+    /// lease that ran out clears its port's protect bits (IBA §14.2.4.2), so that a new SM
+    /// can take over a subnet whose master went away with the key.
+    pub fn handle_timeout(&mut self, now_us: u64) {
+        self.now_us = self.now_us.max(now_us);
+        for port in &mut self.ports {
+            if port.m_key_lease_until.is_some_and(|t| t <= self.now_us) {
+                port.m_key_lease_until = None;
+                port.info.m_key_protect_bits = 0;
+            }
+        }
+    }
+
+    /// When [`Sma::handle_timeout`] next has something to do: the earliest lease's end.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.ports.iter().filter_map(|p| p.m_key_lease_until).min()
     }
 
     /// The SMA of a topology node.
@@ -867,11 +892,17 @@ impl Sma {
     /// IBA §14.2.4: see the module docs.
     fn check_m_key(&mut self, in_port: u8, request: &smp::Repr) -> KeyCheck {
         let key_port = self.key_port(in_port);
+        let now_us = self.now_us;
         let Some(port) = self.port_mut(key_port) else {
             return KeyCheck::Fail;
         };
         let stored = port.info.m_key;
-        if stored == 0 || request.m_key == stored {
+        if stored == 0 {
+            return KeyCheck::Pass;
+        }
+        if request.m_key == stored {
+            // The SM that holds the key is alive: its lease stops.
+            port.m_key_lease_until = None;
             return KeyCheck::Pass;
         }
         let protect = port.info.m_key_protect_bits;
@@ -879,6 +910,12 @@ impl Sma {
             Method::Get if protect == 0 => KeyCheck::Pass,
             Method::Get if protect == 1 => KeyCheck::PassHidingKey,
             _ => {
+                // A failed check starts the lease if it is not running (a period of 0:
+                // never).
+                let period = u64::from(port.info.m_key_lease_period);
+                if period != 0 && port.m_key_lease_until.is_none() {
+                    port.m_key_lease_until = Some(now_us + period * 1_000_000);
+                }
                 port.info.m_key_violations = port.info.m_key_violations.saturating_add(1);
                 self.counters.m_key_violations += 1;
                 self.bad_m_key_trap(in_port, key_port, request);

@@ -24,6 +24,7 @@ use softib_proto::{DeviceInfo, LinkConfig, PortInfo};
 use softib_wire::{Gid, Guid, Lid, Mtu, Qpn};
 
 use crate::ib::{IbCa, MadIn};
+use crate::ratelog::RateLog;
 use crate::shm_memory::ShmMemory;
 use crate::steering::SteerGroup;
 use crate::switchboard::{LocalPayload, LocalRoce, Switchboard};
@@ -946,8 +947,14 @@ fn accept(
     match ca.handle_datagram(now, d) {
         Ok(()) => true,
         Err(e) => {
-            if std::env::var_os("SOFTIB_DEBUG").is_some() {
-                eprintln!("{name}: dropped a datagram from {}: {e}", d.from);
+            // Asked once, not per datagram (a flood is many), and rate-limited: a flood must
+            // not become a flood of log lines.
+            static DEBUG: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+            static DROPS_LOG: std::sync::Mutex<RateLog> = std::sync::Mutex::new(RateLog::new());
+            if *DEBUG.get_or_init(|| std::env::var_os("SOFTIB_DEBUG").is_some()) {
+                if let Ok(mut log) = DROPS_LOG.lock() {
+                    log.say(|| format!("{name}: dropped a datagram from {}: {e}", d.from));
+                }
             }
             false
         }

@@ -467,14 +467,19 @@ impl<M: Memory> IbCa<M> {
         self.mads.pop_front()
     }
 
-    /// Time passed: retransmissions and timers of the engine.
+    /// Time passed: retransmissions and timers of the engine, M_Key leases of the SMA.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.hca.handle_timeout(now);
+        self.sma.handle_timeout(now.as_micros());
     }
 
-    /// The engine's next deadline.
+    /// The next deadline of the engine or the SMA.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.hca.poll_timeout()
+        let lease = self.sma.poll_timeout().map(Instant::from_micros);
+        match (self.hca.poll_timeout(), lease) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The next frame to send: management first, then the engine's packets wrapped in LRH

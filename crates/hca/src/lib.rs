@@ -16,6 +16,7 @@ pub mod host;
 pub mod ib;
 pub mod issm;
 pub mod pma;
+pub mod ratelog;
 pub mod shm_memory;
 pub mod steering;
 pub mod switchboard;

@@ -188,6 +188,71 @@ fn an_m_key_protected_port_refuses_and_counts_a_set_from_a_port_that_is_not_the_
     assert_eq!(SmInfo::parse(&r.data).unwrap().sm_state, SmState::Master);
 }
 
+#[test]
+fn an_m_key_lease_runs_out_when_the_master_goes_silent_and_not_while_it_speaks() {
+    let f = start("mkey-lease");
+    let mut master = Agent::open(&f, "test213", true);
+    let mut rogue = Agent::open(&f, "test214", false);
+    const TARGET: &[u8] = &[1];
+    const LOCAL: &[u8] = &[];
+    let t0 = Instant::now();
+    let pi = loop {
+        if let Some((status::SUCCESS, pi)) = master.get_port_info(TARGET, 0) {
+            break pi;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the link never trained"
+        );
+    };
+    // Protected (a Get without the key fails), with a lease of 1 s.
+    const K: u64 = 0x1EA5_E000_0000_0001;
+    let mut set = unchanged_states(pi);
+    set.m_key = K;
+    set.m_key_protect_bits = 2;
+    set.m_key_lease_period = 1;
+    assert_eq!(master.set_port_info(TARGET, 0, &set), Some(status::SUCCESS));
+    let wait = Duration::from_millis(300);
+    let rogue_get = |rogue: &mut Agent| {
+        let tid = rogue.next_tid();
+        let req = smp::Repr::dr_get(tid, AttrId::PORT_INFO, 0, 0, LOCAL).unwrap();
+        rogue.ask(req, wait)
+    };
+    // Refused; the lease starts. The master keeps speaking with the key every 300 ms for
+    // 2 s: each time the lease stops, so the protection holds (a refusal restarts it).
+    assert!(rogue_get(&mut rogue).is_none(), "answered without the key");
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(2) {
+        assert_eq!(
+            master.get_port_info(TARGET, K).map(|r| r.0),
+            Some(status::SUCCESS)
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(
+        rogue_get(&mut rogue).is_none(),
+        "the lease ran out while the master spoke with the key"
+    );
+    // The master goes silent: 1 s after the refusal, the protect bits are 0 and a Get
+    // without the key is answered (showing the key: protect level 0 hides nothing)...
+    std::thread::sleep(Duration::from_millis(1500));
+    let r = rogue_get(&mut rogue).expect("the lease did not run out");
+    assert_eq!(r.header.status, status::SUCCESS);
+    let now = PortInfo::parse(&r.data).unwrap();
+    assert_eq!((now.m_key, now.m_key_protect_bits), (K, 0), "{now:?}");
+    // ... but a Set without the key is still refused and changes nothing.
+    let mut evil = unchanged_states(now);
+    evil.lid = Lid(0x66);
+    let tid = rogue.next_tid();
+    let req = smp::Repr::dr_set(tid, AttrId::PORT_INFO, 0, 0, LOCAL, evil.to_data()).unwrap();
+    assert!(
+        rogue.ask(req, wait).is_none(),
+        "a Set without the key was answered"
+    );
+    let (_, after) = master.get_port_info(TARGET, K).unwrap();
+    assert_ne!(after.lid, Lid(0x66));
+}
+
 /// A UD QP on port 1 of `ctx`'s device with P_Key index `pkey_index`, a receive posted, and an
 /// address handle to `peer_lid`: (QPN, CQ, AH, send SGE).
 fn ud_qp(

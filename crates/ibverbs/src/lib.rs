@@ -75,6 +75,7 @@ pub(crate) fn errno_of(e: &softib::Error) -> c_int {
             ErrorKind::Exhausted => libc::ENOMEM,
             ErrorKind::Busy => libc::EBUSY,
             ErrorKind::Protocol => libc::EPROTO,
+            ErrorKind::Permission => libc::EPERM,
         },
         Error::RdmaCore(_) => libc::EOPNOTSUPP,
         Error::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),

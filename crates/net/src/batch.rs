@@ -37,8 +37,9 @@ pub const GSO_MAX_SEGMENTS: usize = 64;
 /// The most bytes in one GSO send: an IPv4 datagram's 65,535 minus its IP and UDP headers,
 /// with room to spare.
 pub const GSO_MAX_BYTES: usize = 65_000;
-/// Datagrams (or coalesced runs) taken per `recvmmsg`.
-pub const RX_SLOTS: usize = 16;
+/// Datagrams (or coalesced runs) taken per `recvmmsg`: many, so that a flood of small
+/// datagrams costs few system calls.
+pub const RX_SLOTS: usize = 64;
 /// Bytes per receive slot: a whole coalesced run, or the largest datagram.
 const RX_SLOT_BYTES: usize = 65_536;
 /// Messages per `sendmmsg` call, and the iovecs all of them may use.
@@ -616,7 +617,8 @@ pub struct RxDatagram<'a> {
 }
 
 impl RxBatch {
-    /// Room for [`RX_SLOTS`] datagrams or runs (1 MiB).
+    /// Room for [`RX_SLOTS`] datagrams or runs (4 MiB, of which the kernel touches only what
+    /// datagrams fill).
     pub fn new() -> RxBatch {
         RxBatch {
             data: vec![0; RX_SLOTS * RX_SLOT_BYTES],

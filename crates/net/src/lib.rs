@@ -16,6 +16,7 @@ pub mod fault;
 pub mod fdpass;
 pub mod netdev;
 pub mod pcap;
+pub mod peer;
 pub mod procmem;
 pub mod ring;
 pub mod shm;
@@ -28,6 +29,12 @@ pub use cable::{Cable, CableEvent, CableRecv, CableStats, PhysState};
 /// Socket buffer size asked for: a burst of READ responses or a 64-packet window must not
 /// overflow the kernel's default ~200 KiB (the kernel caps it at `net.core.rmem_max`).
 pub const SOCKET_BUFFER: usize = 8 << 20;
+
+/// Receive buffer size asked for (the kernel doubles it for its bookkeeping): deeper than the
+/// send side's, because a flood of small junk datagrams fills a buffer by the kernel's
+/// per-datagram overhead, not by their bytes — 32 MiB hold some 20,000 of them, half a
+/// second of a 40,000 datagrams/s flood while the daemon is kept from reading.
+pub const RECV_BUFFER: usize = 16 << 20;
 
 /// A UDP socket set up the way a RoCEv2 sender needs it.
 ///
@@ -149,8 +156,8 @@ impl UdpLink {
         }
         // Root may exceed net.core.[rw]mem_max (SO_RCVBUFFORCE); anyone else gets at most
         // that. A deep receive buffer is what keeps bursts from many QPs from being dropped.
-        if sockopt::set_socket_recv_buffer_size_force(&socket, SOCKET_BUFFER).is_err() {
-            let _ = sockopt::set_socket_recv_buffer_size(&socket, SOCKET_BUFFER);
+        if sockopt::set_socket_recv_buffer_size_force(&socket, RECV_BUFFER).is_err() {
+            let _ = sockopt::set_socket_recv_buffer_size(&socket, RECV_BUFFER);
         }
         if sockopt::set_socket_send_buffer_size_force(&socket, SOCKET_BUFFER).is_err() {
             let _ = sockopt::set_socket_send_buffer_size(&socket, SOCKET_BUFFER);

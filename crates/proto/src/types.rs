@@ -21,6 +21,9 @@ pub enum ErrorKind {
     Busy,
     /// The QP's state does not allow it.
     WrongState,
+    /// The client's user may not do it (not admitted, or management without the owner's
+    /// rights); the message names the permission and who has it.
+    Permission,
 }
 
 /// A device as `ibv_devices`, `ibstat` and `ibv_devinfo` show it.

@@ -328,6 +328,9 @@ impl World {
                     self.net.stats.delivered += 1;
                 }
                 (Err(_), false) => self.net.stats.crc_dropped += 1,
+                // The engine refused it by its BTH before the ICRC, as it would have after:
+                // its drop counters say why (a UD datagram to a QP not receiving, say).
+                (Err(softib_link::RoceDrop::Screened), true) => self.net.stats.delivered += 1,
                 (Err(reason), true) => {
                     return Err(format!(
                         "hca{}: the link dropped an intact datagram from hca{} ({reason}): {}",

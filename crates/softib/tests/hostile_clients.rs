@@ -461,7 +461,10 @@ fn other_user_child() {
         program: "intruder".into(),
     };
     let _ = proto::send(&s, &hello, &[]);
-    match proto::recv_blocking(&mut s) {
+    match proto::recv_blocking(&mut s).map(|f| proto::decode::<proto::Response>(&f)) {
+        Ok(Ok(proto::Response::Error { kind, message })) => {
+            println!("RESULT refused: {kind:?}: {message}");
+        }
         Ok(_) => println!("RESULT served"),
         Err(e) => println!("RESULT closed: {:?}", e.kind()),
     }
@@ -496,10 +499,15 @@ fn the_control_socket_keeps_other_users_out() {
     // The mode keeps another user out...
     assert_eq!(as_nobody(), "connect: PermissionDenied");
     // ... and were it loosened (bind creates the socket with the umask's mode before the
-    // daemon narrows it), the daemon still serves no one but its user.
+    // daemon narrows it), the daemon still serves no one but its user: the intruder's Hello
+    // is answered with why and what to do, and nothing more.
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777)).unwrap();
     let r = as_nobody();
-    assert!(r.starts_with("closed"), "{r}");
+    assert!(
+        r.starts_with("refused: Permission: permission denied: uid 65534"),
+        "{r}"
+    );
+    assert!(r.contains("--allow-users 65534"), "{r}");
     // Its own user is served as ever.
     let mut ctx = Context::open_at(hca.dir()).unwrap();
     assert!(ctx.devices().unwrap().is_empty());

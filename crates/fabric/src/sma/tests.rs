@@ -468,6 +468,58 @@ fn m_key_protect_level_1_hides_the_key() {
 }
 
 #[test]
+fn an_m_key_lease_started_by_a_refusal_clears_the_protection_when_it_runs_out() {
+    let mut sma = ca();
+    let pi = modified(&mut sma, 1, |p| {
+        p.m_key = 0xBEEF;
+        p.m_key_protect_bits = 2;
+        p.m_key_lease_period = 2;
+    });
+    assert_eq!(
+        ask(&mut sma, 1, &with_key(set(&pi, 1), 0)).0,
+        status::SUCCESS
+    );
+    let wrong = with_key(get(AttrId::PORT_INFO, 1), 7);
+    assert_eq!(sma.poll_timeout(), None, "no lease before a refusal");
+    // Refused at t = 0 s: the lease runs 2 s; a second refusal does not extend it.
+    sma.handle_timeout(0);
+    assert_eq!(sma.handle_smp(1, &wrong), None);
+    assert_eq!(sma.poll_timeout(), Some(2_000_000));
+    sma.handle_timeout(1_000_000);
+    assert_eq!(sma.handle_smp(1, &wrong), None);
+    assert_eq!(sma.poll_timeout(), Some(2_000_000));
+    // The key holder speaks within the lease: it stops, the protection stays.
+    let right = with_key(get(AttrId::PORT_INFO, 1), 0xBEEF);
+    assert_eq!(ask(&mut sma, 1, &right).0, status::SUCCESS);
+    assert_eq!(sma.poll_timeout(), None);
+    sma.handle_timeout(5_000_000);
+    assert_eq!(sma.port_info(1).unwrap().m_key_protect_bits, 2);
+    assert_eq!(sma.handle_smp(1, &wrong), None);
+    // Nobody with the key answers this time: at its end the protect bits go to 0, and a
+    // Get without the key is answered (a Set still needs it).
+    assert_eq!(sma.poll_timeout(), Some(7_000_000));
+    sma.handle_timeout(6_999_999);
+    assert_eq!(sma.port_info(1).unwrap().m_key_protect_bits, 2);
+    sma.handle_timeout(7_000_000);
+    assert_eq!(sma.port_info(1).unwrap().m_key_protect_bits, 0);
+    assert_eq!(sma.poll_timeout(), None);
+    assert_eq!(ask(&mut sma, 1, &wrong).0, status::SUCCESS);
+    let req = with_key(set(&modified(&mut sma, 1, |p| p.lid = Lid(9)), 1), 7);
+    assert_eq!(sma.handle_smp(1, &req), None);
+    // A lease period of 0 never runs out.
+    let pi = modified(&mut sma, 1, |p| {
+        p.m_key_protect_bits = 2;
+        p.m_key_lease_period = 0;
+    });
+    assert_eq!(
+        ask(&mut sma, 1, &with_key(set(&pi, 1), 0xBEEF)).0,
+        status::SUCCESS
+    );
+    assert_eq!(sma.handle_smp(1, &wrong), None);
+    assert_eq!(sma.poll_timeout(), None);
+}
+
+#[test]
 fn m_key_protect_levels_2_and_3_refuse_gets() {
     for protect in [2, 3] {
         let mut sma = switch();

@@ -17,6 +17,7 @@ use softib_fabric::{LinkRate, Node, Switch, Topology};
 use softib_net::cable::Cable;
 use softib_net::UdpLink;
 
+use super::admission::Admission;
 use super::event_loop::Daemon;
 use super::host_rt::{Host, HostRt};
 use super::switch_rt::SwitchRt;
@@ -249,6 +250,36 @@ impl Daemon {
         let host = Host::new(name.to_string(), devs, Some(links_file), seed);
         d.hosts.push(HostRt::new(host, dir.to_path_buf(), listener));
         Ok((d, warnings))
+    }
+
+    /// Admits the users and groups of `admission` to every host's verbs (management stays
+    /// with the owner and root), and opens the control socket and its directory to them:
+    /// the socket to everyone (who is served is decided by the credentials the kernel gives,
+    /// see [`Admission`]), the directory to be entered and read (the heartbeat and the
+    /// device files live there).
+    pub fn set_admission(&mut self, admission: Admission) -> io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        for h in &mut self.hosts {
+            if admission.admits_others() {
+                let chmod = |path: &Path, mode: u32| {
+                    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(
+                        |e| {
+                            io::Error::new(
+                                e.kind(),
+                                format!(
+                                    "opening {} to the admitted users (mode {mode:o}): {e}",
+                                    path.display()
+                                ),
+                            )
+                        },
+                    )
+                };
+                chmod(&h.dir, 0o755)?;
+                chmod(&h.dir.join(SOCKET_NAME), 0o777)?;
+            }
+            h.host.admission = admission.clone();
+        }
+        Ok(())
     }
 
     fn build(

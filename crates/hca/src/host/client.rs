@@ -188,6 +188,9 @@ pub(super) struct Client {
     /// The process at the other end of the socket, as the kernel says (SO_PEERCRED): whose
     /// memory `RegMrProcess` reaches.
     pub peer_pid: u32,
+    /// Its user (SO_PEERCRED) and what that user may do here.
+    pub uid: u32,
+    pub access: super::admission::Access,
     pub owned: Owned,
     /// The request it waits on, answered later.
     pub parked: Option<Parked>,
@@ -234,6 +237,8 @@ impl Client {
             pid: 0,
             program: String::new(),
             peer_pid,
+            uid: 0,
+            access: super::admission::Access::Manage,
             owned: Owned::default(),
             parked: None,
             agents: Vec::new(),

@@ -16,6 +16,7 @@ use std::time::Instant as StdInstant;
 use softib_engine::{Instant, RegionId};
 use softib_proto::{self as proto, ErrorKind, FrameReader, Request, Response};
 
+use super::admission::Access;
 use super::client::Client;
 use super::event_loop::engine_now;
 use super::handlers::{self, refused, Refused};
@@ -56,6 +57,8 @@ pub(super) struct Host {
     pub quarantine: Quarantine,
     /// Rings between process engines of this host's clients.
     pub peer_rings: super::peer_rings::PeerRings,
+    /// Who may use the HCA and who may manage it.
+    pub admission: super::admission::Admission,
 }
 
 impl Host {
@@ -87,6 +90,7 @@ impl Host {
             seed,
             quarantine: Quarantine::default(),
             peer_rings: Default::default(),
+            admission: super::admission::Admission::owner_only(),
         }
     }
 
@@ -153,6 +157,8 @@ pub(super) struct HostRt {
     sysfs_failed: bool,
     /// When the IsSM files are next looked at.
     issm_due: StdInstant,
+    /// Connections refused (a user not admitted), rate-limited in the log.
+    refusals: crate::ratelog::RateLog,
 }
 
 /// How often the IsSM files are looked at: often while a client is an SM agent (opensm opens
@@ -170,6 +176,7 @@ impl HostRt {
             host,
             sysfs: crate::sysfs::SysfsTree::new(&dir),
             issm_due: StdInstant::now(),
+            refusals: crate::ratelog::RateLog::new(),
             sysfs_due: StdInstant::now(),
             sysfs_failed: false,
             dir,
@@ -263,28 +270,31 @@ impl HostRt {
             match self.listener.accept() {
                 Ok((stream, _)) => {
                     // The socket's mode keeps other users out, but only once it is set (bind
-                    // creates it with the umask's) and only as long as nobody loosens it: the
-                    // kernel's word on who connected is checked as well.
-                    let me = rustix::process::geteuid();
-                    let peer_pid = match rustix::net::sockopt::socket_peercred(&stream) {
-                        Ok(c) if c.uid == me || c.uid.is_root() => {
-                            c.pid.as_raw_nonzero().get() as u32
-                        }
-                        peer => {
-                            let uid = peer.map_or(-1, |c| i64::from(c.uid.as_raw()));
-                            eprintln!(
-                                "softibd[{}]: refused a connection from uid {uid}: this daemon \
-                                 serves uid {} (and root) only",
-                                self.host.name,
-                                me.as_raw()
-                            );
-                            continue;
-                        }
+                    // creates it with the umask's), only as long as nobody loosens it, and not
+                    // when other users are admitted: the kernel's word on who connected
+                    // decides. One not admitted is told why in answer to its Hello, then sent
+                    // away.
+                    let Ok(cred) = softib_net::peer::peer_cred(&stream) else {
+                        continue;
                     };
+                    let access = self.host.admission.access(&cred);
+                    if let Access::Refused(_) = access {
+                        let name = &self.host.name;
+                        self.refusals.say(|| {
+                            format!(
+                                "softibd[{name}]: refused a connection from uid {} (pid {}): \
+                                 not admitted",
+                                cred.uid, cred.pid
+                            )
+                        });
+                    }
                     stream.set_nonblocking(true)?;
                     let id = self.next_client;
                     self.next_client += 1;
-                    self.clients.insert(id, Client::new(id, peer_pid));
+                    let mut client = Client::new(id, cred.pid);
+                    client.uid = cred.uid;
+                    client.access = access;
+                    self.clients.insert(id, client);
                     self.conns.insert(
                         id,
                         Conn {
@@ -366,6 +376,15 @@ impl HostRt {
                 };
                 if let Some(r) = response {
                     self.reply(id, &r);
+                }
+                // A client not admitted got its refusal; it gets nothing more.
+                if self
+                    .clients
+                    .get(&id)
+                    .is_some_and(|c| matches!(c.access, Access::Refused(_)))
+                {
+                    self.drop_client(id);
+                    break;
                 }
             }
             // A client that hung up after its requests has the rest served first (its socket

@@ -30,9 +30,12 @@
 //! - `quarantine`: QPN blocks and keys of clients that went, held before reuse.
 //! - `parked`: requests that wait (PollCq, RecvMads) and when they are answered.
 //! - `liveness`: the heartbeat file that tells waiting clients the loop still turns.
+//! - `admission`: who may do what — verbs for the users admitted, management for the
+//!   owner and root.
 //! - `mads`: MADs for local agents — responses to the agent that asked (TID owners), requests
 //!   to the SM, the PMA, the SM's IsSM flag.
 
+mod admission;
 mod assembly;
 mod client;
 mod cm_routes;
@@ -50,6 +53,7 @@ mod switch_rt;
 #[cfg(test)]
 mod testing;
 
+pub use admission::Admission;
 pub use assembly::{host_dir, CablePlan, CableSpec, HostSpec, SwitchSpec};
 pub use event_loop::{Daemon, DaemonThread, Waker};
 /// The name of the control socket in a runtime directory.

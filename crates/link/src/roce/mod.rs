@@ -192,11 +192,15 @@ pub enum RoceDrop {
     GsiMalformed,
     /// Received on QP1, or to send from it: the queue was full (no agent reads).
     GsiQueueFull,
+    /// Received: the engine's screen of the BTH refused it before its ICRC was computed
+    /// (`Hca::screen`; the engine's drop counters say why: unknown QP, wrong transport, QP
+    /// not receiving, P_Key, transport version).
+    Screened,
 }
 
 impl RoceDrop {
     /// Every reason, in declaration order.
-    pub const ALL: [RoceDrop; 10] = [
+    pub const ALL: [RoceDrop; 11] = [
         RoceDrop::TooShort,
         RoceDrop::AddressFamily,
         RoceDrop::UnsupportedOpcode,
@@ -207,11 +211,12 @@ impl RoceDrop {
         RoceDrop::PayloadGone,
         RoceDrop::GsiMalformed,
         RoceDrop::GsiQueueFull,
+        RoceDrop::Screened,
     ];
 
     /// A short snake_case name for logs and tools (`softib res`, `DeviceInfo::drops`), in the
     /// order of [`RoceDrop::ALL`].
-    const NAMES: [&'static str; 10] = [
+    const NAMES: [&'static str; 11] = [
         "datagram_too_short",
         "address_family_mismatch",
         "unsupported_opcode",
@@ -222,6 +227,7 @@ impl RoceDrop {
         "tx_payload_gone",
         "gsi_malformed",
         "gsi_queue_full",
+        "screened",
     ];
 
     /// A short snake_case name for logs and tools.
@@ -560,8 +566,9 @@ impl<M: Memory> RoceCa<M> {
     }
 
     /// The transport bytes of a datagram that passes, or why it does not: the cheap checks
-    /// first, the ICRC last.
-    fn check<'d>(&self, d: &Incoming<'d>) -> Result<&'d [u8], RoceDrop> {
+    /// first — its length, address family, opcode, and the engine's screen of its BTH (a
+    /// flood of junk costs no CRC) — the ICRC last.
+    fn check<'d>(&mut self, d: &Incoming<'d>) -> Result<&'d [u8], RoceDrop> {
         if d.data.len() < BTH_LEN + ICRC_LEN {
             return Err(RoceDrop::TooShort);
         }
@@ -570,6 +577,9 @@ impl<M: Memory> RoceCa<M> {
         }
         if Opcode(d.data[0]).info().is_none() {
             return Err(RoceDrop::UnsupportedOpcode);
+        }
+        if !gsi::is_for_gsi(d.data) && !self.hca.screen(1, d.data) {
+            return Err(RoceDrop::Screened);
         }
         let body_len = d.data.len() - ICRC_LEN;
         if !d.sealed {

@@ -315,11 +315,23 @@ fn a_message_leaves_as_one_gso_run_each_segment_sealed_for_its_identification() 
     assert_eq!(wa.len(), 1);
     assert_eq!(wa[0].status, WcStatus::Success);
     // A receiver of softib senders only rejects a segment given the wrong index.
-    let mut strict = dev("10.0.0.2:4791", 3);
-    strict.ca.config.senders = Senders::Softib;
+    b.ca.config.senders = Senders::Softib;
     let mut moved = sent[3].clone();
     moved.index = 4;
-    assert_eq!(deliver(&mut strict, &[moved]), [Err(RoceDrop::BadIcrc)]);
+    assert_eq!(deliver(&mut b, &[moved.clone()]), [Err(RoceDrop::BadIcrc)]);
+    // A device without the QP refuses it before its ICRC is computed, counting why.
+    let mut other = dev("10.0.0.2:4791", 3);
+    assert_eq!(deliver(&mut other, &[moved]), [Err(RoceDrop::Screened)]);
+    assert_eq!(other.ca.drops().get(RoceDrop::Screened), 1);
+    assert_eq!(other.ca.drops().get(RoceDrop::BadIcrc), 0);
+    assert_eq!(
+        other
+            .ca
+            .hca()
+            .drops()
+            .get(softib_engine::counters::DropReason::UnknownQp),
+        1
+    );
 }
 
 #[test]

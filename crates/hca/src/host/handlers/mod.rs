@@ -23,6 +23,7 @@ use std::os::fd::OwnedFd;
 use softib_engine::VerbsError;
 use softib_proto::{self as proto, ErrorKind, Request, Response};
 
+use super::admission::Access;
 use super::client::Client;
 use super::host_rt::Host;
 use memory::Span;
@@ -139,6 +140,12 @@ pub(in crate::host) fn handle(
     let c = clients.get_mut(&id)?;
     if !c.hello {
         return Some(hello(h, c, req));
+    }
+    if let Some(what) = super::admission::management(&req) {
+        if c.access != Access::Manage {
+            let message = h.admission.management_refused(what);
+            return Some(refused(ErrorKind::Permission, message).into());
+        }
     }
     use Request as R;
     // The one request that needs two clients: the asker and the owner of the QP it names.
@@ -278,6 +285,9 @@ fn into_some(r: Refused) -> Option<Response> {
 
 /// The first request of a session: the client names itself and the protocol it speaks.
 fn hello(h: &Host, c: &mut Client, req: Request) -> Response {
+    if let Access::Refused(why) = &c.access {
+        return refused(ErrorKind::Permission, why.clone()).into();
+    }
     match req {
         Request::Hello {
             version,

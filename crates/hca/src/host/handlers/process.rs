@@ -283,6 +283,14 @@ pub(super) fn ring_to(
     let (Some(mine), Some(theirs)) = (clients.get(&id), clients.get(&owner)) else {
         return no(format!("the owner of QP {dqpn} is gone"));
     };
+    if mine.uid != theirs.uid {
+        // A ring is shared memory between the two processes: only between processes of one
+        // user, which could reach each other's memory anyway (decision 3).
+        return no(format!(
+            "the owner of QP {dqpn} is another user's process (uid {}): through the kernel",
+            theirs.uid
+        ));
+    }
     let peer_blocks = blocks_of(theirs, tdev);
     let peer_pid = theirs.peer_pid;
     if let Some(pair) = h.peer_rings.find(me, other) {
