@@ -156,3 +156,66 @@ fn rdma_server_and_rdma_client_use_synchronous_endpoints() {
         c.stderr
     );
 }
+
+/// The voluntary context switches of the thread named `name` in process `pid`, once it
+/// exists (waits up to 10 s for it).
+fn thread_switches(pid: u32, name: &str) -> u64 {
+    let t0 = Instant::now();
+    loop {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+        for t in tasks.flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.trim() != name {
+                continue;
+            }
+            let status = std::fs::read_to_string(t.path().join("status")).unwrap();
+            let n = status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .unwrap();
+            return n.trim().parse().unwrap();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "process {pid} has no thread {name}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A listener with nothing to do sleeps: its CM agent thread waits on the daemon's MAD
+/// eventfd and its own, with no timer, and does not wake up at all.
+#[test]
+fn an_idle_listener_does_not_wake_its_cm_thread() {
+    if !have("rping", "rdmacm-utils") {
+        return;
+    }
+    let p = port().to_string();
+    let b = hosts().b.addr;
+    let s = Run::start(
+        &hosts().b,
+        &["rping", "-s", "-a", b, "-p", &p, "-C", "1"],
+        &[],
+    );
+    let pid = s.pid();
+    let first = thread_switches(pid, "softib-rdmacm");
+    // Let the listen and anything it set off settle, then watch a quiet second.
+    std::thread::sleep(Duration::from_millis(300));
+    let before = thread_switches(pid, "softib-rdmacm");
+    std::thread::sleep(Duration::from_secs(1));
+    let after = thread_switches(pid, "softib-rdmacm");
+    assert_eq!(
+        after, before,
+        "the idle CM thread woke up (it had {first} switches at start)"
+    );
+    // It still serves: a client connects and pings once.
+    let c = Run::start(
+        &hosts().a,
+        &["rping", "-c", "-a", b, "-p", &p, "-C", "1"],
+        &[],
+    )
+    .wait();
+    let s = s.wait();
+    ours(&s);
+    ours(&c);
+}
