@@ -219,3 +219,28 @@ fn an_idle_listener_does_not_wake_its_cm_thread() {
     ours(&s);
     ours(&c);
 }
+
+/// udaddy (RDMA_PS_UDP): the client's rdma_connect is a SIDR_REQ, the server's rdma_accept
+/// a SIDR_REP naming its UD QP; the client sends 10 datagrams to it with the address
+/// handle ESTABLISHED gave, the server answers each sender through ibv_create_ah_from_wc.
+/// udaddy has no port option: it always uses 7174, which only this test uses.
+#[test]
+fn udaddy_resolves_a_ud_service_and_exchanges_datagrams() {
+    if !have("udaddy", "rdmacm-utils") {
+        return;
+    }
+    let b = hosts().b.addr;
+    let (s, c) = pair(&["udaddy", "-b", b], &["udaddy", "-s", b]);
+    ours(&s);
+    ours(&c);
+    for d in [&s, &c] {
+        assert!(
+            d.stdout.contains("data transfers complete"),
+            "{}:\n{}\n{}",
+            d.what,
+            d.stdout,
+            d.stderr
+        );
+    }
+    assert!(s.stdout.contains("sending replies"), "{}", s.stdout);
+}

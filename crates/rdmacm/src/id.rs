@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV
 
 use softib_cm::{
     msg, AcceptParams, CmaAddrs, CmaHeader, ConnectParams, Event as CmEvent, Path, PortSpace,
-    RejectReason, TransportService,
+    RejectReason, SidrStatus, TransportService,
 };
 use softib_verbs_abi::rdma_cm::{
     event, option, port_space, RdmaCmId, RdmaConnParam, RdmaEventChannel, RdmaRoute,
@@ -18,7 +18,7 @@ use softib_verbs_abi::rdma_cm::{
 };
 use softib_verbs_abi::{qp_type, IbvGid, IbvSaPathRec};
 use softib_wire::mad::cm::private_len;
-use softib_wire::{PKey, Psn, Qpn};
+use softib_wire::{PKey, Psn, QKey, Qpn};
 
 use crate::agent::{self, IdState, Peer, State};
 use crate::event::{new_event, set_private_data};
@@ -154,10 +154,10 @@ pub unsafe extern "C" fn rdma_create_id(
         if out.is_null() {
             return Err(libc::EINVAL);
         }
-        if ps != port_space::TCP && ps != port_space::IPOIB {
+        if ps != port_space::TCP && ps != port_space::IPOIB && ps != port_space::UDP {
             return Err(crate::refused(
                 "rdma_create_id",
-                "only RDMA_PS_TCP and RDMA_PS_IPOIB (connected QPs) are implemented on softib",
+                "only RDMA_PS_TCP, RDMA_PS_IPOIB and RDMA_PS_UDP are implemented on softib",
                 libc::ENOSYS,
             ));
         }
@@ -175,7 +175,7 @@ pub unsafe extern "C" fn rdma_create_id(
             c.channel = channel;
             c.context = context;
             c.ps = ps;
-            c.qp_type = qp_type::RC;
+            c.qp_type = qp_type_of(ps);
             let c = Box::into_raw(Box::new(c));
             let mut s = new_state(c, ps);
             s.sync = sync;
@@ -431,7 +431,8 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut RdmaCmId, _timeout_ms: c_in
     })
 }
 
-fn service_of(ps: c_int, port: u16) -> u64 {
+/// The ServiceID rdma_cm uses for `port` in port space `ps`.
+pub fn service_of(ps: c_int, port: u16) -> u64 {
     let space = PortSpace::from(ps as u16);
     msg::service_id(space, port)
 }
@@ -504,12 +505,19 @@ unsafe fn private_of(p: *const RdmaConnParam, max: usize) -> Result<Vec<u8>, c_i
 }
 
 /// `rdma_connect`: sends the REQ. ESTABLISHED follows once the REP came and the QP is
-/// ready (or REJECTED, UNREACHABLE).
+/// ready (or REJECTED, UNREACHABLE). On a UD id it sends a SIDR_REQ instead
+/// ([`crate::ud::connect`]).
 ///
 /// # Safety
 /// `id` comes from `rdma_create_id`; `param` is NULL or valid.
 pub unsafe extern "C" fn rdma_connect(id: *mut RdmaCmId, param: *mut RdmaConnParam) -> c_int {
     ffi(|| {
+        if crate::ud::is_ud(id) {
+            // SAFETY: the caller's parameters.
+            let user = unsafe { private_of(param, crate::ud::SIDR_REQ_USER_LEN) }?;
+            agent::with(|st| crate::ud::connect(st, id, &user))?;
+            return sync_wait(id, event::ESTABLISHED);
+        }
         // SAFETY: the caller's parameters.
         let user = unsafe { private_of(param, REQ_USER_LEN) }?;
         agent::with(|st| {
@@ -547,22 +555,7 @@ pub unsafe extern "C" fn rdma_connect(id: *mut RdmaCmId, param: *mut RdmaConnPar
             }
             state.psn = psn;
             let mut private_data = [0u8; private_len::REQ];
-            let addrs = match (src.ip().to_canonical(), dst.ip().to_canonical()) {
-                (IpAddr::V4(s), IpAddr::V4(d)) => CmaAddrs::V4 {
-                    src: s.octets(),
-                    dst: d.octets(),
-                },
-                (s, d) => CmaAddrs::V6 {
-                    src: v6(s),
-                    dst: v6(d),
-                },
-            };
-            CmaHeader {
-                src_port: src.port(),
-                addrs,
-            }
-            .emit(&mut private_data);
-            private_data[CmaHeader::LEN..CmaHeader::LEN + user.len()].copy_from_slice(&user);
+            cma_private_data(src, dst, &user, &mut private_data);
             // SAFETY: the program's QP.
             let (qpn, srq) = unsafe { ((*qp).qp_num, !(*qp).srq.is_null()) };
             let sgid = agent::gid_of(src.ip());
@@ -599,7 +592,30 @@ pub unsafe extern "C" fn rdma_connect(id: *mut RdmaCmId, param: *mut RdmaConnPar
     })
 }
 
-fn v6(ip: IpAddr) -> [u8; 16] {
+/// Fills `out` (a REQ's or SIDR_REQ's private data) with rdma_cm's header for a
+/// connection from `src` to `dst`, then the consumer's `user` bytes (which fit: the caller
+/// checked).
+pub fn cma_private_data(src: SocketAddr, dst: SocketAddr, user: &[u8], out: &mut [u8]) {
+    let addrs = match (src.ip().to_canonical(), dst.ip().to_canonical()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => CmaAddrs::V4 {
+            src: s.octets(),
+            dst: d.octets(),
+        },
+        (s, d) => CmaAddrs::V6 {
+            src: v6(s),
+            dst: v6(d),
+        },
+    };
+    CmaHeader {
+        src_port: src.port(),
+        addrs,
+    }
+    .emit(out);
+    out[CmaHeader::LEN..CmaHeader::LEN + user.len()].copy_from_slice(user);
+}
+
+/// `ip` as 16 bytes (IPv4-mapped for IPv4).
+pub fn v6(ip: IpAddr) -> [u8; 16] {
     match ip {
         IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
         IpAddr::V6(v6) => v6.octets(),
@@ -613,6 +629,15 @@ fn v6(ip: IpAddr) -> [u8; 16] {
 /// `id` comes from a CONNECT_REQUEST event; `param` is NULL or valid.
 pub unsafe extern "C" fn rdma_accept(id: *mut RdmaCmId, param: *mut RdmaConnParam) -> c_int {
     ffi(|| {
+        if crate::ud::is_ud(id) {
+            // SAFETY: the caller's parameters.
+            let user = unsafe { private_of(param, private_len::SIDR_REP) }?;
+            // SAFETY: the caller's parameters, NULL or valid.
+            let qp_num = unsafe { param.as_ref() }.map_or(0, |p| p.qp_num);
+            agent::with(|st| crate::ud::accept(st, id, qp_num, &user))?;
+            agent::flush();
+            return Ok(());
+        }
         // SAFETY: the caller's parameters.
         let user = unsafe { private_of(param, private_len::REP) }?;
         agent::with(|st| {
@@ -690,9 +715,15 @@ pub unsafe extern "C" fn rdma_reject(id: *mut RdmaCmId, data: *const c_void, len
         }
         agent::with(|st| {
             let comm = st.id(id)?.comm.ok_or(libc::EINVAL)?;
-            st.cm
-                .reject(comm, RejectReason::ConsumerDefined, pd)
-                .map_err(|_| libc::EINVAL)?;
+            if st.id(id)?.ps == port_space::UDP {
+                st.cm
+                    .sidr_reply(comm, SidrStatus::Rejected, Qpn::new(0), QKey(0), pd)
+                    .map_err(|_| libc::EINVAL)?;
+            } else {
+                st.cm
+                    .reject(comm, RejectReason::ConsumerDefined, pd)
+                    .map_err(|_| libc::EINVAL)?;
+            }
             st.by_comm.remove(&comm);
             st.id(id)?.comm = None;
             Ok(())
@@ -942,22 +973,19 @@ pub fn on_cm_event(st: &mut State, ev: CmEvent<Peer>) {
         CmEvent::TimeWaitExit { id: comm } => {
             st.by_comm.remove(&comm);
         }
-        // SIDR (RDMA_PS_UDP) is not offered yet: rdma_create_id refuses UDP ids.
-        CmEvent::SidrRequest { id, .. } => {
-            let _ = st.cm.sidr_reply(
-                id,
-                softib_cm::SidrStatus::UnsupportedServiceId,
-                Qpn::new(0),
-                Default::default(),
-                &[],
-            );
+        CmEvent::SidrRequest { id, from, req } => crate::ud::on_sidr_request(st, id, from, &req),
+        CmEvent::SidrReply { id, rep } => crate::ud::on_sidr_reply(st, id, &rep),
+        CmEvent::SidrTimedOut { id } => {
+            let Some(&key) = st.by_comm.get(&id) else {
+                return;
+            };
+            finish(st, key, id, event::UNREACHABLE, -libc::ETIMEDOUT, &[]);
         }
-        CmEvent::SidrReply { .. } | CmEvent::SidrTimedOut { .. } => {}
     }
 }
 
 /// Ends a connection attempt with `kind` (REJECTED, UNREACHABLE, CONNECT_ERROR).
-fn finish(
+pub fn finish(
     st: &mut State,
     key: usize,
     comm: softib_cm::CommId,
@@ -982,14 +1010,46 @@ fn finish(
 /// A REQ for a service listened on: a new id on the listener's channel, and
 /// CONNECT_REQUEST with the consumer's private data (after rdma_cm's header).
 fn connect_request(st: &mut State, comm: softib_cm::CommId, from: Peer, req: &softib_cm::Req) {
-    let Some(&lkey) = st.listeners.get(&req.service_id) else {
-        let _ = st.cm.reject(comm, RejectReason::InvalidServiceId, &[]);
-        return;
-    };
-    let Ok(hdr) = CmaHeader::parse(&req.private_data) else {
-        let _ = st.cm.reject(comm, RejectReason::ConsumerDefined, &[]);
-        return;
-    };
+    let (c, lkey, listen_channel) =
+        match request_id(st, comm, from, req.service_id, &req.private_data) {
+            Ok(x) => x,
+            Err(reason) => {
+                let _ = st.cm.reject(comm, reason, &[]);
+                return;
+            }
+        };
+    if let Some(s) = st.ids.get_mut(&(c as usize)) {
+        s.req = Some(Box::new(*req));
+    }
+    let mut e = new_event(c, event::CONNECT_REQUEST, 0);
+    e.ev.listen_id = lkey as *mut RdmaCmId;
+    set_private_data(&mut e, &req.private_data[CmaHeader::LEN..]);
+    e.ev.param.conn.responder_resources = req.responder_resources;
+    e.ev.param.conn.initiator_depth = req.initiator_depth;
+    e.ev.param.conn.flow_control = u8::from(req.end_to_end_flow_control);
+    e.ev.param.conn.retry_count = req.retry_count;
+    e.ev.param.conn.rnr_retry_count = req.rnr_retry_count;
+    e.ev.param.conn.srq = u8::from(req.srq);
+    e.ev.param.conn.qp_num = req.local_qpn.value();
+    st.post(listen_channel, e);
+}
+
+/// The id a request (REQ or SIDR_REQ) for `service_id` from `from` gets: made like the
+/// listener, bound to the addresses rdma_cm's header in `private_data` names, and holding
+/// connection `comm`. Returns it, the listener, and the channel CONNECT_REQUEST goes to;
+/// or why the request is refused.
+pub fn request_id(
+    st: &mut State,
+    comm: softib_cm::CommId,
+    from: Peer,
+    service_id: u64,
+    private_data: &[u8],
+) -> Result<(*mut RdmaCmId, usize, *mut RdmaEventChannel), RejectReason> {
+    let &lkey = st
+        .listeners
+        .get(&service_id)
+        .ok_or(RejectReason::InvalidServiceId)?;
+    let hdr = CmaHeader::parse(private_data).map_err(|_| RejectReason::ConsumerDefined)?;
     let (peer_ip, our_ip): (IpAddr, IpAddr) = match hdr.addrs {
         CmaAddrs::V4 { src, dst } => (src.into(), dst.into()),
         CmaAddrs::V6 { src, dst } => (
@@ -997,28 +1057,20 @@ fn connect_request(st: &mut State, comm: softib_cm::CommId, from: Peer, req: &so
             Ipv6Addr::from(dst).to_canonical(),
         ),
     };
-    let Some(dev) = st.devs.iter().position(|d| d.index == from.0) else {
-        let _ = st.cm.reject(comm, RejectReason::NoResources, &[]);
-        return;
-    };
-    let Ok(ctx) = crate::device::context(st, dev) else {
-        let _ = st.cm.reject(comm, RejectReason::NoResources, &[]);
-        return;
-    };
-    let Some(l) = st.ids.get(&lkey) else { return };
+    let dev = st
+        .devs
+        .iter()
+        .position(|d| d.index == from.0)
+        .ok_or(RejectReason::NoResources)?;
+    let ctx = crate::device::context(st, dev).map_err(|_| RejectReason::NoResources)?;
+    let l = st.ids.get(&lkey).ok_or(RejectReason::InvalidServiceId)?;
     let port = l.src.map_or(0, |s| s.port());
     let (ps, sync) = (l.ps, l.sync);
     // SAFETY: the listener's C struct.
     let (listen_channel, context) = unsafe { ((*l.c).channel, (*l.c).context) };
     // A synchronous listener's requests become synchronous ids, each with its channel.
     let channel = if sync {
-        match crate::event::new_channel(st) {
-            Ok(c) => c,
-            Err(_) => {
-                let _ = st.cm.reject(comm, RejectReason::NoResources, &[]);
-                return;
-            }
-        }
+        crate::event::new_channel(st).map_err(|_| RejectReason::NoResources)?
     } else {
         listen_channel
     };
@@ -1030,7 +1082,7 @@ fn connect_request(st: &mut State, comm: softib_cm::CommId, from: Peer, req: &so
     c.context = context;
     c.ps = ps;
     c.port_num = 1;
-    c.qp_type = qp_type::RC;
+    c.qp_type = qp_type_of(ps);
     c.route.addr.src_addr = storage_of(src);
     c.route.addr.dst_addr = storage_of(dst);
     c.route.addr.ibaddr.sgid = IbvGid {
@@ -1045,20 +1097,18 @@ fn connect_request(st: &mut State, comm: softib_cm::CommId, from: Peer, req: &so
     s.src = Some(src);
     s.dst = Some(dst);
     s.comm = Some(comm);
-    s.req = Some(Box::new(*req));
     s.peer = Some(from);
     s.sync = sync;
     st.ids.insert(c as usize, s);
     st.by_comm.insert(comm, c as usize);
-    let mut e = new_event(c, event::CONNECT_REQUEST, 0);
-    e.ev.listen_id = lkey as *mut RdmaCmId;
-    set_private_data(&mut e, &req.private_data[CmaHeader::LEN..]);
-    e.ev.param.conn.responder_resources = req.responder_resources;
-    e.ev.param.conn.initiator_depth = req.initiator_depth;
-    e.ev.param.conn.flow_control = u8::from(req.end_to_end_flow_control);
-    e.ev.param.conn.retry_count = req.retry_count;
-    e.ev.param.conn.rnr_retry_count = req.rnr_retry_count;
-    e.ev.param.conn.srq = u8::from(req.srq);
-    e.ev.param.conn.qp_num = req.local_qpn.value();
-    st.post(listen_channel, e);
+    Ok((c, lkey, listen_channel))
+}
+
+/// The QP type ids of port space `ps` start with: UD for RDMA_PS_UDP, RC for the others.
+fn qp_type_of(ps: c_int) -> u32 {
+    if ps == port_space::UDP {
+        qp_type::UD
+    } else {
+        qp_type::RC
+    }
 }
