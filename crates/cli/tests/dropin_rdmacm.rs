@@ -98,33 +98,79 @@ fn connecting_to_a_port_nobody_listens_on_is_rejected_at_once() {
     assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
 }
 
-#[test]
-fn ib_send_bw_connects_with_rdma_cm() {
-    if !have("ib_send_bw", "perftest") {
+/// Runs perftest's `tool` with `-R` (rdma_cm connects the QPs) between the two hosts, for
+/// `n` iterations, and checks both sides said so and reported a result.
+fn perftest_over_rdma_cm(tool: &str, n: &str) {
+    if !have(tool, "perftest") {
         return;
     }
     let p = port().to_string();
     let b = hosts().b.addr;
     let (s, c) = pair(
-        &["ib_send_bw", "-R", "-d", "rxe0", "-p", &p, "-n", "500"],
-        &["ib_send_bw", "-R", "-d", "rxe0", "-p", &p, "-n", "500", b],
+        &[tool, "-R", "-d", "rxe0", "-p", &p, "-n", n],
+        &[tool, "-R", "-d", "rxe0", "-p", &p, "-n", n, b],
     );
     ours(&s);
     ours(&c);
+    let iters: f64 = n.parse().unwrap();
     for d in [&s, &c] {
         assert!(
             d.stdout.contains("Data ex. method : rdma_cm"),
-            "{}",
-            d.stdout
-        );
-        let r = dropin::perftest_result(&d.stdout).unwrap_or_default();
-        assert!(
-            r.len() >= 4 && r[1] == 500.0 && r[3] > 0.0,
-            "{}: no result\n{}",
+            "{}:\n{}\n{}",
             d.what,
-            d.stdout
+            d.stdout,
+            d.stderr
         );
     }
+    // Bandwidth tools print their result on both sides, latency tools on the client.
+    let r = dropin::perftest_result(&c.stdout).unwrap_or_default();
+    assert!(
+        r.len() >= 2 && r[1] == iters,
+        "{}: no result\n{}\n{}",
+        c.what,
+        c.stdout,
+        c.stderr
+    );
+}
+
+#[test]
+fn ib_send_bw_connects_with_rdma_cm() {
+    perftest_over_rdma_cm("ib_send_bw", "500");
+}
+
+#[test]
+fn ib_send_lat_connects_with_rdma_cm() {
+    perftest_over_rdma_cm("ib_send_lat", "200");
+}
+
+#[test]
+fn ib_write_bw_connects_with_rdma_cm() {
+    perftest_over_rdma_cm("ib_write_bw", "500");
+}
+
+#[test]
+fn ib_write_lat_connects_with_rdma_cm() {
+    perftest_over_rdma_cm("ib_write_lat", "200");
+}
+
+#[test]
+fn ib_read_bw_connects_with_rdma_cm() {
+    perftest_over_rdma_cm("ib_read_bw", "500");
+}
+
+#[test]
+fn ib_read_lat_connects_with_rdma_cm() {
+    perftest_over_rdma_cm("ib_read_lat", "200");
+}
+
+#[test]
+fn ib_atomic_bw_connects_with_rdma_cm() {
+    perftest_over_rdma_cm("ib_atomic_bw", "500");
+}
+
+#[test]
+fn ib_atomic_lat_connects_with_rdma_cm() {
+    perftest_over_rdma_cm("ib_atomic_lat", "200");
 }
 
 /// rdma_server and rdma_client use synchronous ids: rdma_getaddrinfo, rdma_create_ep (the
