@@ -43,6 +43,9 @@ pub struct Dev {
     pub mtu: u8,
     /// The program's context on it, opened on first use through libibverbs.
     pub ctx: *mut IbvContext,
+    /// The PD every id on the device carries (`id->pd`, as rdma-core's librdmacm gives
+    /// one per device), allocated on first use and kept for the life of the process.
+    pub pd: *mut softib_verbs_abi::IbvPd,
 }
 
 impl Dev {
@@ -91,8 +94,6 @@ pub struct IdState {
     pub tos: u8,
     /// `RDMA_OPTION_ID_ACK_TIMEOUT` (the QP's local ACK timeout exponent).
     pub ack_timeout: u8,
-    /// Whether the library made the id's PD (and frees it).
-    pub own_pd: bool,
     /// CQs and channels the library made for the id (`rdma_create_qp` without CQs,
     /// `rdma_create_ep`).
     pub own_cqs: bool,
@@ -261,6 +262,7 @@ fn start() -> Result<State, c_int> {
             gids: p.gids.clone(),
             mtu: u8::from(p.active_mtu),
             ctx: std::ptr::null_mut(),
+            pd: std::ptr::null_mut(),
         });
     }
     if devs.is_empty() {

@@ -125,7 +125,6 @@ fn new_state(c: *mut RdmaCmId, ps: c_int) -> IdState {
         rnr_retry_count: 7,
         tos: 0,
         ack_timeout: 14,
-        own_pd: false,
         own_cqs: false,
         sync: false,
         ep_qp: None,
@@ -267,9 +266,9 @@ fn bind(st: &mut State, id: *mut RdmaCmId, addr: SocketAddr) -> Result<(), c_int
             return Err(libc::EADDRINUSE);
         }
     }
-    let ctx = match dev {
-        Some(d) => crate::device::context(st, d)?,
-        None => std::ptr::null_mut(),
+    let (ctx, pd) = match dev {
+        Some(d) => (crate::device::context(st, d)?, crate::device::pd(st, d)?),
+        None => (std::ptr::null_mut(), std::ptr::null_mut()),
     };
     let state = st.id(id)?;
     state.src = Some(addr);
@@ -279,6 +278,9 @@ fn bind(st: &mut State, id: *mut RdmaCmId, addr: SocketAddr) -> Result<(), c_int
     c.route.addr.src_addr = storage_of(addr);
     if !ctx.is_null() {
         c.verbs = ctx;
+        if c.pd.is_null() {
+            c.pd = pd;
+        }
         c.port_num = 1;
         c.route.addr.ibaddr.sgid = IbvGid {
             raw: agent::gid_of(addr.ip()).0,
@@ -536,15 +538,14 @@ pub unsafe extern "C" fn rdma_connect(id: *mut RdmaCmId, param: *mut RdmaConnPar
             if state.comm.is_some() {
                 return Err(libc::EISCONN);
             }
-            // SAFETY: the id's C struct.
-            let qp = unsafe { (*id).qp };
-            if qp.is_null() {
-                return Err(crate::refused(
+            // SAFETY: the id's C struct, and the caller's parameters (NULL or valid).
+            let (qpn, srq) = unsafe { qp_of(id, param.as_ref()) }.ok_or_else(|| {
+                crate::refused(
                     "rdma_connect",
-                    "connecting an id without a QP (rdma_create_qp first) is not implemented on softib",
-                    libc::ENOSYS,
-                ));
-            }
+                    "the id has no QP: make one (rdma_create_qp) or name yours in qp_num",
+                    libc::EINVAL,
+                )
+            })?;
             if !param.is_null() {
                 // SAFETY: the caller's parameters (checked non-null).
                 let p = unsafe { &*param };
@@ -556,8 +557,6 @@ pub unsafe extern "C" fn rdma_connect(id: *mut RdmaCmId, param: *mut RdmaConnPar
             state.psn = psn;
             let mut private_data = [0u8; private_len::REQ];
             cma_private_data(src, dst, &user, &mut private_data);
-            // SAFETY: the program's QP.
-            let (qpn, srq) = unsafe { ((*qp).qp_num, !(*qp).srq.is_null()) };
             let sgid = agent::gid_of(src.ip());
             let params = ConnectParams {
                 service_id: service_of(state.ps, dst.port()),
@@ -614,6 +613,24 @@ pub fn cma_private_data(src: SocketAddr, dst: SocketAddr, user: &[u8], out: &mut
     out[CmaHeader::LEN..CmaHeader::LEN + user.len()].copy_from_slice(user);
 }
 
+/// The QPN (and whether it uses an SRQ) a REQ or REP names: the id's QP's, or — for a
+/// program that drives its QP itself (UCX) — the parameters' `qp_num` and `srq`. `None`
+/// when there is neither.
+///
+/// # Safety
+/// `id` is a live id.
+unsafe fn qp_of(id: *mut RdmaCmId, param: Option<&RdmaConnParam>) -> Option<(u32, bool)> {
+    // SAFETY: the caller's id.
+    let qp = unsafe { (*id).qp };
+    if !qp.is_null() {
+        // SAFETY: the program's QP, live while the id holds it.
+        return Some(unsafe { ((*qp).qp_num, !(*qp).srq.is_null()) });
+    }
+    param
+        .filter(|p| p.qp_num != 0)
+        .map(|p| (p.qp_num & 0xFF_FFFF, p.srq != 0))
+}
+
 /// `ip` as 16 bytes (IPv4-mapped for IPv4).
 pub fn v6(ip: IpAddr) -> [u8; 16] {
     match ip {
@@ -651,15 +668,14 @@ pub unsafe extern "C" fn rdma_accept(id: *mut RdmaCmId, param: *mut RdmaConnPara
                     libc::EINVAL,
                 ));
             };
-            // SAFETY: the id's C struct.
-            let qp = unsafe { (*id).qp };
-            if qp.is_null() {
-                return Err(crate::refused(
+            // SAFETY: the id's C struct, and the caller's parameters (NULL or valid).
+            let (qpn, srq) = unsafe { qp_of(id, param.as_ref()) }.ok_or_else(|| {
+                crate::refused(
                     "rdma_accept",
-                    "accepting without a QP (rdma_create_qp first) is not implemented on softib",
-                    libc::ENOSYS,
-                ));
-            }
+                    "the id has no QP: make one (rdma_create_qp) or name yours in qp_num",
+                    libc::EINVAL,
+                )
+            })?;
             if !param.is_null() {
                 // SAFETY: the caller's parameters (checked non-null).
                 let p = unsafe { &*param };
@@ -679,8 +695,6 @@ pub unsafe extern "C" fn rdma_accept(id: *mut RdmaCmId, param: *mut RdmaConnPara
             qp::modify(s, qp::rts_attr(s))?;
             let mut private_data = [0u8; private_len::REP];
             private_data[..user.len()].copy_from_slice(&user);
-            // SAFETY: the program's QP.
-            let (qpn, srq) = unsafe { ((*qp).qp_num, !(*qp).srq.is_null()) };
             let p = AcceptParams {
                 local_qpn: Qpn::new(qpn),
                 starting_psn: Psn::new(psn),
@@ -758,15 +772,24 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut RdmaCmId) -> c_int {
     })
 }
 
-/// `rdma_establish`: the passive side saw traffic before the RTU.
+/// `rdma_establish`: the passive side saw traffic before the RTU; or, on the active side
+/// of a connection without a QP, the program has readied its QP after CONNECT_RESPONSE
+/// (the RTU goes out; no ESTABLISHED follows, as with rdma-core).
 ///
 /// # Safety
 /// `id` comes from a CONNECT_REQUEST event.
 pub unsafe extern "C" fn rdma_establish(id: *mut RdmaCmId) -> c_int {
     ffi(|| {
         agent::with(|st| {
-            let comm = st.id(id)?.comm.ok_or(libc::EINVAL)?;
-            st.cm.establish(comm).map_err(|_| libc::EINVAL)?;
+            let state = st.id(id)?;
+            let comm = state.comm.ok_or(libc::EINVAL)?;
+            if state.rep.is_some() {
+                // The active side of a connection without a QP, after CONNECT_RESPONSE:
+                // the program readied its QP and now has the RTU sent.
+                st.cm.ready_to_use(comm, &[]).map_err(|_| libc::EINVAL)?;
+            } else {
+                st.cm.establish(comm).map_err(|_| libc::EINVAL)?;
+            }
             agent::drain_events(st);
             Ok(())
         })
@@ -908,6 +931,11 @@ pub fn on_cm_event(st: &mut State, ev: CmEvent<Peer>) {
             s.rnr_retry_count = rep.rnr_retry_count;
             s.rep = Some(Box::new(rep));
             let s = &st.ids[&key];
+            // SAFETY: the id's C struct.
+            if unsafe { (*s.c).qp }.is_null() {
+                connect_response(st, key, &rep);
+                return;
+            }
             let rtr = qp::rtr_attr(st, s, rep.local_qpn.value(), rep.starting_psn.value());
             let ready = qp::modify(s, rtr).and_then(|()| qp::modify(s, qp::rts_attr(s)));
             match ready {
@@ -925,6 +953,11 @@ pub fn on_cm_event(st: &mut State, ev: CmEvent<Peer>) {
                 return;
             };
             let Some(s) = st.ids.get(&key) else { return };
+            // SAFETY: the id's C struct.
+            if s.rep.is_some() && unsafe { (*s.c).qp }.is_null() {
+                // The program heard CONNECT_RESPONSE and sent the RTU (rdma_establish).
+                return;
+            }
             let mut e = new_event(s.c, event::ESTABLISHED, 0);
             if let Some(rep) = &s.rep {
                 set_private_data(&mut e, &rep.private_data);
@@ -982,6 +1015,23 @@ pub fn on_cm_event(st: &mut State, ev: CmEvent<Peer>) {
             finish(st, key, id, event::UNREACHABLE, -libc::ETIMEDOUT, &[]);
         }
     }
+}
+
+/// The REP of a connection without a QP: CONNECT_RESPONSE with the REP's parameters, for
+/// the program to ready its QP and call `rdma_establish`.
+fn connect_response(st: &mut State, key: usize, rep: &softib_cm::Rep) {
+    let Some(s) = st.ids.get(&key) else { return };
+    let mut e = new_event(s.c, event::CONNECT_RESPONSE, 0);
+    set_private_data(&mut e, &rep.private_data);
+    e.ev.param.conn.responder_resources = rep.responder_resources;
+    e.ev.param.conn.initiator_depth = rep.initiator_depth;
+    e.ev.param.conn.flow_control = u8::from(rep.end_to_end_flow_control);
+    e.ev.param.conn.rnr_retry_count = rep.rnr_retry_count;
+    e.ev.param.conn.srq = u8::from(rep.srq);
+    e.ev.param.conn.qp_num = rep.local_qpn.value();
+    // SAFETY: the id's C struct.
+    let channel = unsafe { (*s.c).channel };
+    st.post(channel, e);
 }
 
 /// Ends a connection attempt with `kind` (REJECTED, UNREACHABLE, CONNECT_ERROR).
@@ -1063,6 +1113,7 @@ pub fn request_id(
         .position(|d| d.index == from.0)
         .ok_or(RejectReason::NoResources)?;
     let ctx = crate::device::context(st, dev).map_err(|_| RejectReason::NoResources)?;
+    let pd = crate::device::pd(st, dev).map_err(|_| RejectReason::NoResources)?;
     let l = st.ids.get(&lkey).ok_or(RejectReason::InvalidServiceId)?;
     let port = l.src.map_or(0, |s| s.port());
     let (ps, sync) = (l.ps, l.sync);
@@ -1078,6 +1129,7 @@ pub fn request_id(
     let dst = SocketAddr::new(peer_ip, hdr.src_port);
     let mut c = zeroed_id();
     c.verbs = ctx;
+    c.pd = pd;
     c.channel = channel;
     c.context = context;
     c.ps = ps;
