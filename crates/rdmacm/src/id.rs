@@ -528,16 +528,7 @@ pub unsafe extern "C" fn rdma_connect(id: *mut RdmaCmId, param: *mut RdmaConnPar
             let dev = st.id(id)?.dev;
             let mtu = dev.and_then(|d| st.devs.get(d)).map_or(3, |d| d.mtu);
             let state = st.id(id)?;
-            let (Some(src), Some(dst), Some(peer)) = (state.src, state.dst, state.peer) else {
-                return Err(crate::refused(
-                    "rdma_connect",
-                    "the route is not resolved (rdma_resolve_addr, rdma_resolve_route first)",
-                    libc::EINVAL,
-                ));
-            };
-            if state.comm.is_some() {
-                return Err(libc::EISCONN);
-            }
+            let (src, dst, peer) = route_to_connect(state)?;
             // SAFETY: the id's C struct, and the caller's parameters (NULL or valid).
             let (qpn, srq) = unsafe { qp_of(id, param.as_ref()) }.ok_or_else(|| {
                 crate::refused(
@@ -629,6 +620,22 @@ unsafe fn qp_of(id: *mut RdmaCmId, param: Option<&RdmaConnParam>) -> Option<(u32
     param
         .filter(|p| p.qp_num != 0)
         .map(|p| (p.qp_num & 0xFF_FFFF, p.srq != 0))
+}
+
+/// What `rdma_connect` needs of an id: its resolved source, destination and peer CM, and
+/// no connection yet.
+pub fn route_to_connect(state: &IdState) -> Result<(SocketAddr, SocketAddr, Peer), c_int> {
+    let (Some(src), Some(dst), Some(peer)) = (state.src, state.dst, state.peer) else {
+        return Err(crate::refused(
+            "rdma_connect",
+            "the route is not resolved (rdma_resolve_addr, rdma_resolve_route first)",
+            libc::EINVAL,
+        ));
+    };
+    if state.comm.is_some() {
+        return Err(libc::EISCONN);
+    }
+    Ok((src, dst, peer))
 }
 
 /// `ip` as 16 bytes (IPv4-mapped for IPv4).

@@ -34,16 +34,7 @@ pub fn is_ud(id: *mut RdmaCmId) -> bool {
 /// `rdma_connect` on a UD id: the SIDR_REQ.
 pub fn connect(st: &mut State, id: *mut RdmaCmId, user: &[u8]) -> Result<(), c_int> {
     let state = st.id(id)?;
-    let (Some(src), Some(dst), Some(peer)) = (state.src, state.dst, state.peer) else {
-        return Err(crate::refused(
-            "rdma_connect",
-            "the route is not resolved (rdma_resolve_addr, rdma_resolve_route first)",
-            libc::EINVAL,
-        ));
-    };
-    if state.comm.is_some() {
-        return Err(libc::EISCONN);
-    }
+    let (src, dst, peer) = id::route_to_connect(state)?;
     let service_id = id::service_of(state.ps, dst.port());
     let mut private_data = [0u8; private_len::SIDR_REQ];
     id::cma_private_data(src, dst, user, &mut private_data);
