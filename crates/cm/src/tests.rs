@@ -51,7 +51,7 @@ fn kind(mad: &[u8]) -> &'static str {
     Message::parse(mad).map_or("?", |(_, m)| m.name())
 }
 
-fn drain(cm: &mut Cm<u8>) -> Vec<(u8, [u8; MAD_LEN])> {
+fn drain<A: Copy + Ord + std::fmt::Debug>(cm: &mut Cm<A>) -> Vec<(A, [u8; MAD_LEN])> {
     std::iter::from_fn(|| cm.poll_transmit()).collect()
 }
 
@@ -524,4 +524,139 @@ proptest! {
         cm.handle_timeout(Duration::from_secs(100));
         while cm.poll_event().is_some() || cm.poll_transmit().is_some() {}
     }
+}
+
+/// A flood of REQs from peers that never answer: the listener's backlog bounds what it
+/// holds (the rest get REJ NoResources at once), the consumer's accepts free the backlog,
+/// and a legitimate client that connects during the flood is established. The flood's
+/// REPs are retried and then time out, leaving nothing behind.
+#[test]
+fn a_listener_under_a_req_flood_still_serves_a_legitimate_connect() {
+    const FLOOD: u16 = 500;
+    const BACKLOG: usize = 8;
+    let mut t = Duration::ZERO;
+    let mut server = Cm::<u16>::new(config(1));
+    server.listen(SERVICE, BACKLOG).expect("listen");
+    let mut flooders: Vec<Cm<u16>> = Vec::new();
+    let mut legit = Cm::<u16>::new(config(900_000));
+    const LEGIT: u16 = 60_000;
+    const SERVER: u16 = 0;
+    let mut no_resources = 0u32;
+    let mut legit_id = None;
+    let mut server_established = 0;
+    for n in 0..FLOOD {
+        let mut f = Cm::new(config(u32::from(n) * 1000 + 10_000));
+        f.connect(t, SERVER, &connect_params(17));
+        for (_, m) in drain(&mut f) {
+            server.handle_mad(t, 1 + n, &m);
+        }
+        flooders.push(f);
+        // Halfway through the flood, the legitimate client connects.
+        if n == FLOOD / 2 {
+            legit_id = Some(legit.connect(t, SERVER, &connect_params(99)));
+            for (_, m) in drain(&mut legit) {
+                server.handle_mad(t, LEGIT, &m);
+            }
+        }
+        // The consumer accepts what it hears (rdma_cm programs do), one turn at a time.
+        while let Some(e) = server.poll_event() {
+            if let Event::ConnectRequest { id, .. } = e {
+                server.accept(t, id, &accept_params(500)).expect("accept");
+            }
+        }
+        for (to, m) in drain(&mut server) {
+            match Message::parse(&m) {
+                Ok((_, Message::Rej(r))) => {
+                    assert_eq!(r.reason, RejectReason::NoResources);
+                    assert_ne!(to, LEGIT, "the legitimate client was turned away");
+                    no_resources += 1;
+                }
+                // The flood never answers; the legitimate client does.
+                _ if to == LEGIT => legit.handle_mad(t, SERVER, &m),
+                _ => {}
+            }
+        }
+        while let Some(e) = legit.poll_event() {
+            if let Event::Reply { id, .. } = e {
+                legit.ready_to_use(id, &[]).expect("rtu");
+            }
+        }
+        for (_, m) in drain(&mut legit) {
+            server.handle_mad(t, LEGIT, &m);
+        }
+        while let Some(e) = server.poll_event() {
+            if matches!(e, Event::Established { .. }) {
+                server_established += 1;
+            }
+        }
+    }
+    let legit_id = legit_id.expect("connected");
+    assert!(legit.is_established(legit_id));
+    assert_eq!(server_established, 1);
+    // Accepts drain the backlog as fast as the flood fills it, so nothing is turned away
+    // here; a consumer that does not accept is what the backlog test covers.
+    assert_eq!(no_resources, 0);
+    assert_eq!(server.connections(), usize::from(FLOOD) + 1);
+    // The flood's REPs go unanswered: retried, then given up (REJ Timeout), until only the
+    // legitimate connection remains.
+    while let Some(next) = server.poll_timeout() {
+        t = next;
+        server.handle_timeout(t);
+        drain(&mut server);
+        while server.poll_event().is_some() {}
+    }
+    assert_eq!(server.connections(), 1);
+    assert!(server.counters().retransmits >= u64::from(FLOOD));
+}
+
+/// The same flood at a consumer that is slow to accept: the backlog holds BACKLOG requests,
+/// every REQ beyond it gets REJ NoResources at once (no state kept for it), and once the
+/// consumer catches up a legitimate client connects.
+#[test]
+fn a_flood_beyond_the_backlog_is_rejected_with_no_resources_and_leaves_no_state() {
+    const FLOOD: u16 = 300;
+    const BACKLOG: usize = 8;
+    let t = Duration::ZERO;
+    let mut server = Cm::<u16>::new(config(1));
+    server.listen(SERVICE, BACKLOG).expect("listen");
+    let mut no_resources = 0;
+    for n in 0..FLOOD {
+        let mut f = Cm::new(config(u32::from(n) * 1000 + 10_000));
+        f.connect(t, 0, &connect_params(17));
+        for (_, m) in drain(&mut f) {
+            server.handle_mad(t, 1 + n, &m);
+        }
+        for (_, m) in drain(&mut server) {
+            if let Ok((_, Message::Rej(r))) = Message::parse(&m) {
+                assert_eq!(r.reason, RejectReason::NoResources);
+                no_resources += 1;
+            }
+        }
+    }
+    assert_eq!(no_resources, u32::from(FLOOD) - BACKLOG as u32);
+    assert_eq!(server.connections(), BACKLOG);
+    // The consumer rejects the flood it now hears, which frees the backlog.
+    while let Some(e) = server.poll_event() {
+        if let Event::ConnectRequest { id, .. } = e {
+            server
+                .reject(id, RejectReason::ConsumerDefined, &[])
+                .expect("reject");
+        }
+    }
+    drain(&mut server);
+    let mut legit = Cm::<u16>::new(config(900_000));
+    let id = legit.connect(t, 0, &connect_params(99));
+    for (_, m) in drain(&mut legit) {
+        server.handle_mad(t, 60_000, &m);
+    }
+    let Some(Event::ConnectRequest { id: sid, .. }) = server.poll_event() else {
+        panic!("the legitimate REQ was not heard");
+    };
+    server.accept(t, sid, &accept_params(500)).expect("accept");
+    for (_, m) in drain(&mut server) {
+        legit.handle_mad(t, 0, &m);
+    }
+    assert!(matches!(legit.poll_event(), Some(Event::Reply { .. })));
+    legit.ready_to_use(id, &[]).expect("rtu");
+    assert!(legit.is_established(id));
 }

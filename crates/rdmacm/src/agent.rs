@@ -3,25 +3,30 @@
 //! ([`softib_cm::Cm`]) for all of them, and the thread that feeds it.
 //!
 //! One lock ([`with`]) guards it all. Calls from the program take it, change the machine
-//! (which queues MADs) and return; the thread ([`run`]) waits up to [`POLL`] for MADs from
-//! the daemon, takes the lock, hands them and the time to the machine, turns the machine's
-//! events into rdma_cm events (moving QPs through RTR and RTS on the way, as the kernel's
-//! rdma_cm does), and sends what the machine queued. A MAD the program's call queued thus
-//! leaves within [`POLL`]: the daemon has no way to wake a waiting `RecvMads` early.
+//! (which queues MADs) and return; the thread ([`run`]) sleeps in `poll(2)` on two eventfds
+//! until the machine's next timer: the one the daemon signals when it queues a MAD for the
+//! agent (`AttachMadWakeup`), and the one [`with`] signals when a call queued a MAD, a
+//! listen, or an earlier timer. Awake, it takes the MADs without waiting, takes the lock,
+//! hands them and the time to the machine, turns the machine's events into rdma_cm events
+//! (moving QPs through RTR and RTS on the way, as the kernel's rdma_cm does), and sends what
+//! the machine queued. An idle process's thread does not wake up at all.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::c_int;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
 
 use softib_cm::{Cm, CommId, Config, Rep, Req};
 use softib_verbs_abi::rdma_cm::{RdmaCmEvent, RdmaCmId, RdmaEventChannel};
 use softib_verbs_abi::IbvContext;
 use softib_wire::{Gid, Qpn};
 
-/// How long the thread waits for MADs before it looks at the clock and the queue again.
-pub const POLL: Duration = Duration::from_millis(5);
+/// MADs taken from the daemon per request.
+const BATCH: u32 = 64;
 
 /// A peer CM: the device it is reached from and its GID.
 pub type Peer = (u32, Gid);
@@ -38,6 +43,9 @@ pub struct Dev {
     pub mtu: u8,
     /// The program's context on it, opened on first use through libibverbs.
     pub ctx: *mut IbvContext,
+    /// The PD every id on the device carries (`id->pd`, as rdma-core's librdmacm gives
+    /// one per device), allocated on first use and kept for the life of the process.
+    pub pd: *mut softib_verbs_abi::IbvPd,
 }
 
 impl Dev {
@@ -86,8 +94,6 @@ pub struct IdState {
     pub tos: u8,
     /// `RDMA_OPTION_ID_ACK_TIMEOUT` (the QP's local ACK timeout exponent).
     pub ack_timeout: u8,
-    /// Whether the library made the id's PD (and frees it).
-    pub own_pd: bool,
     /// CQs and channels the library made for the id (`rdma_create_qp` without CQs,
     /// `rdma_create_ep`).
     pub own_cqs: bool,
@@ -140,6 +146,8 @@ pub struct State {
     /// ServiceIDs the daemon refused to route here (another process listens on them).
     pub refused_listens: Vec<u64>,
     origin: Instant,
+    /// Signalled by [`with`] when a call gave the thread work (MADs, listens, a timer).
+    kick: OwnedFd,
 }
 
 // SAFETY: the raw pointers are to objects this library made (ids, channels, events) or the
@@ -209,9 +217,27 @@ pub fn with<R>(f: impl FnOnce(&mut State) -> Result<R, c_int>) -> Result<R, c_in
     if guard.is_none() {
         *guard = Some(start()?);
     }
-    match guard.as_mut() {
-        Some(s) => f(s),
-        None => Err(libc::ENODEV),
+    let Some(s) = guard.as_mut() else {
+        return Err(libc::ENODEV);
+    };
+    let timer = s.cm.poll_timeout();
+    let r = f(s);
+    let earlier = match (s.cm.poll_timeout(), timer) {
+        (Some(t), Some(before)) => t < before,
+        (t, _) => t.is_some() && timer.is_none(),
+    };
+    if s.cm.has_transmit() || !s.listens.is_empty() || earlier {
+        s.kick();
+    }
+    r
+}
+
+impl State {
+    /// Wakes the thread.
+    fn kick(&self) {
+        // An eventfd write fails only when the counter would overflow, and then the thread
+        // has a wakeup pending anyway.
+        let _ = rustix::io::write(&self.kick, &1u64.to_ne_bytes());
     }
 }
 
@@ -236,6 +262,7 @@ fn start() -> Result<State, c_int> {
             gids: p.gids.clone(),
             mtu: u8::from(p.active_mtu),
             ctx: std::ptr::null_mut(),
+            pd: std::ptr::null_mut(),
         });
     }
     if devs.is_empty() {
@@ -266,9 +293,22 @@ fn start() -> Result<State, c_int> {
         first_comm_id: seed | 1,
         ..Config::default()
     });
+    let flags = EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK;
+    let mad_wake = eventfd(0, flags).map_err(|e| e.raw_os_error())?;
+    let kick = eventfd(0, flags).map_err(|e| e.raw_os_error())?;
+    let thread_kick = kick
+        .try_clone()
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
+    agent.attach_mad_wakeup(mad_wake.as_fd()).map_err(|e| {
+        crate::refused(
+            "rdma_cm",
+            &format!("cannot be woken for CM MADs: {e}"),
+            libc::ENODEV,
+        )
+    })?;
     std::thread::Builder::new()
         .name("softib-rdmacm".into())
-        .spawn(move || run(agent))
+        .spawn(move || run(agent, mad_wake, thread_kick))
         .map_err(|_| libc::EAGAIN)?;
     Ok(State {
         cm,
@@ -282,20 +322,25 @@ fn start() -> Result<State, c_int> {
         listens: VecDeque::new(),
         refused_listens: Vec::new(),
         origin: Instant::now(),
+        kick,
     })
 }
 
 /// The agent's thread: MADs in, time, events, MADs out, for the life of the process.
-fn run(mut agent: softib::Context) {
+fn run(mut agent: softib::Context, mad_wake: OwnedFd, kick: OwnedFd) {
     let mut warned = false;
+    let mut timer: Option<Duration> = None;
     loop {
-        let mads = match agent.recv_mads(64, POLL) {
+        sleep(&mad_wake, &kick, timer);
+        let mads = match take_mads(&mut agent) {
             Ok(m) => m,
             Err(e) => {
                 if !warned {
                     eprintln!("softib: rdma_cm: the CM agent lost the daemon: {e}");
                     warned = true;
                 }
+                // Nothing will signal the eventfd again; the machine's timers still run
+                // (and fail the connections that wait for the peer).
                 std::thread::sleep(Duration::from_millis(200));
                 Vec::new()
             }
@@ -319,6 +364,7 @@ fn run(mut agent: softib::Context) {
             let out = std::iter::from_fn(|| st.cm.poll_transmit()).collect::<Vec<_>>();
             let listens: Vec<_> = st.listens.drain(..).collect();
             st.sending = !out.is_empty() || !listens.is_empty();
+            timer = st.cm.poll_timeout().map(|t| t.saturating_sub(st.now()));
             (out, listens)
         };
         let (out, listens) = out;
@@ -347,6 +393,41 @@ fn run(mut agent: softib::Context) {
     }
 }
 
+/// Sleeps until the daemon queued a MAD, a call kicked, or `timer` ran out (forever when
+/// there is no timer), and clears both eventfds.
+fn sleep(mad_wake: &OwnedFd, kick: &OwnedFd, timer: Option<Duration>) {
+    let mut fds = [
+        PollFd::new(mad_wake, PollFlags::IN),
+        PollFd::new(kick, PollFlags::IN),
+    ];
+    let timeout = timer.map(|t| {
+        // Round up: a wakeup a little before the deadline would find nothing due.
+        let t = t + Duration::from_micros(999);
+        Timespec {
+            tv_sec: t.as_secs().min(i64::MAX as u64) as i64,
+            tv_nsec: i64::from(t.subsec_millis()) * 1_000_000,
+        }
+    });
+    // EINTR only ends the sleep early: the loop looks at everything again.
+    let _ = poll(&mut fds, timeout.as_ref());
+    let mut counter = [0u8; 8];
+    let _ = rustix::io::read(mad_wake, &mut counter);
+    let _ = rustix::io::read(kick, &mut counter);
+}
+
+/// Everything the daemon queued for the agent, without waiting.
+fn take_mads(agent: &mut softib::Context) -> softib::Result<Vec<softib::Mad>> {
+    let mut all = Vec::new();
+    loop {
+        let mads = agent.recv_mads(BATCH, Duration::ZERO)?;
+        let n = mads.len();
+        all.extend(mads);
+        if n < BATCH as usize {
+            return Ok(all);
+        }
+    }
+}
+
 /// Waits (at most [`FLUSH_WAIT`]) until the thread has sent every MAD the machine queued:
 /// for the calls after which a program may exit at once (`rdma_disconnect`,
 /// `rdma_destroy_id`, `rdma_reject`), whose DREQ or REJ must not die with it.
@@ -363,12 +444,12 @@ pub fn flush() {
     }
 }
 
-/// How long [`flush`] waits for the thread (which wakes every [`POLL`]).
+/// How long [`flush`] waits for the thread (woken by the call that queued the MADs).
 const FLUSH_WAIT: Duration = Duration::from_millis(500);
 
 /// Events the machine made during a program's call are turned into rdma_cm events at once
-/// (a REJ for a port nobody listens on locally, ...): the thread would do it within
-/// [`POLL`] anyway; this keeps the order the program sees the same as the machine's.
+/// (a REJ for a port nobody listens on locally, ...): the thread would do it when it wakes;
+/// this keeps the order the program sees the same as the machine's.
 pub fn drain_events(st: &mut State) {
     while let Some(ev) = st.cm.poll_event() {
         crate::id::on_cm_event(st, ev);

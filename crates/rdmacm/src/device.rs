@@ -4,7 +4,7 @@
 
 use std::ffi::{c_int, CStr};
 
-use softib_verbs_abi::IbvContext;
+use softib_verbs_abi::{IbvContext, IbvPd};
 
 use crate::agent::{self, State};
 use crate::ibv::ibv;
@@ -45,6 +45,22 @@ pub fn context(st: &mut State, dev: usize) -> Result<*mut IbvContext, c_int> {
     }
     d.ctx = found;
     Ok(found)
+}
+
+/// The PD of device `dev` every id on it carries, allocated now if it is not yet.
+pub fn pd(st: &mut State, dev: usize) -> Result<*mut IbvPd, c_int> {
+    let ctx = context(st, dev)?;
+    let d = st.devs.get_mut(dev).ok_or(libc::ENODEV)?;
+    if d.pd.is_null() {
+        let ibv = ibv()?;
+        // SAFETY: the program's open context on the device.
+        let pd = unsafe { (ibv.alloc_pd)(ctx) };
+        if pd.is_null() {
+            return Err(libc::ENOMEM);
+        }
+        d.pd = pd;
+    }
+    Ok(d.pd)
 }
 
 /// `rdma_get_devices`: a NULL-terminated array of the contexts of every device.

@@ -20,8 +20,6 @@ pub type GetDeviceNameFn = unsafe extern "C" fn(*mut IbvDevice) -> *const c_char
 pub type OpenDeviceFn = unsafe extern "C" fn(*mut IbvDevice) -> *mut IbvContext;
 /// `ibv_alloc_pd`.
 pub type AllocPdFn = unsafe extern "C" fn(*mut IbvContext) -> *mut IbvPd;
-/// `ibv_dealloc_pd`.
-pub type DeallocPdFn = unsafe extern "C" fn(*mut IbvPd) -> c_int;
 /// `ibv_create_qp`.
 pub type CreateQpFn = unsafe extern "C" fn(*mut IbvPd, *mut IbvQpInitAttr) -> *mut IbvQp;
 /// `ibv_modify_qp`.
@@ -51,7 +49,6 @@ pub struct Ibv {
     pub get_device_name: GetDeviceNameFn,
     pub open_device: OpenDeviceFn,
     pub alloc_pd: AllocPdFn,
-    pub dealloc_pd: DeallocPdFn,
     pub create_qp: CreateQpFn,
     pub modify_qp: ModifyQpFn,
     pub destroy_qp: DestroyQpFn,
@@ -104,7 +101,6 @@ fn load() -> Result<Ibv, String> {
         get_device_name: f!(c"ibv_get_device_name", c"IBVERBS_1.1", GetDeviceNameFn),
         open_device: f!(c"ibv_open_device", c"IBVERBS_1.1", OpenDeviceFn),
         alloc_pd: f!(c"ibv_alloc_pd", c"IBVERBS_1.1", AllocPdFn),
-        dealloc_pd: f!(c"ibv_dealloc_pd", c"IBVERBS_1.1", DeallocPdFn),
         create_qp: f!(c"ibv_create_qp", c"IBVERBS_1.1", CreateQpFn),
         modify_qp: f!(c"ibv_modify_qp", c"IBVERBS_1.1", ModifyQpFn),
         destroy_qp: f!(c"ibv_destroy_qp", c"IBVERBS_1.1", DestroyQpFn),

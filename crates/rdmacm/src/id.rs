@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV
 
 use softib_cm::{
     msg, AcceptParams, CmaAddrs, CmaHeader, ConnectParams, Event as CmEvent, Path, PortSpace,
-    RejectReason, TransportService,
+    RejectReason, SidrStatus, TransportService,
 };
 use softib_verbs_abi::rdma_cm::{
     event, option, port_space, RdmaCmId, RdmaConnParam, RdmaEventChannel, RdmaRoute,
@@ -18,7 +18,7 @@ use softib_verbs_abi::rdma_cm::{
 };
 use softib_verbs_abi::{qp_type, IbvGid, IbvSaPathRec};
 use softib_wire::mad::cm::private_len;
-use softib_wire::{PKey, Psn, Qpn};
+use softib_wire::{PKey, Psn, QKey, Qpn};
 
 use crate::agent::{self, IdState, Peer, State};
 use crate::event::{new_event, set_private_data};
@@ -125,7 +125,6 @@ fn new_state(c: *mut RdmaCmId, ps: c_int) -> IdState {
         rnr_retry_count: 7,
         tos: 0,
         ack_timeout: 14,
-        own_pd: false,
         own_cqs: false,
         sync: false,
         ep_qp: None,
@@ -154,10 +153,10 @@ pub unsafe extern "C" fn rdma_create_id(
         if out.is_null() {
             return Err(libc::EINVAL);
         }
-        if ps != port_space::TCP && ps != port_space::IPOIB {
+        if ps != port_space::TCP && ps != port_space::IPOIB && ps != port_space::UDP {
             return Err(crate::refused(
                 "rdma_create_id",
-                "only RDMA_PS_TCP and RDMA_PS_IPOIB (connected QPs) are implemented on softib",
+                "only RDMA_PS_TCP, RDMA_PS_IPOIB and RDMA_PS_UDP are implemented on softib",
                 libc::ENOSYS,
             ));
         }
@@ -175,7 +174,7 @@ pub unsafe extern "C" fn rdma_create_id(
             c.channel = channel;
             c.context = context;
             c.ps = ps;
-            c.qp_type = qp_type::RC;
+            c.qp_type = qp_type_of(ps);
             let c = Box::into_raw(Box::new(c));
             let mut s = new_state(c, ps);
             s.sync = sync;
@@ -267,9 +266,9 @@ fn bind(st: &mut State, id: *mut RdmaCmId, addr: SocketAddr) -> Result<(), c_int
             return Err(libc::EADDRINUSE);
         }
     }
-    let ctx = match dev {
-        Some(d) => crate::device::context(st, d)?,
-        None => std::ptr::null_mut(),
+    let (ctx, pd) = match dev {
+        Some(d) => (crate::device::context(st, d)?, crate::device::pd(st, d)?),
+        None => (std::ptr::null_mut(), std::ptr::null_mut()),
     };
     let state = st.id(id)?;
     state.src = Some(addr);
@@ -279,6 +278,9 @@ fn bind(st: &mut State, id: *mut RdmaCmId, addr: SocketAddr) -> Result<(), c_int
     c.route.addr.src_addr = storage_of(addr);
     if !ctx.is_null() {
         c.verbs = ctx;
+        if c.pd.is_null() {
+            c.pd = pd;
+        }
         c.port_num = 1;
         c.route.addr.ibaddr.sgid = IbvGid {
             raw: agent::gid_of(addr.ip()).0,
@@ -431,7 +433,8 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut RdmaCmId, _timeout_ms: c_in
     })
 }
 
-fn service_of(ps: c_int, port: u16) -> u64 {
+/// The ServiceID rdma_cm uses for `port` in port space `ps`.
+pub fn service_of(ps: c_int, port: u16) -> u64 {
     let space = PortSpace::from(ps as u16);
     msg::service_id(space, port)
 }
@@ -504,12 +507,19 @@ unsafe fn private_of(p: *const RdmaConnParam, max: usize) -> Result<Vec<u8>, c_i
 }
 
 /// `rdma_connect`: sends the REQ. ESTABLISHED follows once the REP came and the QP is
-/// ready (or REJECTED, UNREACHABLE).
+/// ready (or REJECTED, UNREACHABLE). On a UD id it sends a SIDR_REQ instead
+/// ([`crate::ud::connect`]).
 ///
 /// # Safety
 /// `id` comes from `rdma_create_id`; `param` is NULL or valid.
 pub unsafe extern "C" fn rdma_connect(id: *mut RdmaCmId, param: *mut RdmaConnParam) -> c_int {
     ffi(|| {
+        if crate::ud::is_ud(id) {
+            // SAFETY: the caller's parameters.
+            let user = unsafe { private_of(param, crate::ud::SIDR_REQ_USER_LEN) }?;
+            agent::with(|st| crate::ud::connect(st, id, &user))?;
+            return sync_wait(id, event::ESTABLISHED);
+        }
         // SAFETY: the caller's parameters.
         let user = unsafe { private_of(param, REQ_USER_LEN) }?;
         agent::with(|st| {
@@ -518,25 +528,15 @@ pub unsafe extern "C" fn rdma_connect(id: *mut RdmaCmId, param: *mut RdmaConnPar
             let dev = st.id(id)?.dev;
             let mtu = dev.and_then(|d| st.devs.get(d)).map_or(3, |d| d.mtu);
             let state = st.id(id)?;
-            let (Some(src), Some(dst), Some(peer)) = (state.src, state.dst, state.peer) else {
-                return Err(crate::refused(
+            let (src, dst, peer) = route_to_connect(state)?;
+            // SAFETY: the id's C struct, and the caller's parameters (NULL or valid).
+            let (qpn, srq) = unsafe { qp_of(id, param.as_ref()) }.ok_or_else(|| {
+                crate::refused(
                     "rdma_connect",
-                    "the route is not resolved (rdma_resolve_addr, rdma_resolve_route first)",
+                    "the id has no QP: make one (rdma_create_qp) or name yours in qp_num",
                     libc::EINVAL,
-                ));
-            };
-            if state.comm.is_some() {
-                return Err(libc::EISCONN);
-            }
-            // SAFETY: the id's C struct.
-            let qp = unsafe { (*id).qp };
-            if qp.is_null() {
-                return Err(crate::refused(
-                    "rdma_connect",
-                    "connecting an id without a QP (rdma_create_qp first) is not implemented on softib",
-                    libc::ENOSYS,
-                ));
-            }
+                )
+            })?;
             if !param.is_null() {
                 // SAFETY: the caller's parameters (checked non-null).
                 let p = unsafe { &*param };
@@ -547,24 +547,7 @@ pub unsafe extern "C" fn rdma_connect(id: *mut RdmaCmId, param: *mut RdmaConnPar
             }
             state.psn = psn;
             let mut private_data = [0u8; private_len::REQ];
-            let addrs = match (src.ip().to_canonical(), dst.ip().to_canonical()) {
-                (IpAddr::V4(s), IpAddr::V4(d)) => CmaAddrs::V4 {
-                    src: s.octets(),
-                    dst: d.octets(),
-                },
-                (s, d) => CmaAddrs::V6 {
-                    src: v6(s),
-                    dst: v6(d),
-                },
-            };
-            CmaHeader {
-                src_port: src.port(),
-                addrs,
-            }
-            .emit(&mut private_data);
-            private_data[CmaHeader::LEN..CmaHeader::LEN + user.len()].copy_from_slice(&user);
-            // SAFETY: the program's QP.
-            let (qpn, srq) = unsafe { ((*qp).qp_num, !(*qp).srq.is_null()) };
+            cma_private_data(src, dst, &user, &mut private_data);
             let sgid = agent::gid_of(src.ip());
             let params = ConnectParams {
                 service_id: service_of(state.ps, dst.port()),
@@ -599,7 +582,64 @@ pub unsafe extern "C" fn rdma_connect(id: *mut RdmaCmId, param: *mut RdmaConnPar
     })
 }
 
-fn v6(ip: IpAddr) -> [u8; 16] {
+/// Fills `out` (a REQ's or SIDR_REQ's private data) with rdma_cm's header for a
+/// connection from `src` to `dst`, then the consumer's `user` bytes (which fit: the caller
+/// checked).
+pub fn cma_private_data(src: SocketAddr, dst: SocketAddr, user: &[u8], out: &mut [u8]) {
+    let addrs = match (src.ip().to_canonical(), dst.ip().to_canonical()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => CmaAddrs::V4 {
+            src: s.octets(),
+            dst: d.octets(),
+        },
+        (s, d) => CmaAddrs::V6 {
+            src: v6(s),
+            dst: v6(d),
+        },
+    };
+    CmaHeader {
+        src_port: src.port(),
+        addrs,
+    }
+    .emit(out);
+    out[CmaHeader::LEN..CmaHeader::LEN + user.len()].copy_from_slice(user);
+}
+
+/// The QPN (and whether it uses an SRQ) a REQ or REP names: the id's QP's, or — for a
+/// program that drives its QP itself (UCX) — the parameters' `qp_num` and `srq`. `None`
+/// when there is neither.
+///
+/// # Safety
+/// `id` is a live id.
+unsafe fn qp_of(id: *mut RdmaCmId, param: Option<&RdmaConnParam>) -> Option<(u32, bool)> {
+    // SAFETY: the caller's id.
+    let qp = unsafe { (*id).qp };
+    if !qp.is_null() {
+        // SAFETY: the program's QP, live while the id holds it.
+        return Some(unsafe { ((*qp).qp_num, !(*qp).srq.is_null()) });
+    }
+    param
+        .filter(|p| p.qp_num != 0)
+        .map(|p| (p.qp_num & 0xFF_FFFF, p.srq != 0))
+}
+
+/// What `rdma_connect` needs of an id: its resolved source, destination and peer CM, and
+/// no connection yet.
+pub fn route_to_connect(state: &IdState) -> Result<(SocketAddr, SocketAddr, Peer), c_int> {
+    let (Some(src), Some(dst), Some(peer)) = (state.src, state.dst, state.peer) else {
+        return Err(crate::refused(
+            "rdma_connect",
+            "the route is not resolved (rdma_resolve_addr, rdma_resolve_route first)",
+            libc::EINVAL,
+        ));
+    };
+    if state.comm.is_some() {
+        return Err(libc::EISCONN);
+    }
+    Ok((src, dst, peer))
+}
+
+/// `ip` as 16 bytes (IPv4-mapped for IPv4).
+pub fn v6(ip: IpAddr) -> [u8; 16] {
     match ip {
         IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
         IpAddr::V6(v6) => v6.octets(),
@@ -613,6 +653,15 @@ fn v6(ip: IpAddr) -> [u8; 16] {
 /// `id` comes from a CONNECT_REQUEST event; `param` is NULL or valid.
 pub unsafe extern "C" fn rdma_accept(id: *mut RdmaCmId, param: *mut RdmaConnParam) -> c_int {
     ffi(|| {
+        if crate::ud::is_ud(id) {
+            // SAFETY: the caller's parameters.
+            let user = unsafe { private_of(param, private_len::SIDR_REP) }?;
+            // SAFETY: the caller's parameters, NULL or valid.
+            let qp_num = unsafe { param.as_ref() }.map_or(0, |p| p.qp_num);
+            agent::with(|st| crate::ud::accept(st, id, qp_num, &user))?;
+            agent::flush();
+            return Ok(());
+        }
         // SAFETY: the caller's parameters.
         let user = unsafe { private_of(param, private_len::REP) }?;
         agent::with(|st| {
@@ -626,15 +675,14 @@ pub unsafe extern "C" fn rdma_accept(id: *mut RdmaCmId, param: *mut RdmaConnPara
                     libc::EINVAL,
                 ));
             };
-            // SAFETY: the id's C struct.
-            let qp = unsafe { (*id).qp };
-            if qp.is_null() {
-                return Err(crate::refused(
+            // SAFETY: the id's C struct, and the caller's parameters (NULL or valid).
+            let (qpn, srq) = unsafe { qp_of(id, param.as_ref()) }.ok_or_else(|| {
+                crate::refused(
                     "rdma_accept",
-                    "accepting without a QP (rdma_create_qp first) is not implemented on softib",
-                    libc::ENOSYS,
-                ));
-            }
+                    "the id has no QP: make one (rdma_create_qp) or name yours in qp_num",
+                    libc::EINVAL,
+                )
+            })?;
             if !param.is_null() {
                 // SAFETY: the caller's parameters (checked non-null).
                 let p = unsafe { &*param };
@@ -654,8 +702,6 @@ pub unsafe extern "C" fn rdma_accept(id: *mut RdmaCmId, param: *mut RdmaConnPara
             qp::modify(s, qp::rts_attr(s))?;
             let mut private_data = [0u8; private_len::REP];
             private_data[..user.len()].copy_from_slice(&user);
-            // SAFETY: the program's QP.
-            let (qpn, srq) = unsafe { ((*qp).qp_num, !(*qp).srq.is_null()) };
             let p = AcceptParams {
                 local_qpn: Qpn::new(qpn),
                 starting_psn: Psn::new(psn),
@@ -690,9 +736,15 @@ pub unsafe extern "C" fn rdma_reject(id: *mut RdmaCmId, data: *const c_void, len
         }
         agent::with(|st| {
             let comm = st.id(id)?.comm.ok_or(libc::EINVAL)?;
-            st.cm
-                .reject(comm, RejectReason::ConsumerDefined, pd)
-                .map_err(|_| libc::EINVAL)?;
+            if st.id(id)?.ps == port_space::UDP {
+                st.cm
+                    .sidr_reply(comm, SidrStatus::Rejected, Qpn::new(0), QKey(0), pd)
+                    .map_err(|_| libc::EINVAL)?;
+            } else {
+                st.cm
+                    .reject(comm, RejectReason::ConsumerDefined, pd)
+                    .map_err(|_| libc::EINVAL)?;
+            }
             st.by_comm.remove(&comm);
             st.id(id)?.comm = None;
             Ok(())
@@ -727,15 +779,24 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut RdmaCmId) -> c_int {
     })
 }
 
-/// `rdma_establish`: the passive side saw traffic before the RTU.
+/// `rdma_establish`: the passive side saw traffic before the RTU; or, on the active side
+/// of a connection without a QP, the program has readied its QP after CONNECT_RESPONSE
+/// (the RTU goes out; no ESTABLISHED follows, as with rdma-core).
 ///
 /// # Safety
 /// `id` comes from a CONNECT_REQUEST event.
 pub unsafe extern "C" fn rdma_establish(id: *mut RdmaCmId) -> c_int {
     ffi(|| {
         agent::with(|st| {
-            let comm = st.id(id)?.comm.ok_or(libc::EINVAL)?;
-            st.cm.establish(comm).map_err(|_| libc::EINVAL)?;
+            let state = st.id(id)?;
+            let comm = state.comm.ok_or(libc::EINVAL)?;
+            if state.rep.is_some() {
+                // The active side of a connection without a QP, after CONNECT_RESPONSE:
+                // the program readied its QP and now has the RTU sent.
+                st.cm.ready_to_use(comm, &[]).map_err(|_| libc::EINVAL)?;
+            } else {
+                st.cm.establish(comm).map_err(|_| libc::EINVAL)?;
+            }
             agent::drain_events(st);
             Ok(())
         })
@@ -877,6 +938,11 @@ pub fn on_cm_event(st: &mut State, ev: CmEvent<Peer>) {
             s.rnr_retry_count = rep.rnr_retry_count;
             s.rep = Some(Box::new(rep));
             let s = &st.ids[&key];
+            // SAFETY: the id's C struct.
+            if unsafe { (*s.c).qp }.is_null() {
+                connect_response(st, key, &rep);
+                return;
+            }
             let rtr = qp::rtr_attr(st, s, rep.local_qpn.value(), rep.starting_psn.value());
             let ready = qp::modify(s, rtr).and_then(|()| qp::modify(s, qp::rts_attr(s)));
             match ready {
@@ -894,6 +960,11 @@ pub fn on_cm_event(st: &mut State, ev: CmEvent<Peer>) {
                 return;
             };
             let Some(s) = st.ids.get(&key) else { return };
+            // SAFETY: the id's C struct.
+            if s.rep.is_some() && unsafe { (*s.c).qp }.is_null() {
+                // The program heard CONNECT_RESPONSE and sent the RTU (rdma_establish).
+                return;
+            }
             let mut e = new_event(s.c, event::ESTABLISHED, 0);
             if let Some(rep) = &s.rep {
                 set_private_data(&mut e, &rep.private_data);
@@ -942,22 +1013,36 @@ pub fn on_cm_event(st: &mut State, ev: CmEvent<Peer>) {
         CmEvent::TimeWaitExit { id: comm } => {
             st.by_comm.remove(&comm);
         }
-        // SIDR (RDMA_PS_UDP) is not offered yet: rdma_create_id refuses UDP ids.
-        CmEvent::SidrRequest { id, .. } => {
-            let _ = st.cm.sidr_reply(
-                id,
-                softib_cm::SidrStatus::UnsupportedServiceId,
-                Qpn::new(0),
-                Default::default(),
-                &[],
-            );
+        CmEvent::SidrRequest { id, from, req } => crate::ud::on_sidr_request(st, id, from, &req),
+        CmEvent::SidrReply { id, rep } => crate::ud::on_sidr_reply(st, id, &rep),
+        CmEvent::SidrTimedOut { id } => {
+            let Some(&key) = st.by_comm.get(&id) else {
+                return;
+            };
+            finish(st, key, id, event::UNREACHABLE, -libc::ETIMEDOUT, &[]);
         }
-        CmEvent::SidrReply { .. } | CmEvent::SidrTimedOut { .. } => {}
     }
 }
 
+/// The REP of a connection without a QP: CONNECT_RESPONSE with the REP's parameters, for
+/// the program to ready its QP and call `rdma_establish`.
+fn connect_response(st: &mut State, key: usize, rep: &softib_cm::Rep) {
+    let Some(s) = st.ids.get(&key) else { return };
+    let mut e = new_event(s.c, event::CONNECT_RESPONSE, 0);
+    set_private_data(&mut e, &rep.private_data);
+    e.ev.param.conn.responder_resources = rep.responder_resources;
+    e.ev.param.conn.initiator_depth = rep.initiator_depth;
+    e.ev.param.conn.flow_control = u8::from(rep.end_to_end_flow_control);
+    e.ev.param.conn.rnr_retry_count = rep.rnr_retry_count;
+    e.ev.param.conn.srq = u8::from(rep.srq);
+    e.ev.param.conn.qp_num = rep.local_qpn.value();
+    // SAFETY: the id's C struct.
+    let channel = unsafe { (*s.c).channel };
+    st.post(channel, e);
+}
+
 /// Ends a connection attempt with `kind` (REJECTED, UNREACHABLE, CONNECT_ERROR).
-fn finish(
+pub fn finish(
     st: &mut State,
     key: usize,
     comm: softib_cm::CommId,
@@ -982,14 +1067,46 @@ fn finish(
 /// A REQ for a service listened on: a new id on the listener's channel, and
 /// CONNECT_REQUEST with the consumer's private data (after rdma_cm's header).
 fn connect_request(st: &mut State, comm: softib_cm::CommId, from: Peer, req: &softib_cm::Req) {
-    let Some(&lkey) = st.listeners.get(&req.service_id) else {
-        let _ = st.cm.reject(comm, RejectReason::InvalidServiceId, &[]);
-        return;
-    };
-    let Ok(hdr) = CmaHeader::parse(&req.private_data) else {
-        let _ = st.cm.reject(comm, RejectReason::ConsumerDefined, &[]);
-        return;
-    };
+    let (c, lkey, listen_channel) =
+        match request_id(st, comm, from, req.service_id, &req.private_data) {
+            Ok(x) => x,
+            Err(reason) => {
+                let _ = st.cm.reject(comm, reason, &[]);
+                return;
+            }
+        };
+    if let Some(s) = st.ids.get_mut(&(c as usize)) {
+        s.req = Some(Box::new(*req));
+    }
+    let mut e = new_event(c, event::CONNECT_REQUEST, 0);
+    e.ev.listen_id = lkey as *mut RdmaCmId;
+    set_private_data(&mut e, &req.private_data[CmaHeader::LEN..]);
+    e.ev.param.conn.responder_resources = req.responder_resources;
+    e.ev.param.conn.initiator_depth = req.initiator_depth;
+    e.ev.param.conn.flow_control = u8::from(req.end_to_end_flow_control);
+    e.ev.param.conn.retry_count = req.retry_count;
+    e.ev.param.conn.rnr_retry_count = req.rnr_retry_count;
+    e.ev.param.conn.srq = u8::from(req.srq);
+    e.ev.param.conn.qp_num = req.local_qpn.value();
+    st.post(listen_channel, e);
+}
+
+/// The id a request (REQ or SIDR_REQ) for `service_id` from `from` gets: made like the
+/// listener, bound to the addresses rdma_cm's header in `private_data` names, and holding
+/// connection `comm`. Returns it, the listener, and the channel CONNECT_REQUEST goes to;
+/// or why the request is refused.
+pub fn request_id(
+    st: &mut State,
+    comm: softib_cm::CommId,
+    from: Peer,
+    service_id: u64,
+    private_data: &[u8],
+) -> Result<(*mut RdmaCmId, usize, *mut RdmaEventChannel), RejectReason> {
+    let &lkey = st
+        .listeners
+        .get(&service_id)
+        .ok_or(RejectReason::InvalidServiceId)?;
+    let hdr = CmaHeader::parse(private_data).map_err(|_| RejectReason::ConsumerDefined)?;
     let (peer_ip, our_ip): (IpAddr, IpAddr) = match hdr.addrs {
         CmaAddrs::V4 { src, dst } => (src.into(), dst.into()),
         CmaAddrs::V6 { src, dst } => (
@@ -997,28 +1114,21 @@ fn connect_request(st: &mut State, comm: softib_cm::CommId, from: Peer, req: &so
             Ipv6Addr::from(dst).to_canonical(),
         ),
     };
-    let Some(dev) = st.devs.iter().position(|d| d.index == from.0) else {
-        let _ = st.cm.reject(comm, RejectReason::NoResources, &[]);
-        return;
-    };
-    let Ok(ctx) = crate::device::context(st, dev) else {
-        let _ = st.cm.reject(comm, RejectReason::NoResources, &[]);
-        return;
-    };
-    let Some(l) = st.ids.get(&lkey) else { return };
+    let dev = st
+        .devs
+        .iter()
+        .position(|d| d.index == from.0)
+        .ok_or(RejectReason::NoResources)?;
+    let ctx = crate::device::context(st, dev).map_err(|_| RejectReason::NoResources)?;
+    let pd = crate::device::pd(st, dev).map_err(|_| RejectReason::NoResources)?;
+    let l = st.ids.get(&lkey).ok_or(RejectReason::InvalidServiceId)?;
     let port = l.src.map_or(0, |s| s.port());
     let (ps, sync) = (l.ps, l.sync);
     // SAFETY: the listener's C struct.
     let (listen_channel, context) = unsafe { ((*l.c).channel, (*l.c).context) };
     // A synchronous listener's requests become synchronous ids, each with its channel.
     let channel = if sync {
-        match crate::event::new_channel(st) {
-            Ok(c) => c,
-            Err(_) => {
-                let _ = st.cm.reject(comm, RejectReason::NoResources, &[]);
-                return;
-            }
-        }
+        crate::event::new_channel(st).map_err(|_| RejectReason::NoResources)?
     } else {
         listen_channel
     };
@@ -1026,11 +1136,12 @@ fn connect_request(st: &mut State, comm: softib_cm::CommId, from: Peer, req: &so
     let dst = SocketAddr::new(peer_ip, hdr.src_port);
     let mut c = zeroed_id();
     c.verbs = ctx;
+    c.pd = pd;
     c.channel = channel;
     c.context = context;
     c.ps = ps;
     c.port_num = 1;
-    c.qp_type = qp_type::RC;
+    c.qp_type = qp_type_of(ps);
     c.route.addr.src_addr = storage_of(src);
     c.route.addr.dst_addr = storage_of(dst);
     c.route.addr.ibaddr.sgid = IbvGid {
@@ -1045,20 +1156,18 @@ fn connect_request(st: &mut State, comm: softib_cm::CommId, from: Peer, req: &so
     s.src = Some(src);
     s.dst = Some(dst);
     s.comm = Some(comm);
-    s.req = Some(Box::new(*req));
     s.peer = Some(from);
     s.sync = sync;
     st.ids.insert(c as usize, s);
     st.by_comm.insert(comm, c as usize);
-    let mut e = new_event(c, event::CONNECT_REQUEST, 0);
-    e.ev.listen_id = lkey as *mut RdmaCmId;
-    set_private_data(&mut e, &req.private_data[CmaHeader::LEN..]);
-    e.ev.param.conn.responder_resources = req.responder_resources;
-    e.ev.param.conn.initiator_depth = req.initiator_depth;
-    e.ev.param.conn.flow_control = u8::from(req.end_to_end_flow_control);
-    e.ev.param.conn.retry_count = req.retry_count;
-    e.ev.param.conn.rnr_retry_count = req.rnr_retry_count;
-    e.ev.param.conn.srq = u8::from(req.srq);
-    e.ev.param.conn.qp_num = req.local_qpn.value();
-    st.post(listen_channel, e);
+    Ok((c, lkey, listen_channel))
+}
+
+/// The QP type ids of port space `ps` start with: UD for RDMA_PS_UDP, RC for the others.
+fn qp_type_of(ps: c_int) -> u32 {
+    if ps == port_space::UDP {
+        qp_type::UD
+    } else {
+        qp_type::RC
+    }
 }

@@ -36,6 +36,7 @@ mod ibv;
 mod id;
 mod qp;
 mod sync;
+mod ud;
 mod unsupported;
 
 pub(crate) use softib_verbs_abi::ffi::{

@@ -212,20 +212,15 @@ fn create(
     let ctx = crate::device::context(st, dev)?;
     // SAFETY: the id's C struct, live while in the table.
     let c = unsafe { &mut *id };
-    let mut own_pd = false;
     let pd = if !pd.is_null() {
         pd
     } else if !c.pd.is_null() {
         c.pd
     } else {
-        // SAFETY: the program's context on the id's device.
-        let p = unsafe { (ibv.alloc_pd)(ctx) };
-        if p.is_null() {
-            return Err(libc::ENOMEM);
-        }
-        own_pd = true;
-        p
+        crate::device::pd(st, dev)?
     };
+    // SAFETY: the id's C struct, live while in the table (again: `device::pd` took `st`).
+    let c = unsafe { &mut *id };
     // SAFETY: the caller's attributes (checked non-null).
     let a = unsafe { &mut *attr };
     let mut own_cqs = false;
@@ -265,7 +260,6 @@ fn create(
     c.pd = pd;
     c.qp_type = a.qp_type;
     let state = st.id(id)?;
-    state.own_pd |= own_pd;
     state.own_cqs |= own_cqs;
     let kind = a.qp_type;
     modify(state, init_attr(state, kind)).inspect_err(|_| destroy_qp_of(state))?;
@@ -295,8 +289,8 @@ fn destroy_qp_of(id: &IdState) {
 pub fn release(id: &IdState) {
     destroy_qp_of(id);
     let Ok(ibv) = ibv() else { return };
-    // SAFETY: the id's C struct; the CQs, channels and PD freed are the library's own
-    // (own_cqs / own_pd), each once.
+    // SAFETY: the id's C struct; the CQs and channels freed are the library's own
+    // (own_cqs), each once.
     unsafe {
         let c = &mut *id.c;
         if id.own_cqs {
@@ -314,10 +308,6 @@ pub fn release(id: &IdState) {
             c.recv_cq = std::ptr::null_mut();
             c.send_cq_channel = std::ptr::null_mut();
             c.recv_cq_channel = std::ptr::null_mut();
-        }
-        if id.own_pd && !c.pd.is_null() {
-            (ibv.dealloc_pd)(c.pd);
-            c.pd = std::ptr::null_mut();
         }
     }
 }
@@ -389,10 +379,10 @@ pub fn remote_of(id: &IdState) -> Option<(u32, u32)> {
         .map(|r| (r.local_qpn.value(), r.starting_psn.value()))
 }
 
-/// At `rdma_destroy_id`: frees the QP, CQs and PD if the library made any of them for the id
-/// (the QP then uses them); a program's own objects stay.
+/// At `rdma_destroy_id`: frees the QP and CQs if the library made the CQs for the id (the
+/// QP then uses them); a program's own objects stay, and so does the device's PD.
 pub fn release_own(id: &IdState) {
-    if id.own_cqs || id.own_pd {
+    if id.own_cqs {
         release(id);
     }
 }

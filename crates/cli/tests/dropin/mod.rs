@@ -210,6 +210,12 @@ impl Run {
         }
     }
 
+    /// The program's process ID (`softib run` execs it).
+    #[allow(dead_code)]
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, |c| c.id())
+    }
+
     /// Waits (at most [`BOUND`] since it started) and collects what it printed.
     pub fn wait(mut self) -> Done {
         let mut child = self.child.take().unwrap();
