@@ -331,11 +331,25 @@ impl Drop for Killed {
 
 /// Debian's opensm as `node`'s SM, logging into the fabric's directory, until stopped.
 fn real_opensm(f: &Fabric, node: &str, guid: &str) -> Killed {
+    opensm_with(
+        f,
+        node,
+        "/usr/sbin/opensm",
+        &["-g", guid],
+        "real-opensm.log",
+    )
+}
+
+/// `program` (Debian's opensm or softib's) on `node` with `args`, logging to `log` in the
+/// fabric's directory, until stopped.
+fn opensm_with(f: &Fabric, node: &str, program: &str, args: &[&str], log: &str) -> Killed {
     let c = Command::new(SOFTIB)
         .args(["fabric", "exec", node, "--dir"])
         .arg(&f.dir)
-        .args(["--", "/usr/sbin/opensm", "-g", guid, "-f"])
-        .arg(f.dir.join("real-opensm.log"))
+        .args(["--", program])
+        .args(args)
+        .arg("-f")
+        .arg(f.dir.join(log))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -411,4 +425,82 @@ fn the_real_opensm_brings_a_fabric_up_and_programs_what_it_programs_on_ibsim() {
         assert!(t0.elapsed() < Duration::from_secs(10), "IsSM stayed set");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// `sminfo` on `node` (of the SM its port knows, or of `lid`) once it says `want`.
+fn wait_sminfo(f: &Fabric, node: &str, lid: Option<&str>, want: &str, logs: &[&str]) -> String {
+    let mut cmd = vec!["/usr/sbin/sminfo"];
+    cmd.extend(lid);
+    let t0 = Instant::now();
+    loop {
+        let out = f.exec(node, &cmd);
+        let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        if said.contains(want) {
+            return said;
+        }
+        if t0.elapsed() > Duration::from_secs(40) {
+            let logs: Vec<String> = logs
+                .iter()
+                .map(|l| std::fs::read_to_string(f.dir.join(l)).unwrap_or_default())
+                .collect();
+            panic!(
+                "{cmd:?} never said {want:?}; last:\n{said}\n{}",
+                logs.join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn the_real_opensm_and_softibs_sm_elect_hand_over_and_fail_over() {
+    if !have("/usr/sbin/opensm", "opensm") || !have("/usr/sbin/sminfo", "infiniband-diags") {
+        return;
+    }
+    let f = Fabric::up("topologies/topoB.net", "umad-elect", &["--no-sm"]);
+    const SOFTIB_SM: &str = "sm guid 0xe41d2d0300c00031,";
+    const REAL_SM: &str = "sm guid 0xe41d2d0300c00001,";
+    let logs = ["softib-sm.log", "real-opensm.log", "daemon.log"];
+    // softib's SM (priority 0, light sweeps every 2 s) on node4 is master; its own port
+    // has LID 1.
+    let _softib_sm = opensm_with(&f, "node4", SOFTIB, &["opensm", "-s", "2"], logs[0]);
+    f.wait_all_active(4, Duration::from_secs(30));
+    let said = wait_sminfo(&f, "node2", None, "state 3 SMINFO_MASTER", &logs);
+    assert!(
+        said.starts_with(&format!("sminfo: sm lid 1 {SOFTIB_SM}")),
+        "{said}"
+    );
+    // Debian's opensm with priority 3 on node1: it finds a master and stands by (the
+    // master's SMInfo, sm_key and all, answered by softib's SMA); the master's next light
+    // sweep sees node1's IsSM, its election finds the higher SM in Standby and hands the
+    // subnet over (SubnSet(SMInfo) HANDOVER, which the SMA passes to opensm), and opensm
+    // becomes master. SMInfo of opensm's port is opensm's own answer.
+    let mut real = opensm_with(
+        &f,
+        "node1",
+        "/usr/sbin/opensm",
+        &["-g", "0xe41d2d0300c00001", "-p", "3"],
+        logs[1],
+    );
+    let said = wait_sminfo(&f, "node2", None, "priority 3 state 3 SMINFO_MASTER", &logs);
+    assert!(said.contains(REAL_SM), "{said}");
+    let real_log = std::fs::read_to_string(f.dir.join(logs[1])).unwrap();
+    let standby = real_log.find("Entering STANDBY state");
+    let master = real_log.find("Entering MASTER state");
+    assert!(
+        standby.is_some() && master > standby,
+        "opensm did not stand by first and then take the handover:\n{real_log}"
+    );
+    let said = wait_sminfo(
+        &f,
+        "node3",
+        Some("1"),
+        "priority 0 state 2 SMINFO_STANDBY",
+        &logs,
+    );
+    assert!(said.contains(SOFTIB_SM), "{said}");
+    // The real master stops: the standby's poll goes unanswered and it takes over.
+    stop(real.0.take().unwrap());
+    let said = wait_sminfo(&f, "node2", None, "priority 0 state 3 SMINFO_MASTER", &logs);
+    assert!(said.contains(SOFTIB_SM), "{said}");
 }

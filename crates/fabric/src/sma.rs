@@ -22,7 +22,10 @@
 //! | P_KeyTable | yes | yes | block (32 P_Keys) in bits 0–15, port in bits 16–23 (switches) |
 //! | LinearForwardingTable (switches) | yes | yes | block (64 LIDs) |
 //! | MulticastForwardingTable (switches) | yes | yes | block (32 MLIDs) in bits 0–8, PortMask position (16 ports) in bits 28–31 |
-//! | SMInfo (when an SM runs here) | yes | yes | Set: the SM control code 1–5 |
+//! | SMInfo (when softib's SM runs here) | yes | yes | Set: the SM control code 1–5 |
+//!
+//! SMInfo for an SM that holds the port's IsSM without telling the SMA its SMInfo (the real
+//! opensm through the drop-in libibumad) is that SM's to answer: [`Sma::is_for_local_sm`].
 //!
 //! The MulticastForwardingTable holds MulticastFDBCap entries, MLID 0xC000 upward; a block
 //! beyond them, a position beyond the switch's ports, or a Set naming a port the switch does
@@ -671,8 +674,9 @@ impl Sma {
         self.sm_info.as_ref()
     }
 
-    /// Installs (or removes) the SMInfo of an SM running on this node. Without one, SMInfo is
-    /// an unsupported attribute.
+    /// Installs (or removes) the SMInfo of an SM running on this node. Without one, SMInfo
+    /// goes to the SM holding the port's IsSM ([`Sma::is_for_local_sm`]), else it is an
+    /// unsupported attribute.
     pub fn set_sm_info(&mut self, info: Option<SmInfo>) {
         self.sm_info = info;
     }
@@ -820,6 +824,26 @@ impl Sma {
             Ok(data) => self.respond(request, status::SUCCESS, data),
             Err(code) => self.respond(request, code, request.data),
         })
+    }
+
+    /// Whether `request` is an SMInfo Get or Set for an SM that is not this SMA's: a program
+    /// holding the IsSM file of `in_port` (the real opensm) without softib's `SetSm`. As the
+    /// kernel's MAD layer hands an SMP its HCA does not consume to the agent registered for
+    /// it, such a request goes to the local SM (`SmiOutput::ToSm`), which answers it itself
+    /// (opensm's `osm_sminfo_rcv`); with no SM on the port [`Sma::handle_smp`] answers
+    /// UnsupportedMethodAttr.
+    pub fn is_for_local_sm(&self, in_port: u8, request: &smp::Repr) -> bool {
+        let h = &request.header;
+        h.attr_id == AttrId::SM_INFO
+            && h.mgmt_class.is_smp()
+            && matches!(h.method, Method::Get | Method::Set)
+            && h.base_version == 1
+            && h.class_version == smp::CLASS_VERSION
+            && self.sm_info.is_none()
+            && self.is_port(in_port)
+            && self
+                .port_info(self.key_port(in_port))
+                .is_some_and(|p| p.capability_mask & capability_mask::IS_SM != 0)
     }
 
     fn respond(&mut self, request: &smp::Repr, code: u16, data: [u8; DATA_LEN]) -> smp::Repr {
@@ -1274,11 +1298,14 @@ impl Sma {
             let from = SmInfo::parse(&request.data).map_err(|_| status::INVALID_ATTR_VALUE)?;
             self.events.push_back(SmaEvent::SmInfoSet { control, from });
         }
-        // SM_Key is only shown to a requester that proved it knows the M_Key (IBA §14.2.5.13).
+        // SM_Key is only shown to a requester that passes the M_Key check (IBA §14.2.5.13):
+        // one that gives the port's M_Key, or anyone while the M_Key is 0, which every key
+        // matches (§14.2.4.1). opensm answers so (`smi_rcv_process_get_request`), and an
+        // opensm ignores another SM whose SMInfo does not carry its own SM_Key.
         let stored = self
             .port_info(self.key_port(in_port))
             .map_or(0, |p| p.m_key);
-        if stored == 0 || request.m_key != stored {
+        if stored != 0 && request.m_key != stored {
             info.sm_key = 0;
         }
         Ok(info.to_data())
@@ -1464,7 +1491,10 @@ impl Sma {
                 DrAction::Drop(_) => SmiOutput::Nothing,
                 DrAction::Deliver(delivered) => {
                     let inbound = delivered.dr.is_some_and(|d| d.direction_inbound);
-                    if inbound || delivered.header.method.is_response() {
+                    if inbound
+                        || delivered.header.method.is_response()
+                        || self.is_for_local_sm(in_port, &delivered)
+                    {
                         return SmiOutput::ToSm(delivered);
                     }
                     let Some(response) = self.handle_smp(in_port, &delivered) else {
@@ -1482,8 +1512,12 @@ impl Sma {
                     }
                 }
             }
-        } else if smp.header.method.is_response() || smp.header.method == Method::Trap {
-            // Responses, and traps the SMAs of the subnet send this node's SM.
+        } else if smp.header.method.is_response()
+            || smp.header.method == Method::Trap
+            || self.is_for_local_sm(in_port, smp)
+        {
+            // Responses, traps the SMAs of the subnet send this node's SM, and SMInfo
+            // requests for it.
             SmiOutput::ToSm(*smp)
         } else {
             let Some(response) = self.handle_smp(in_port, smp) else {

@@ -803,11 +803,7 @@ fn sm_info_only_with_an_sm() {
     let (st, data) = ask(&mut sma, 1, &get(AttrId::SM_INFO, 0));
     assert_eq!(st, status::SUCCESS);
     let got = SmInfo::parse(&data).unwrap();
-    assert_eq!(
-        got,
-        SmInfo { sm_key: 0, ..info },
-        "SM_Key hidden without the M_Key"
-    );
+    assert_eq!(got, info, "an M_Key of 0 hides nothing");
     let from = SmInfo {
         guid: Guid(0x99),
         sm_key: 0,
@@ -828,10 +824,70 @@ fn sm_info_only_with_an_sm() {
         status::INVALID_ATTR_VALUE
     );
     assert_eq!(sma.poll_event(), None);
-    // With an M_Key in force, the holder of the key sees SM_Key.
+    // With an M_Key in force, the holder of the key sees SM_Key, no one else.
     set_m_key(&mut sma, 1, 1, 0x77, 0, 0);
+    let got = SmInfo::parse(&ask(&mut sma, 1, &get(AttrId::SM_INFO, 0)).1).unwrap();
+    assert_eq!(got, SmInfo { sm_key: 0, ..info });
     let got = SmInfo::parse(&ask(&mut sma, 1, &with_key(get(AttrId::SM_INFO, 0), 0x77)).1).unwrap();
     assert_eq!(got.sm_key, 0x5EC7E7);
+}
+
+/// An SM that holds the port's IsSM but gave the SMA no SMInfo (the real opensm through the
+/// drop-in libibumad) answers SMInfo itself: requests for it go to it, directed-route (with
+/// the hop pointer past the end, as its response needs) and LID-routed; the rest the SMA
+/// still answers, and without IsSM SMInfo stays unsupported.
+#[test]
+fn sm_info_for_an_sm_that_answers_itself_goes_to_it() {
+    let mut sma = ca();
+    let mut dr_sm_info = smp::Repr::dr_get(9, AttrId::SM_INFO, 0, 0, &[1, 1]).unwrap();
+    dr_sm_info.dr.as_mut().unwrap().hop_ptr = 2;
+    let lid_sm_info = get(AttrId::SM_INFO, 0);
+    assert!(!sma.is_for_local_sm(1, &lid_sm_info));
+    assert!(matches!(
+        sma.receive_smp(1, Lid(7), &lid_sm_info),
+        SmiOutput::Send(out) if out.smp.header.status == status::UNSUPPORTED_METHOD_ATTR
+    ));
+    let mask = sma.port_info(1).unwrap().capability_mask | capability_mask::IS_SM;
+    sma.set_capability_mask(1, mask);
+    assert!(sma.is_for_local_sm(1, &lid_sm_info));
+    assert!(!sma.is_for_local_sm(2, &lid_sm_info), "port 2 has no SM");
+    assert_eq!(
+        sma.receive_smp(1, Lid(7), &lid_sm_info),
+        SmiOutput::ToSm(lid_sm_info)
+    );
+    match sma.receive_smp(1, Lid::PERMISSIVE, &dr_sm_info) {
+        SmiOutput::ToSm(s) => {
+            let d = s.dr.unwrap();
+            assert_eq!((d.hop_ptr, d.return_path[2]), (3, 1));
+        }
+        other => panic!("{other:?}"),
+    }
+    // The SM's response leaves along the return path.
+    let mut resp = dr_sm_info.response(0, [0; 64]);
+    {
+        let d = resp.dr.as_mut().unwrap();
+        d.hop_ptr = 3;
+        d.return_path[1..=2].copy_from_slice(&[4, 1]);
+    }
+    assert!(matches!(
+        sma.send_dr(1, &resp),
+        DrAction::Forward { out_port: 1, .. }
+    ));
+    let node_info = get(AttrId::NODE_INFO, 0);
+    assert!(!sma.is_for_local_sm(1, &node_info));
+    assert!(matches!(
+        sma.receive_smp(1, Lid(7), &node_info),
+        SmiOutput::Send(_)
+    ));
+    // softib's own SM gives the SMA its SMInfo: the SMA answers.
+    sma.set_sm_info(Some(SmInfo {
+        guid: Guid(0xe41d2d0300b47d01),
+        sm_key: 0,
+        act_count: 0,
+        priority: 0,
+        sm_state: SmState::Master,
+    }));
+    assert!(!sma.is_for_local_sm(1, &lid_sm_info));
 }
 
 // ---- Links ----------------------------------------------------------------------------------
