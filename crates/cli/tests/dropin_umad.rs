@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{repo, stop, text, Fabric, SEED_GOLDENS, SOFTIB};
+use common::{repo, stop, text, wait_status, Fabric, SEED_GOLDENS, SOFTIB};
 use dropin::{have, readelf};
 use softib_fabric::Topology;
 
@@ -503,4 +503,126 @@ fn the_real_opensm_and_softibs_sm_elect_hand_over_and_fail_over() {
     stop(real.0.take().unwrap());
     let said = wait_sminfo(&f, "node2", None, "priority 0 state 3 SMINFO_MASTER", &logs);
     assert!(said.contains(SOFTIB_SM), "{said}");
+}
+
+#[test]
+fn the_real_diagnostics_read_and_change_a_fabric_the_real_opensm_runs() {
+    if !have("/usr/sbin/opensm", "opensm") || !have("/usr/sbin/dump_fts", "infiniband-diags") {
+        return;
+    }
+    let f = Fabric::up("topologies/topoB.net", "umad-diags", &["--no-sm"]);
+    // Light sweeps every 2 s, so that the port ibportstate enables again is brought back.
+    let _sm = opensm_with(
+        &f,
+        "node1",
+        "/usr/sbin/opensm",
+        &["-g", "0xe41d2d0300c00001", "-s", "2"],
+        "real-opensm.log",
+    );
+    f.wait_all_active(4, Duration::from_secs(30));
+    wait_sysfs(&f, &["node1", "node2", "node3"]);
+    // dump_fts walks the fabric (MLNXExtendedPortInfo of every Mellanox port answered, so
+    // libibnetdisc has nothing to complain about) and prints each switch's LFT as opensm
+    // programmed it: sw1 reaches node1 and node2 directly, the others through port 35/36.
+    let out = f.exec("node2", &["/usr/sbin/dump_fts"]);
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{}",
+        text(&out.stderr)
+    );
+    let fts = text(&out.stdout);
+    assert_eq!(fts.matches("6 valid lids dumped").count(), 2, "{fts}");
+    for want in [
+        "0x0001 001 : (Channel Adapter portguid 0xe41d2d0300c00001: 'node1 mlx4_0')",
+        "0x0002 002 : (Channel Adapter portguid 0xe41d2d0300c00011: 'node2 mlx4_0')",
+        "0x0005 000 : (Switch portguid 0x7cfe900300a0b0c0: 'MF0;sw1:SX6036/U1')",
+    ] {
+        assert!(fts.contains(want), "{want:?} not in:\n{fts}");
+    }
+    // SL2VL (every SL on VL0 until an SM maps them) and the VL arbitration tables at the
+    // capacities PortInfo gives; on a switch, one row per input port.
+    let sl2vl = real(&f, "node2", "smpquery sl2vl 2");
+    assert!(
+        sl2vl
+            .ends_with("ports: in  0, out  0: | 0| 0| 0| 0| 0| 0| 0| 0| 0| 0| 0| 0| 0| 0| 0| 0|\n"),
+        "{sl2vl}"
+    );
+    let sw = real(&f, "node2", "smpquery sl2vl 5 1");
+    assert_eq!(sw.matches("ports: in ").count(), 37, "{sw}");
+    let vlarb = real(&f, "node2", "smpquery vlarb 5 1");
+    assert!(
+        vlarb.starts_with("# VLArbitration tables: Lid 5 port 1 LowCap 8 HighCap 8\n"),
+        "{vlarb}"
+    );
+    // The SA of the real opensm: a LinkRecord from each end of the 6 cables, both switches'
+    // SwitchInfo, its own SMInfo.
+    let lr = real(&f, "node3", "saquery LR");
+    assert_eq!(lr.matches("LinkRecord dump:").count(), 12, "{lr}");
+    let swir = real(&f, "node3", "saquery SWIR");
+    assert_eq!(swir.matches("SwitchInfoRecord dump:").count(), 2, "{swir}");
+    let smir = real(&f, "node3", "saquery SMIR");
+    assert!(
+        smir.contains("GUID..................0xe41d2d0300c00001"),
+        "{smir}"
+    );
+    // PMA counters: data sent by softib's ib_send_bw from node4 shows in node4's
+    // PortXmitData; perfquery -x -r clears them (PerfSet with CounterSelect), and the PMA's
+    // own MADs are not data.
+    let srv = Command::new(SOFTIB)
+        .args(["fabric", "exec", "node1", "--dir"])
+        .arg(&f.dir)
+        .args(["--", "ib_send_bw", "-n", "50", "-p", "18632"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let c = f.exec(
+        "node4",
+        &["ib_send_bw", "-n", "50", "-p", "18632", "127.0.0.1"],
+    );
+    let s = srv.wait_with_output().unwrap();
+    assert!(
+        c.status.success() && s.status.success(),
+        "{}",
+        text(&c.stderr)
+    );
+    let xmit = |pq: &str| -> u64 {
+        pq.lines()
+            .find_map(|l| l.strip_prefix("PortXmitData:"))
+            .map(|v| v.trim_start_matches('.').parse().unwrap())
+            .unwrap_or_else(|| panic!("no PortXmitData in:\n{pq}"))
+    };
+    let before = real(&f, "node2", "perfquery -x 4 1");
+    assert!(xmit(&before) > 50 * 65536 / 4, "{before}");
+    real(&f, "node2", "perfquery -x -r 4 1");
+    assert_eq!(xmit(&real(&f, "node2", "perfquery -x 4 1")), 0);
+    assert_eq!(xmit(&real(&f, "node2", "perfquery 4 1")), 0);
+    // ibportstate disables sw1's port to node2: node2's link goes down with it; enabled
+    // again, the link trains and the real opensm's next sweep makes it Active.
+    let port = real(&f, "node1", "ibportstate 5 2 disable");
+    assert!(
+        port.contains("PhysLinkState:...................Disabled"),
+        "{port}"
+    );
+    wait_status(&f, "node2's port down", Duration::from_secs(20), |s| {
+        s.contains("node2        mlx4_0  port 1 Down")
+    });
+    let port = real(&f, "node1", "ibportstate 5 2 enable");
+    assert!(
+        port.contains("PhysLinkState:...................Polling"),
+        "{port}"
+    );
+    wait_status(
+        &f,
+        "node2's port Active again",
+        Duration::from_secs(30),
+        |s| s.contains("node2        mlx4_0  port 1 Active"),
+    );
+    let port = real(&f, "node1", "ibportstate 2 1");
+    assert!(
+        port.contains("LinkState:.......................Active")
+            && port.contains("# MLNX ext Port info: Lid 2 port 1\n"),
+        "{port}"
+    );
 }

@@ -980,13 +980,8 @@ impl SubnetManager {
                     );
                     let mine = self.sm_info();
                     let path = self.path(node);
-                    self.requester.set(
-                        &path,
-                        &mine,
-                        SM_CONTROL_HANDOVER,
-                        0,
-                        Job::Handover,
-                    );
+                    self.requester
+                        .set(&path, &mine, SM_CONTROL_HANDOVER, 0, Job::Handover);
                 }
                 if self.state != SmState::Standby {
                     self.log(

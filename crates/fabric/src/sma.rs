@@ -22,6 +22,9 @@
 //! | P_KeyTable | yes | yes | block (32 P_Keys) in bits 0–15, port in bits 16–23 (switches) |
 //! | LinearForwardingTable (switches) | yes | yes | block (64 LIDs) |
 //! | MulticastForwardingTable (switches) | yes | yes | block (32 MLIDs) in bits 0–8, PortMask position (16 ports) in bits 28–31 |
+//! | SL2VLMappingTable | yes | yes | switches: input port in bits 8–15, output port in bits 0–7 |
+//! | VLArbitrationTable | yes | yes | block 1–4 in bits 16–31, port in bits 0–7 (switches) |
+//! | MLNXExtendedPortInfo (0xFF90, Mellanox vendor ID) | yes | no | port (switches) |
 //! | SMInfo (when softib's SM runs here) | yes | yes | Set: the SM control code 1–5 |
 //!
 //! SMInfo for an SM that holds the port's IsSM without telling the SMA its SMInfo (the real
@@ -79,7 +82,7 @@
 //! About 1,600 lines, one concept: the agent's Get/Set of every SMP attribute (IBA §14.2.5)
 //! and the directed-route rules, which share the node's state; its tests are `sma/tests.rs`.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use softib_wire::mad::attr::{
     capability_mask, GuidInfo, LinearForwardingTable, MulticastForwardingTable, NodeDescription,
@@ -352,6 +355,9 @@ pub enum SmaEvent {
     LinkDown {
         /// The port.
         port: u8,
+        /// Whether the link may train again (Down); `false` for Disabled, which stays down
+        /// until the SM sets it Polling ([`SmaEvent::LinkEnabled`]).
+        retrain: bool,
     },
     /// The SM set a Disabled port back to Polling: the link layer may train the link.
     LinkEnabled {
@@ -411,7 +417,18 @@ struct Port {
     pkeys: Vec<PKey>,
     /// Whether the link layer reports the cable trained (survives a Disabled state).
     link_trained: bool,
+    /// SL to VL mapping tables of this (output) port by input port (0 on a CA): 16 SLs of
+    /// 4 bits; absent is all SLs on VL0.
+    sl2vl: BTreeMap<u8, [u8; SL2VL_LEN]>,
+    /// VLArbitrationTable blocks 1–4 (low 0–31, high 0–31, low 32–63, high 32–63): 32
+    /// entries of VL (4 bits) and weight (8 bits); all zero weights until an SM sets them.
+    vl_arb: [[u8; DATA_LEN]; 4],
 }
+
+/// Bytes of an SL2VLMappingTable (16 SLs × 4 bits).
+const SL2VL_LEN: usize = 8;
+/// Mellanox's vendor ID: its devices answer MLNXExtendedPortInfo.
+const MELLANOX_VENDOR_ID: u32 = 0x0002C9;
 
 #[derive(Debug, Clone)]
 struct SwitchState {
@@ -483,6 +500,8 @@ impl Sma {
                     guids,
                     pkeys,
                     link_trained: false,
+                    sl2vl: BTreeMap::new(),
+                    vl_arb: [[0; DATA_LEN]; 4],
                 }
             })
             .collect();
@@ -817,6 +836,13 @@ impl Sma {
             AttrId::MULTICAST_FORWARDING_TABLE if self.is_switch() => self.mft_attr(request),
             AttrId::GUID_INFO => self.guid_info_attr(in_port, request),
             AttrId::P_KEY_TABLE => self.pkey_table_attr(in_port, request),
+            AttrId::SL_TO_VL_TABLE => self.sl2vl_attr(in_port, request),
+            AttrId::VL_ARBITRATION_TABLE => self.vl_arb_attr(in_port, request),
+            AttrId::MLNX_EXTENDED_PORT_INFO
+                if !set && self.config.vendor_id & 0x00FF_FFFF == MELLANOX_VENDOR_ID =>
+            {
+                self.mlnx_ext_port_info_attr(in_port, request)
+            }
             AttrId::SM_INFO if self.sm_info.is_some() => self.sm_info_attr(in_port, request),
             _ => Err(status::UNSUPPORTED_METHOD_ATTR),
         };
@@ -1101,7 +1127,10 @@ impl Sma {
             // down after this response has left (so the SM hears back) and retrains it. A
             // Disabled port sends nothing more, not even this response (as qib does).
             if next.port_state == PortState::Down && cur.port_state != PortState::Down {
-                events.push(SmaEvent::LinkDown { port });
+                events.push(SmaEvent::LinkDown {
+                    port,
+                    retrain: next.port_physical_state != PortPhysicalState::Disabled,
+                });
             }
         } else if !matches!(
             new.port_state,
@@ -1288,6 +1317,84 @@ impl Sma {
             *slot = p.pkeys.get(start + i).copied().unwrap_or_default();
         }
         Ok(out.to_data())
+    }
+
+    /// SL2VLMappingTable (IBA §14.2.5.8). On a switch the attribute modifier names the
+    /// input port (bits 8–15) and output port (bits 0–7); on a CA it is the arrival port's.
+    /// A Set mapping an SL to a VL beyond the port's VLCap (other than VL15, which drops)
+    /// is an invalid value.
+    fn sl2vl_attr(&mut self, in_port: u8, request: &smp::Repr) -> Result<[u8; DATA_LEN], u16> {
+        let m = request.header.attr_mod;
+        let (input, output) = if self.is_switch() {
+            (((m >> 8) & 0xFF) as u8, (m & 0xFF) as u8)
+        } else {
+            (0, in_port)
+        };
+        if (self.is_switch() && (m >> 16 != 0 || !self.is_port(input)))
+            || (output == 0 && self.is_switch() && input != 0)
+        {
+            return Err(status::INVALID_ATTR_VALUE);
+        }
+        // VLCap 1..=5: VL0, VL0–1, VL0–3, VL0–7, VL0–14.
+        let vls = 1u8 << self.config.vl_cap.clamp(1, 5).saturating_sub(1);
+        let p = self.port_mut(output).ok_or(status::INVALID_ATTR_VALUE)?;
+        if request.header.method == Method::Set {
+            let mut t = [0u8; SL2VL_LEN];
+            t.copy_from_slice(&request.data[..SL2VL_LEN]);
+            let bad = t
+                .iter()
+                .flat_map(|b| [b >> 4, b & 0x0F])
+                .any(|vl| vl >= vls.min(15) && vl != 15);
+            if bad {
+                return Err(status::INVALID_ATTR_VALUE);
+            }
+            p.sl2vl.insert(input, t);
+        }
+        let mut out = [0u8; DATA_LEN];
+        if let Some(t) = p.sl2vl.get(&input) {
+            out[..SL2VL_LEN].copy_from_slice(t);
+        }
+        Ok(out)
+    }
+
+    /// VLArbitrationTable (IBA §14.2.5.9): block 1–4 in bits 16–31 of the attribute
+    /// modifier, the port in bits 0–7 on a switch.
+    fn vl_arb_attr(&mut self, in_port: u8, request: &smp::Repr) -> Result<[u8; DATA_LEN], u16> {
+        let m = request.header.attr_mod;
+        let block = (m >> 16) as usize;
+        let port = if self.is_switch() {
+            (m & 0xFF) as u8
+        } else {
+            in_port
+        };
+        if !(1..=4).contains(&block) {
+            return Err(status::INVALID_ATTR_VALUE);
+        }
+        let p = self.port_mut(port).ok_or(status::INVALID_ATTR_VALUE)?;
+        if request.header.method == Method::Set {
+            p.vl_arb[block - 1] = request.data;
+        }
+        Ok(p.vl_arb[block - 1])
+    }
+
+    /// MLNXExtendedPortInfo (Mellanox's vendor attribute 0xFF90, port in the attribute
+    /// modifier on a switch): StateChangeEnable and the FDR10 LinkSpeedSupported, Enabled
+    /// and Active bits. softib's links run at the IBA speeds PortInfo gives, never FDR10, so
+    /// every field is 0, as a QDR ConnectX-3 or SX6036 answers.
+    fn mlnx_ext_port_info_attr(
+        &mut self,
+        in_port: u8,
+        request: &smp::Repr,
+    ) -> Result<[u8; DATA_LEN], u16> {
+        let port = if self.is_switch() {
+            (request.header.attr_mod & 0xFF) as u8
+        } else {
+            in_port
+        };
+        if port == 0 || !self.is_port(port) {
+            return Err(status::INVALID_ATTR_VALUE);
+        }
+        Ok([0u8; DATA_LEN])
     }
 
     fn sm_info_attr(&mut self, in_port: u8, request: &smp::Repr) -> Result<[u8; DATA_LEN], u16> {

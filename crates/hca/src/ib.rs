@@ -406,8 +406,7 @@ impl<M: Memory> IbCa<M> {
                 softib_fabric::DrAction::Deliver(local) => {
                     // Hop count 0: an agent asking its own node's SMA, or the local SM's
                     // answer to such a request (SMInfo: `Sma::is_for_local_sm`).
-                    if local.header.method.is_response() || self.sma.is_for_local_sm(port, &local)
-                    {
+                    if local.header.method.is_response() || self.sma.is_for_local_sm(port, &local) {
                         self.deliver_smp(port, Lid::PERMISSIVE, &local);
                     } else if let Some(response) = self.sma.handle_smp(port, &local) {
                         if let softib_fabric::DrAction::Deliver(r) =

@@ -109,7 +109,7 @@ fn status_codes_for_what_is_not_supported() {
     let mut sma = ca();
     // An attribute the SMA does not have, and switch-only attributes on a CA.
     for attr in [
-        AttrId::SL_TO_VL_TABLE,
+        AttrId::LED_INFO,
         AttrId::SWITCH_INFO,
         AttrId::LINEAR_FORWARDING_TABLE,
         AttrId::SM_INFO,
@@ -279,7 +279,13 @@ fn port_info_set_assigns_lid_and_walks_the_states() {
     let pi = modified(&mut sma, 1, |p| p.port_state = PortState::Down);
     assert_eq!(ask(&mut sma, 1, &set(&pi, 1)).0, status::SUCCESS);
     assert_eq!(sma.port_state(1), Some(PortState::Down));
-    assert_eq!(sma.poll_event(), Some(SmaEvent::LinkDown { port: 1 }));
+    assert_eq!(
+        sma.poll_event(),
+        Some(SmaEvent::LinkDown {
+            port: 1,
+            retrain: true
+        })
+    );
     assert_eq!(sma.poll_event(), None);
     // Armed is invalid while the link has not trained again.
     let pi = modified(&mut sma, 1, |p| p.port_state = PortState::Armed);
@@ -363,7 +369,13 @@ fn disabled_port_stays_down_until_polling() {
         (now.port_state, now.port_physical_state),
         (PortState::Down, PortPhysicalState::Disabled)
     );
-    assert_eq!(sma.poll_event(), Some(SmaEvent::LinkDown { port: 2 }));
+    assert_eq!(
+        sma.poll_event(),
+        Some(SmaEvent::LinkDown {
+            port: 2,
+            retrain: false
+        })
+    );
     sma.link_up(2, LinkRate::QDR_4X);
     assert_eq!(
         sma.port_state(2),
@@ -888,6 +900,47 @@ fn sm_info_for_an_sm_that_answers_itself_goes_to_it() {
         sm_state: SmState::Master,
     }));
     assert!(!sma.is_for_local_sm(1, &lid_sm_info));
+}
+
+#[test]
+fn sl2vl_vl_arbitration_and_mellanox_extended_port_info() {
+    let mut sw = switch();
+    // SL2VL of output port 1 from input port 2: all VL0, a Set kept, a VL beyond VLCap
+    // (VL0–7) refused, VL15 (drop) allowed.
+    let m = (2 << 8) | 1;
+    let (st, data) = ask(&mut sw, 1, &get(AttrId::SL_TO_VL_TABLE, m));
+    assert_eq!((st, &data[..8]), (status::SUCCESS, &[0u8; 8][..]));
+    let mut t = [0u8; DATA_LEN];
+    t[0] = 0x1F;
+    let set_t = |t| smp::Repr::lid_set(0x44, AttrId::SL_TO_VL_TABLE, m, 0, t);
+    assert_eq!(ask(&mut sw, 1, &set_t(t)).1[0], 0x1F);
+    assert_eq!(ask(&mut sw, 1, &get(AttrId::SL_TO_VL_TABLE, m)).1[0], 0x1F);
+    assert_eq!(
+        ask(&mut sw, 1, &get(AttrId::SL_TO_VL_TABLE, 1)).1[0],
+        0,
+        "input port 0"
+    );
+    t[0] = 0x08;
+    assert_eq!(ask(&mut sw, 1, &set_t(t)).0, status::INVALID_ATTR_VALUE);
+    // VLArbitrationTable blocks 1–4 only.
+    let (st, _) = ask(
+        &mut sw,
+        1,
+        &get(AttrId::VL_ARBITRATION_TABLE, (2 << 16) | 1),
+    );
+    assert_eq!(st, status::SUCCESS);
+    let (st, _) = ask(
+        &mut sw,
+        1,
+        &get(AttrId::VL_ARBITRATION_TABLE, (5 << 16) | 1),
+    );
+    assert_eq!(st, status::INVALID_ATTR_VALUE);
+    // MLNXExtendedPortInfo: no FDR10 anywhere; a Mellanox device answers it, others not.
+    let (st, data) = ask(&mut sw, 1, &get(AttrId::MLNX_EXTENDED_PORT_INFO, 35));
+    assert_eq!((st, data), (status::SUCCESS, [0; DATA_LEN]));
+    let mut other = Sma::new(SmaConfig::ca(1, Guid(0x10)));
+    let (st, _) = ask(&mut other, 1, &get(AttrId::MLNX_EXTENDED_PORT_INFO, 0));
+    assert_eq!(st, status::UNSUPPORTED_METHOD_ATTR);
 }
 
 // ---- Links ----------------------------------------------------------------------------------
