@@ -619,10 +619,151 @@ fn the_real_diagnostics_read_and_change_a_fabric_the_real_opensm_runs() {
         Duration::from_secs(30),
         |s| s.contains("node2        mlx4_0  port 1 Active"),
     );
-    let port = real(&f, "node1", "ibportstate 2 1");
+    // The query of a switch port reads its peer too, by a directed route that starts
+    // LID-routed at the switch (DrSLID node1's LID).
+    let port = real(&f, "node1", "ibportstate 5 2");
+    let peer = port
+        .split("Peer PortInfo:\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{port}"));
     assert!(
         port.contains("LinkState:.......................Active")
-            && port.contains("# MLNX ext Port info: Lid 2 port 1\n"),
+            && port.contains("# MLNX ext Port info: Lid 5 port 2\n")
+            && peer.starts_with("# Port info: Lid 5 DR path slid 1; dlid 65535; 0,2 port 1\n")
+            && peer.contains("Lid:.............................2\n"),
         "{port}"
     );
+}
+
+/// Every host reaches every other through the LFTs `dump_fts` (run on `node`) shows:
+/// walking from each host's switch by the table's port and the topology's cables, each
+/// destination LID ends at the host the table names for it, in at most `max_hops` switches.
+fn every_pair_routed(f: &Fabric, node: &str, t: &Topology, max_hops: usize) -> Result<(), String> {
+    let out = f.exec(node, &["/usr/sbin/dump_fts"]);
+    let fts = text(&out.stdout);
+    if !out.status.success() {
+        return Err(format!("dump_fts: {}{fts}", text(&out.stderr)));
+    }
+    // Switch description → (LID → out port); LID → the CA description it belongs to.
+    let mut lfts: std::collections::BTreeMap<String, std::collections::BTreeMap<u16, u8>> =
+        Default::default();
+    let mut hosts: std::collections::BTreeMap<u16, String> = Default::default();
+    let mut current = None;
+    for line in fts.lines() {
+        if line.starts_with("Unicast lids") {
+            let name = line
+                .rsplit_once(" (")
+                .map(|(_, n)| n.trim_end_matches("):"));
+            current = name.map(str::to_string);
+            lfts.entry(current.clone().unwrap()).or_default();
+        } else if let (Some(sw), Some(lid)) = (&current, line.strip_prefix("0x")) {
+            let lid = u16::from_str_radix(&lid[..4], 16).unwrap();
+            let port: u8 = line[7..10].parse().unwrap();
+            lfts.get_mut(sw).unwrap().insert(lid, port);
+            if let Some(ca) = line.split("Channel Adapter portguid ").nth(1) {
+                let name = ca.split_once(": '").unwrap().1.trim_end_matches("')");
+                hosts.insert(lid, name.to_string());
+            }
+        }
+    }
+    let nodes = t.nodes();
+    let hosts_in_file = nodes.iter().filter(|n| n.id.starts_with("host")).count();
+    if lfts.len() != nodes.len() - hosts_in_file || hosts.len() != hosts_in_file {
+        return Err(format!("not every switch or host in:\n{fts}"));
+    }
+    let peer = |name: &str, port: u8| -> Option<(String, u8)> {
+        t.links().find_map(|l| {
+            let end = |e: softib_fabric::Endpoint| (nodes[e.node].description.clone(), e.port);
+            let (a, b) = (end(l.a), end(l.b));
+            if (a.0.as_str(), a.1) == (name, port) {
+                Some(b)
+            } else if (b.0.as_str(), b.1) == (name, port) {
+                Some(a)
+            } else {
+                None
+            }
+        })
+    };
+    for src in hosts.values() {
+        let (first, _) = peer(src, 1).ok_or(format!("{src} is not cabled"))?;
+        for (&dlid, dst) in hosts.iter().filter(|(_, d)| *d != src) {
+            let mut at = first.clone();
+            let mut hops = 0;
+            loop {
+                let port = lfts.get(&at).and_then(|t| t.get(&dlid)).copied();
+                let Some((n, _)) = port.and_then(|p| peer(&at, p)) else {
+                    return Err(format!(
+                        "{src} → {dst} (LID {dlid}): {at} has no way on ({port:?})\n{fts}"
+                    ));
+                };
+                hops += 1;
+                if &n == dst {
+                    break;
+                }
+                if !lfts.contains_key(&n) || hops >= max_hops {
+                    return Err(format!(
+                        "{src} → {dst} (LID {dlid}) reaches {n} after {hops} switches\n{fts}"
+                    ));
+                }
+                at = n;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn the_real_opensm_routes_a_fat_tree_with_ftree_and_updn() {
+    if !have("/usr/sbin/opensm", "opensm") || !have("/usr/sbin/dump_fts", "infiniband-diags") {
+        return;
+    }
+    // `softib fabric gen --hosts 24 fat-tree`: two leaves of 12 hosts under one spine.
+    let dir = std::env::temp_dir().join(format!("softib-it-ft24-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("ft24.net");
+    let out = Command::new(SOFTIB)
+        .args(["fabric", "gen", "--hosts", "24", "fat-tree"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::fs::write(&file, &out.stdout).unwrap();
+    let t = Topology::parse(&text(&out.stdout)).unwrap();
+    for engine in ["ftree", "updn"] {
+        // A fabric of its own each: tables another run left behind prove nothing.
+        let f = Fabric::up(
+            file.to_str().unwrap(),
+            &format!("umad-{engine}"),
+            &["--no-sm"],
+        );
+        let log = format!("opensm-{engine}.log");
+        let mut sm = opensm_with(
+            &f,
+            "host1",
+            "/usr/sbin/opensm",
+            // VERBOSE too: the log then says which engine built the tables.
+            &["-g", "0x0000000000200001", "-R", engine, "-D", "0x07"],
+            &log,
+        );
+        f.wait_all_active(24, Duration::from_secs(60));
+        let t0 = Instant::now();
+        while let Err(e) = every_pair_routed(&f, "host5", &t, 3) {
+            assert!(t0.elapsed() < Duration::from_secs(30), "-R {engine}: {e}");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        // opensm writes its log out when it stops: the engine ran, did not fall back to
+        // minhop, and the subnet came up.
+        stop(sm.0.take().unwrap());
+        let sm_log = std::fs::read_to_string(f.dir.join(&log)).unwrap();
+        assert!(
+            sm_log.contains(&format!(
+                "building routing with '{engine}' routing algorithm"
+            )) && !sm_log.contains("building routing with 'minhop'")
+                && sm_log.contains("SUBNET UP"),
+            "{sm_log}"
+        );
+        if let Err(e) = every_pair_routed(&f, "host5", &t, 3) {
+            panic!("-R {engine}, after SUBNET UP: {e}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1391,7 +1391,8 @@ impl Sma {
         } else {
             in_port
         };
-        if port == 0 || !self.is_port(port) {
+        // opensm asks a switch's port 0 too.
+        if !self.is_port(port) {
             return Err(status::INVALID_ATTR_VALUE);
         }
         Ok([0u8; DATA_LEN])
@@ -1586,7 +1587,51 @@ impl Sma {
         out
     }
 
+    /// The ends of a directed route's LID-routed parts at a switch (IBA §14.2.2.2 C14-9:1
+    /// and §14.2.2.4 C14-13:3 with a DrSLID that is not the permissive LID): a request that
+    /// came LID-routed from DrSLID starts its directed part here, and its response, back
+    /// here, goes on LID-routed to DrSLID (by the LFT: `out_port` 0).
+    fn lid_routed_part(&mut self, smp: &smp::Repr) -> Option<SmiOutput> {
+        let dr = smp.dr?;
+        if !self.is_switch()
+            || dr.dr_slid == Lid::PERMISSIVE
+            || dr.hop_cnt == 0
+            || dr.hop_cnt > MAX_HOPS
+        {
+            return None;
+        }
+        let mut out = *smp;
+        let d = out.dr.as_mut()?;
+        if !dr.direction_inbound && dr.hop_ptr == 0 {
+            d.hop_ptr = 1;
+            let egress = self.dr_egress(d.initial_path[1]);
+            Some(match self.dr_forward(egress, out) {
+                DrAction::Forward { out_port, smp } => SmiOutput::Send(Outgoing {
+                    out_port,
+                    dlid: Lid::PERMISSIVE,
+                    slid: Lid::PERMISSIVE,
+                    smp,
+                }),
+                _ => SmiOutput::Nothing,
+            })
+        } else if dr.direction_inbound && dr.hop_ptr == 1 {
+            d.hop_ptr = 0;
+            let own = self.lid(0).map_or(Lid(0), |(lid, _)| lid);
+            Some(SmiOutput::Send(Outgoing {
+                out_port: 0,
+                dlid: dr.dr_slid,
+                slid: own,
+                smp: out,
+            }))
+        } else {
+            None
+        }
+    }
+
     fn receive_smp_from(&mut self, in_port: u8, slid: Lid, smp: &smp::Repr) -> SmiOutput {
+        if let Some(out) = self.lid_routed_part(smp) {
+            return out;
+        }
         if smp.is_directed_route() {
             match self.process_dr(in_port, smp) {
                 DrAction::Forward { out_port, smp } => SmiOutput::Send(Outgoing {

@@ -1205,6 +1205,43 @@ fn receive_smp_answers_dr_and_lid_routed_requests() {
     );
 }
 
+/// A directed route that begins LID-routed (ibportstate's peer query: DrSLID the
+/// requester's LID, sent to the switch's LID): the switch starts the directed part, and
+/// the response, back at the switch, goes LID-routed to DrSLID.
+#[test]
+fn a_directed_route_with_a_lid_routed_start() {
+    let mut sw = switch();
+    let mut req = smp::Repr::dr_get(7, AttrId::NODE_INFO, 0, 0, &[2]).unwrap();
+    req.dr.as_mut().unwrap().dr_slid = Lid(3);
+    match sw.receive_smp(36, Lid(3), &req) {
+        SmiOutput::Send(out) => {
+            assert_eq!((out.out_port, out.dlid), (2, Lid::PERMISSIVE));
+            assert_eq!(out.smp.dr.unwrap().hop_ptr, 1);
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut resp = req.response(0, [0; 64]);
+    {
+        let d = resp.dr.as_mut().unwrap();
+        d.hop_ptr = 1;
+        d.return_path[1] = 1;
+    }
+    match sw.receive_smp(2, Lid::PERMISSIVE, &resp) {
+        SmiOutput::Send(out) => {
+            assert_eq!(
+                (out.out_port, out.dlid),
+                (0, Lid(3)),
+                "by the LFT to DrSLID"
+            );
+            assert_eq!(out.smp.dr.unwrap().hop_ptr, 0);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Without a DrSLID, hop pointer 0 on arrival is still an error (C14-9:1).
+    let plain = smp::Repr::dr_get(8, AttrId::NODE_INFO, 0, 0, &[2]).unwrap();
+    assert_eq!(sw.receive_smp(36, Lid(3), &plain), SmiOutput::Nothing);
+}
+
 // ---- Robustness -----------------------------------------------------------------------------
 
 fn any_smp() -> impl Strategy<Value = smp::Repr> {
