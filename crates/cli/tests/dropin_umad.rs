@@ -412,6 +412,25 @@ fn the_real_opensm_brings_a_fabric_up_and_programs_what_it_programs_on_ibsim() {
         "{}",
         text(&c.stdout)
     );
+    // A second opensm on the same port is refused its SMP agents (as the kernel refuses a
+    // second agent for the same class and methods) and says so, instead of fighting the
+    // first.
+    let out = f.exec(
+        "node1",
+        &[
+            "/usr/sbin/opensm",
+            "-g",
+            "0xe41d2d0300c00001",
+            "-f",
+            "/dev/null",
+        ],
+    );
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        said.contains("an SM already runs on port 1 of this host")
+            && said.contains("Perhaps another instance of OpenSM is already running"),
+        "{said}"
+    );
     // When it stops (SIGTERM: opensm cancels its receiver thread, which sleeps in
     // umad_recv, and joins it), its port no longer says IsSM.
     let t0 = Instant::now();
