@@ -358,6 +358,34 @@ fn opensm_with(f: &Fabric, node: &str, program: &str, args: &[&str], log: &str) 
     Killed(Some(c))
 }
 
+/// softib's `ib_send_bw` of `iters` 64 KiB messages from `client` to a server on
+/// `server` (TCP `port` on loopback for the exchange): the client's output.
+fn send_bw(f: &Fabric, server: &str, client: &str, iters: &str, port: &str) -> String {
+    let srv = Command::new(SOFTIB)
+        .args(["fabric", "exec", server, "--dir"])
+        .arg(&f.dir)
+        .args(["--", "ib_send_bw", "-n", iters, "-p", port])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let c = f.exec(
+        client,
+        &["ib_send_bw", "-n", iters, "-p", port, "127.0.0.1"],
+    );
+    let s = srv.wait_with_output().unwrap();
+    assert!(
+        c.status.success() && s.status.success(),
+        "ib_send_bw: {}{}\n{}{}",
+        text(&c.stdout),
+        text(&c.stderr),
+        text(&s.stdout),
+        text(&s.stderr)
+    );
+    text(&c.stdout)
+}
+
 #[test]
 fn the_real_opensm_brings_a_fabric_up_and_programs_what_it_programs_on_ibsim() {
     if !have("/usr/sbin/opensm", "opensm") || !have("/usr/sbin/ibroute", "infiniband-diags") {
@@ -385,33 +413,8 @@ fn the_real_opensm_brings_a_fabric_up_and_programs_what_it_programs_on_ibsim() {
     let ibstat = real(&f, "node1", "ibstat");
     assert!(ibstat.contains("Capability mask: 0x0050c04a"), "{ibstat}");
     // softib's perftest across the fabric the real opensm manages: node4 (sw2) to node1 (sw1).
-    let srv = Command::new(SOFTIB)
-        .args(["fabric", "exec", "node1", "--dir"])
-        .arg(&f.dir)
-        .args(["--", "ib_send_bw", "-n", "200", "-p", "18631"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let c = f.exec(
-        "node4",
-        &["ib_send_bw", "-n", "200", "-p", "18631", "127.0.0.1"],
-    );
-    let s = srv.wait_with_output().unwrap();
-    assert!(
-        c.status.success() && s.status.success(),
-        "ib_send_bw: {}{}\n{}{}",
-        text(&c.stdout),
-        text(&c.stderr),
-        text(&s.stdout),
-        text(&s.stderr)
-    );
-    assert!(
-        text(&c.stdout).contains(" 65536      200 "),
-        "{}",
-        text(&c.stdout)
-    );
+    let out = send_bw(&f, "node1", "node4", "200", "18631");
+    assert!(out.contains(" 65536      200 "), "{out}");
     // A second opensm on the same port is refused its SMP agents (as the kernel refuses a
     // second agent for the same class and methods) and says so, instead of fighting the
     // first.
@@ -587,25 +590,7 @@ fn the_real_diagnostics_read_and_change_a_fabric_the_real_opensm_runs() {
     // PMA counters: data sent by softib's ib_send_bw from node4 shows in node4's
     // PortXmitData; perfquery -x -r clears them (PerfSet with CounterSelect), and the PMA's
     // own MADs are not data.
-    let srv = Command::new(SOFTIB)
-        .args(["fabric", "exec", "node1", "--dir"])
-        .arg(&f.dir)
-        .args(["--", "ib_send_bw", "-n", "50", "-p", "18632"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let c = f.exec(
-        "node4",
-        &["ib_send_bw", "-n", "50", "-p", "18632", "127.0.0.1"],
-    );
-    let s = srv.wait_with_output().unwrap();
-    assert!(
-        c.status.success() && s.status.success(),
-        "{}",
-        text(&c.stderr)
-    );
+    send_bw(&f, "node1", "node4", "50", "18632");
     let xmit = |pq: &str| -> u64 {
         pq.lines()
             .find_map(|l| l.strip_prefix("PortXmitData:"))
