@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{repo, stop, text, Fabric, SEED_GOLDENS, SOFTIB};
+use common::{repo, stop, text, wait_status, Fabric, SEED_GOLDENS, SOFTIB};
 use dropin::{have, readelf};
 use softib_fabric::Topology;
 
@@ -331,17 +331,59 @@ impl Drop for Killed {
 
 /// Debian's opensm as `node`'s SM, logging into the fabric's directory, until stopped.
 fn real_opensm(f: &Fabric, node: &str, guid: &str) -> Killed {
+    opensm_with(
+        f,
+        node,
+        "/usr/sbin/opensm",
+        &["-g", guid],
+        "real-opensm.log",
+    )
+}
+
+/// `program` (Debian's opensm or softib's) on `node` with `args`, logging to `log` in the
+/// fabric's directory, until stopped.
+fn opensm_with(f: &Fabric, node: &str, program: &str, args: &[&str], log: &str) -> Killed {
     let c = Command::new(SOFTIB)
         .args(["fabric", "exec", node, "--dir"])
         .arg(&f.dir)
-        .args(["--", "/usr/sbin/opensm", "-g", guid, "-f"])
-        .arg(f.dir.join("real-opensm.log"))
+        .args(["--", program])
+        .args(args)
+        .arg("-f")
+        .arg(f.dir.join(log))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     Killed(Some(c))
+}
+
+/// softib's `ib_send_bw` of `iters` 64 KiB messages from `client` to a server on
+/// `server` (TCP `port` on loopback for the exchange): the client's output.
+fn send_bw(f: &Fabric, server: &str, client: &str, iters: &str, port: &str) -> String {
+    let srv = Command::new(SOFTIB)
+        .args(["fabric", "exec", server, "--dir"])
+        .arg(&f.dir)
+        .args(["--", "ib_send_bw", "-n", iters, "-p", port])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let c = f.exec(
+        client,
+        &["ib_send_bw", "-n", iters, "-p", port, "127.0.0.1"],
+    );
+    let s = srv.wait_with_output().unwrap();
+    assert!(
+        c.status.success() && s.status.success(),
+        "ib_send_bw: {}{}\n{}{}",
+        text(&c.stdout),
+        text(&c.stderr),
+        text(&s.stdout),
+        text(&s.stderr)
+    );
+    text(&c.stdout)
 }
 
 #[test]
@@ -371,32 +413,26 @@ fn the_real_opensm_brings_a_fabric_up_and_programs_what_it_programs_on_ibsim() {
     let ibstat = real(&f, "node1", "ibstat");
     assert!(ibstat.contains("Capability mask: 0x0050c04a"), "{ibstat}");
     // softib's perftest across the fabric the real opensm manages: node4 (sw2) to node1 (sw1).
-    let srv = Command::new(SOFTIB)
-        .args(["fabric", "exec", "node1", "--dir"])
-        .arg(&f.dir)
-        .args(["--", "ib_send_bw", "-n", "200", "-p", "18631"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let c = f.exec(
-        "node4",
-        &["ib_send_bw", "-n", "200", "-p", "18631", "127.0.0.1"],
+    let out = send_bw(&f, "node1", "node4", "200", "18631");
+    assert!(out.contains(" 65536      200 "), "{out}");
+    // A second opensm on the same port is refused its SMP agents (as the kernel refuses a
+    // second agent for the same class and methods) and says so, instead of fighting the
+    // first.
+    let out = f.exec(
+        "node1",
+        &[
+            "/usr/sbin/opensm",
+            "-g",
+            "0xe41d2d0300c00001",
+            "-f",
+            "/dev/null",
+        ],
     );
-    let s = srv.wait_with_output().unwrap();
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
     assert!(
-        c.status.success() && s.status.success(),
-        "ib_send_bw: {}{}\n{}{}",
-        text(&c.stdout),
-        text(&c.stderr),
-        text(&s.stdout),
-        text(&s.stderr)
-    );
-    assert!(
-        text(&c.stdout).contains(" 65536      200 "),
-        "{}",
-        text(&c.stdout)
+        said.contains("an SM already runs on port 1 of this host")
+            && said.contains("Perhaps another instance of OpenSM is already running"),
+        "{said}"
     );
     // When it stops (SIGTERM: opensm cancels its receiver thread, which sleeps in
     // umad_recv, and joins it), its port no longer says IsSM.
@@ -411,4 +447,327 @@ fn the_real_opensm_brings_a_fabric_up_and_programs_what_it_programs_on_ibsim() {
         assert!(t0.elapsed() < Duration::from_secs(10), "IsSM stayed set");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// `sminfo` on `node` (of the SM its port knows, or of `lid`) once it says `want`.
+fn wait_sminfo(f: &Fabric, node: &str, lid: Option<&str>, want: &str, logs: &[&str]) -> String {
+    let mut cmd = vec!["/usr/sbin/sminfo"];
+    cmd.extend(lid);
+    let t0 = Instant::now();
+    loop {
+        let out = f.exec(node, &cmd);
+        let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        if said.contains(want) {
+            return said;
+        }
+        if t0.elapsed() > Duration::from_secs(40) {
+            let logs: Vec<String> = logs
+                .iter()
+                .map(|l| std::fs::read_to_string(f.dir.join(l)).unwrap_or_default())
+                .collect();
+            panic!(
+                "{cmd:?} never said {want:?}; last:\n{said}\n{}",
+                logs.join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn the_real_opensm_and_softibs_sm_elect_hand_over_and_fail_over() {
+    if !have("/usr/sbin/opensm", "opensm") || !have("/usr/sbin/sminfo", "infiniband-diags") {
+        return;
+    }
+    let f = Fabric::up("topologies/topoB.net", "umad-elect", &["--no-sm"]);
+    const SOFTIB_SM: &str = "sm guid 0xe41d2d0300c00031,";
+    const REAL_SM: &str = "sm guid 0xe41d2d0300c00001,";
+    let logs = ["softib-sm.log", "real-opensm.log", "daemon.log"];
+    // softib's SM (priority 0, light sweeps every 2 s) on node4 is master; its own port
+    // has LID 1.
+    let _softib_sm = opensm_with(&f, "node4", SOFTIB, &["opensm", "-s", "2"], logs[0]);
+    f.wait_all_active(4, Duration::from_secs(30));
+    let said = wait_sminfo(&f, "node2", None, "state 3 SMINFO_MASTER", &logs);
+    assert!(
+        said.starts_with(&format!("sminfo: sm lid 1 {SOFTIB_SM}")),
+        "{said}"
+    );
+    // Debian's opensm with priority 3 on node1: it finds a master and stands by (the
+    // master's SMInfo, sm_key and all, answered by softib's SMA); the master's next light
+    // sweep sees node1's IsSM, its election finds the higher SM in Standby and hands the
+    // subnet over (SubnSet(SMInfo) HANDOVER, which the SMA passes to opensm), and opensm
+    // becomes master. SMInfo of opensm's port is opensm's own answer.
+    let mut real = opensm_with(
+        &f,
+        "node1",
+        "/usr/sbin/opensm",
+        &["-g", "0xe41d2d0300c00001", "-p", "3"],
+        logs[1],
+    );
+    let said = wait_sminfo(&f, "node2", None, "priority 3 state 3 SMINFO_MASTER", &logs);
+    assert!(said.contains(REAL_SM), "{said}");
+    let real_log = std::fs::read_to_string(f.dir.join(logs[1])).unwrap();
+    let standby = real_log.find("Entering STANDBY state");
+    let master = real_log.find("Entering MASTER state");
+    assert!(
+        standby.is_some() && master > standby,
+        "opensm did not stand by first and then take the handover:\n{real_log}"
+    );
+    let said = wait_sminfo(
+        &f,
+        "node3",
+        Some("1"),
+        "priority 0 state 2 SMINFO_STANDBY",
+        &logs,
+    );
+    assert!(said.contains(SOFTIB_SM), "{said}");
+    // The real master stops: the standby's poll goes unanswered and it takes over.
+    stop(real.0.take().unwrap());
+    let said = wait_sminfo(&f, "node2", None, "priority 0 state 3 SMINFO_MASTER", &logs);
+    assert!(said.contains(SOFTIB_SM), "{said}");
+}
+
+#[test]
+fn the_real_diagnostics_read_and_change_a_fabric_the_real_opensm_runs() {
+    if !have("/usr/sbin/opensm", "opensm") || !have("/usr/sbin/dump_fts", "infiniband-diags") {
+        return;
+    }
+    let f = Fabric::up("topologies/topoB.net", "umad-diags", &["--no-sm"]);
+    // Light sweeps every 2 s, so that the port ibportstate enables again is brought back.
+    let _sm = opensm_with(
+        &f,
+        "node1",
+        "/usr/sbin/opensm",
+        &["-g", "0xe41d2d0300c00001", "-s", "2"],
+        "real-opensm.log",
+    );
+    f.wait_all_active(4, Duration::from_secs(30));
+    wait_sysfs(&f, &["node1", "node2", "node3"]);
+    // dump_fts walks the fabric (MLNXExtendedPortInfo of every Mellanox port answered, so
+    // libibnetdisc has nothing to complain about) and prints each switch's LFT as opensm
+    // programmed it: sw1 reaches node1 and node2 directly, the others through port 35/36.
+    let out = f.exec("node2", &["/usr/sbin/dump_fts"]);
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{}",
+        text(&out.stderr)
+    );
+    let fts = text(&out.stdout);
+    assert_eq!(fts.matches("6 valid lids dumped").count(), 2, "{fts}");
+    for want in [
+        "0x0001 001 : (Channel Adapter portguid 0xe41d2d0300c00001: 'node1 mlx4_0')",
+        "0x0002 002 : (Channel Adapter portguid 0xe41d2d0300c00011: 'node2 mlx4_0')",
+        "0x0005 000 : (Switch portguid 0x7cfe900300a0b0c0: 'MF0;sw1:SX6036/U1')",
+    ] {
+        assert!(fts.contains(want), "{want:?} not in:\n{fts}");
+    }
+    // SL2VL (every SL on VL0 until an SM maps them) and the VL arbitration tables at the
+    // capacities PortInfo gives; on a switch, one row per input port.
+    let sl2vl = real(&f, "node2", "smpquery sl2vl 2");
+    assert!(
+        sl2vl
+            .ends_with("ports: in  0, out  0: | 0| 0| 0| 0| 0| 0| 0| 0| 0| 0| 0| 0| 0| 0| 0| 0|\n"),
+        "{sl2vl}"
+    );
+    let sw = real(&f, "node2", "smpquery sl2vl 5 1");
+    assert_eq!(sw.matches("ports: in ").count(), 37, "{sw}");
+    let vlarb = real(&f, "node2", "smpquery vlarb 5 1");
+    assert!(
+        vlarb.starts_with("# VLArbitration tables: Lid 5 port 1 LowCap 8 HighCap 8\n"),
+        "{vlarb}"
+    );
+    // The SA of the real opensm: a LinkRecord from each end of the 6 cables, both switches'
+    // SwitchInfo, its own SMInfo.
+    let lr = real(&f, "node3", "saquery LR");
+    assert_eq!(lr.matches("LinkRecord dump:").count(), 12, "{lr}");
+    let swir = real(&f, "node3", "saquery SWIR");
+    assert_eq!(swir.matches("SwitchInfoRecord dump:").count(), 2, "{swir}");
+    let smir = real(&f, "node3", "saquery SMIR");
+    assert!(
+        smir.contains("GUID..................0xe41d2d0300c00001"),
+        "{smir}"
+    );
+    // PMA counters: data sent by softib's ib_send_bw from node4 shows in node4's
+    // PortXmitData; perfquery -x -r clears them (PerfSet with CounterSelect), and the PMA's
+    // own MADs are not data.
+    send_bw(&f, "node1", "node4", "50", "18632");
+    let xmit = |pq: &str| -> u64 {
+        pq.lines()
+            .find_map(|l| l.strip_prefix("PortXmitData:"))
+            .map(|v| v.trim_start_matches('.').parse().unwrap())
+            .unwrap_or_else(|| panic!("no PortXmitData in:\n{pq}"))
+    };
+    let before = real(&f, "node2", "perfquery -x 4 1");
+    assert!(xmit(&before) > 50 * 65536 / 4, "{before}");
+    real(&f, "node2", "perfquery -x -r 4 1");
+    assert_eq!(xmit(&real(&f, "node2", "perfquery -x 4 1")), 0);
+    assert_eq!(xmit(&real(&f, "node2", "perfquery 4 1")), 0);
+    // ibportstate disables sw1's port to node2: node2's link goes down with it; enabled
+    // again, the link trains and the real opensm's next sweep makes it Active.
+    let port = real(&f, "node1", "ibportstate 5 2 disable");
+    assert!(
+        port.contains("PhysLinkState:...................Disabled"),
+        "{port}"
+    );
+    wait_status(&f, "node2's port down", Duration::from_secs(20), |s| {
+        s.contains("node2        mlx4_0  port 1 Down")
+    });
+    let port = real(&f, "node1", "ibportstate 5 2 enable");
+    assert!(
+        port.contains("PhysLinkState:...................Polling"),
+        "{port}"
+    );
+    wait_status(
+        &f,
+        "node2's port Active again",
+        Duration::from_secs(30),
+        |s| s.contains("node2        mlx4_0  port 1 Active"),
+    );
+    // The query of a switch port reads its peer too, by a directed route that starts
+    // LID-routed at the switch (DrSLID node1's LID).
+    let port = real(&f, "node1", "ibportstate 5 2");
+    let peer = port
+        .split("Peer PortInfo:\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{port}"));
+    assert!(
+        port.contains("LinkState:.......................Active")
+            && port.contains("# MLNX ext Port info: Lid 5 port 2\n")
+            && peer.starts_with("# Port info: Lid 5 DR path slid 1; dlid 65535; 0,2 port 1\n")
+            && peer.contains("Lid:.............................2\n"),
+        "{port}"
+    );
+}
+
+/// Every host reaches every other through the LFTs `dump_fts` (run on `node`) shows:
+/// walking from each host's switch by the table's port and the topology's cables, each
+/// destination LID ends at the host the table names for it, in at most `max_hops` switches.
+fn every_pair_routed(f: &Fabric, node: &str, t: &Topology, max_hops: usize) -> Result<(), String> {
+    let out = f.exec(node, &["/usr/sbin/dump_fts"]);
+    let fts = text(&out.stdout);
+    if !out.status.success() {
+        return Err(format!("dump_fts: {}{fts}", text(&out.stderr)));
+    }
+    // Switch description → (LID → out port); LID → the CA description it belongs to.
+    let mut lfts: std::collections::BTreeMap<String, std::collections::BTreeMap<u16, u8>> =
+        Default::default();
+    let mut hosts: std::collections::BTreeMap<u16, String> = Default::default();
+    let mut current = None;
+    for line in fts.lines() {
+        if line.starts_with("Unicast lids") {
+            let name = line
+                .rsplit_once(" (")
+                .map(|(_, n)| n.trim_end_matches("):"));
+            current = name.map(str::to_string);
+            lfts.entry(current.clone().unwrap()).or_default();
+        } else if let (Some(sw), Some(lid)) = (&current, line.strip_prefix("0x")) {
+            let lid = u16::from_str_radix(&lid[..4], 16).unwrap();
+            let port: u8 = line[7..10].parse().unwrap();
+            lfts.get_mut(sw).unwrap().insert(lid, port);
+            if let Some(ca) = line.split("Channel Adapter portguid ").nth(1) {
+                let name = ca.split_once(": '").unwrap().1.trim_end_matches("')");
+                hosts.insert(lid, name.to_string());
+            }
+        }
+    }
+    let nodes = t.nodes();
+    let hosts_in_file = nodes.iter().filter(|n| n.id.starts_with("host")).count();
+    if lfts.len() != nodes.len() - hosts_in_file || hosts.len() != hosts_in_file {
+        return Err(format!("not every switch or host in:\n{fts}"));
+    }
+    let peer = |name: &str, port: u8| -> Option<(String, u8)> {
+        t.links().find_map(|l| {
+            let end = |e: softib_fabric::Endpoint| (nodes[e.node].description.clone(), e.port);
+            let (a, b) = (end(l.a), end(l.b));
+            if (a.0.as_str(), a.1) == (name, port) {
+                Some(b)
+            } else if (b.0.as_str(), b.1) == (name, port) {
+                Some(a)
+            } else {
+                None
+            }
+        })
+    };
+    for src in hosts.values() {
+        let (first, _) = peer(src, 1).ok_or(format!("{src} is not cabled"))?;
+        for (&dlid, dst) in hosts.iter().filter(|(_, d)| *d != src) {
+            let mut at = first.clone();
+            let mut hops = 0;
+            loop {
+                let port = lfts.get(&at).and_then(|t| t.get(&dlid)).copied();
+                let Some((n, _)) = port.and_then(|p| peer(&at, p)) else {
+                    return Err(format!(
+                        "{src} → {dst} (LID {dlid}): {at} has no way on ({port:?})\n{fts}"
+                    ));
+                };
+                hops += 1;
+                if &n == dst {
+                    break;
+                }
+                if !lfts.contains_key(&n) || hops >= max_hops {
+                    return Err(format!(
+                        "{src} → {dst} (LID {dlid}) reaches {n} after {hops} switches\n{fts}"
+                    ));
+                }
+                at = n;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn the_real_opensm_routes_a_fat_tree_with_ftree_and_updn() {
+    if !have("/usr/sbin/opensm", "opensm") || !have("/usr/sbin/dump_fts", "infiniband-diags") {
+        return;
+    }
+    // `softib fabric gen --hosts 24 fat-tree`: two leaves of 12 hosts under one spine.
+    let dir = std::env::temp_dir().join(format!("softib-it-ft24-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("ft24.net");
+    let out = Command::new(SOFTIB)
+        .args(["fabric", "gen", "--hosts", "24", "fat-tree"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::fs::write(&file, &out.stdout).unwrap();
+    let t = Topology::parse(&text(&out.stdout)).unwrap();
+    for engine in ["ftree", "updn"] {
+        // A fabric of its own each: tables another run left behind prove nothing.
+        let f = Fabric::up(
+            file.to_str().unwrap(),
+            &format!("umad-{engine}"),
+            &["--no-sm"],
+        );
+        let log = format!("opensm-{engine}.log");
+        let mut sm = opensm_with(
+            &f,
+            "host1",
+            "/usr/sbin/opensm",
+            // VERBOSE too: the log then says which engine built the tables.
+            &["-g", "0x0000000000200001", "-R", engine, "-D", "0x07"],
+            &log,
+        );
+        f.wait_all_active(24, Duration::from_secs(60));
+        let t0 = Instant::now();
+        while let Err(e) = every_pair_routed(&f, "host5", &t, 3) {
+            assert!(t0.elapsed() < Duration::from_secs(30), "-R {engine}: {e}");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        // opensm writes its log out when it stops: the engine ran, did not fall back to
+        // minhop, and the subnet came up.
+        stop(sm.0.take().unwrap());
+        let sm_log = std::fs::read_to_string(f.dir.join(&log)).unwrap();
+        assert!(
+            sm_log.contains(&format!(
+                "building routing with '{engine}' routing algorithm"
+            )) && !sm_log.contains("building routing with 'minhop'")
+                && sm_log.contains("SUBNET UP"),
+            "{sm_log}"
+        );
+        if let Err(e) = every_pair_routed(&f, "host5", &t, 3) {
+            panic!("-R {engine}, after SUBNET UP: {e}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -43,8 +43,12 @@
 //! ports change, the master SM reprograms the MFTs at once if it is idle, else as soon as the
 //! current sweep is done; every heavy sweep recomputes them too.
 //!
-//! Not done: LMC > 0, M_Key protection, P_Key tables, SMInfo handover
-//! (a master that finds a higher SM simply goes Standby at its next heavy sweep), traps (the
+//! A master that finds a higher SM in Standby at a heavy sweep (a light sweep that sees a
+//! port's IsSM change starts one) hands the subnet over: SubnSet(SMInfo) HANDOVER, then it
+//! stands by and polls the new master.
+//!
+//! Not done: LMC > 0, M_Key protection, P_Key tables, acting on SMInfo Sets sent to this SM
+//! (HANDOVER to a standby: it takes over only when the master stops answering), traps (the
 //! runtime calls [`SubnetManager::request_sweep`] for one).
 //!
 //! This file is the sweep's state machine and election (about 1,400 lines, one concept:
@@ -106,7 +110,8 @@ pub struct SmConfig {
     /// Port GUID → LID from a previous run (opensm's `guid2lid` file), so LIDs stay put
     /// across SM restarts.
     pub guid2lid: BTreeMap<Guid, Lid>,
-    /// SM_Key, shown in SMInfo.
+    /// SM_Key, shown in SMInfo (`--sm_key`); opensm's default is 1 (`OSM_DEFAULT_SM_KEY`),
+    /// and an opensm takes part in an election only with SMs whose SM_Key is its own.
     pub sm_key: u64,
     /// The subnet prefix given to every port (`--subnet_prefix`).
     pub subnet_prefix: u64,
@@ -119,8 +124,8 @@ pub struct SmConfig {
 }
 
 impl Default for SmConfig {
-    /// opensm's defaults: priority 0, sweep every 10 s, minhop, prefix 0xfe80::, 200 ms
-    /// timeout, 3 retries, 4 SMPs on the wire. The port GUID is 0: set it.
+    /// opensm's defaults: priority 0, sweep every 10 s, minhop, SM_Key 1, prefix 0xfe80::,
+    /// 200 ms timeout, 3 retries, 4 SMPs on the wire. The port GUID is 0: set it.
     fn default() -> Self {
         SmConfig {
             port_guid: Guid(0),
@@ -128,7 +133,7 @@ impl Default for SmConfig {
             sweep_interval: Some(Duration::from_secs(10)),
             routing: Routing::MinHop,
             guid2lid: BTreeMap::new(),
-            sm_key: 0,
+            sm_key: 1,
             subnet_prefix: 0xfe80_0000_0000_0000,
             transaction_timeout: Duration::from_millis(200),
             retries: 3,
@@ -182,6 +187,8 @@ enum Job {
     LightPortInfo { at: PortRef },
     /// Standby: the master's SMInfo.
     PollMaster,
+    /// SMInfo Set(HANDOVER) to the higher SM this master gives the subnet to.
+    Handover,
 }
 
 /// Where the SM is in its work.
@@ -236,6 +243,9 @@ pub struct SubnetManager {
     sm_lid: Lid,
     next_sweep: Option<Duration>,
     sweep_requested: bool,
+    /// A higher SM was still discovering at the election: the next sweep is heavy, so that
+    /// the next election meets it in Standby and hands over.
+    elect_again: bool,
     subnet_up: bool,
     /// A Set failed or a route was given up during this sweep.
     sweep_errors: bool,
@@ -249,6 +259,9 @@ pub struct SubnetManager {
 /// How often a standby SM polls the master when no sweep interval is set (opensm's
 /// `sminfo_polling_timeout`).
 const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The SMInfo control code (attribute modifier of a SubnSet(SMInfo)) HANDOVER (IBA §14.4.1).
+const SM_CONTROL_HANDOVER: u32 = 1;
 
 /// Immediate heavy sweeps after a sweep with errors, before settling for what works.
 const MAX_ERROR_RESWEEPS: u8 = 3;
@@ -286,6 +299,7 @@ impl SubnetManager {
             sm_lid: Lid(0),
             next_sweep: None,
             sweep_requested: false,
+            elect_again: false,
             subnet_up: false,
             sweep_errors: false,
             error_resweeps: 0,
@@ -650,7 +664,7 @@ impl SubnetManager {
                 Phase::Arming => self.set_port_states(PortState::Active),
                 Phase::Activating => self.subnet_is_up(),
                 Phase::LightSweep { changed } => {
-                    if changed || self.sweep_requested {
+                    if changed || self.sweep_requested || self.elect_again {
                         self.log(
                             LogLevel::VERBOSE,
                             "osm_state_mgr: light sweep found a change: heavy sweep",
@@ -740,7 +754,7 @@ impl SubnetManager {
                     }
                 }
             }
-            Job::SetLft { .. } => {}
+            Job::SetLft { .. } | Job::Handover => {}
             Job::SetMft { node } => {
                 if !ok {
                     self.forget_mft(node);
@@ -769,8 +783,12 @@ impl SubnetManager {
                 let known = self.subnet.nodes.get(at.node).and_then(|n| n.port(at.port));
                 let changed = match (PortInfo::parse(&resp.data), known) {
                     (Ok(pi), Some(k)) if ok => {
+                        // A port whose IsSM changed is an SM started or stopped: the heavy
+                        // sweep's election meets it (opensm learns it from trap 144).
                         pi.port_physical_state != k.port_physical_state
                             || pi.port_state != k.port_state
+                            || (pi.capability_mask ^ k.capability_mask) & capability_mask::IS_SM
+                                != 0
                     }
                     _ => true,
                 };
@@ -923,8 +941,15 @@ impl SubnetManager {
         // IBA §14.4.1.1: higher priority, then lower GUID.
         let greater = |a: (u8, Guid), b: (u8, Guid)| a.0 > b.0 || (a.0 == b.0 && a.1 < b.1);
         let mut winner: Option<(u8, Guid, usize)> = None;
+        self.elect_again = false;
         for (&guid, &(info, node)) in &self.others {
+            // A master keeps the subnet while a higher SM is still discovering: that SM
+            // finds it master and stands by, and the next election hands over to it.
             if info.sm_state == SmState::NotActive {
+                continue;
+            }
+            if self.state == SmState::Master && info.sm_state == SmState::Discovering {
+                self.elect_again |= greater((info.priority, guid), me);
                 continue;
             }
             let cand = (info.priority, guid);
@@ -941,6 +966,23 @@ impl SubnetManager {
                 self.configure_lids();
             }
             Some((_, guid, node)) => {
+                let standby = self
+                    .others
+                    .get(&guid)
+                    .is_some_and(|(i, _)| i.sm_state == SmState::Standby);
+                if self.state == SmState::Master && standby {
+                    // IBA §14.4.1.1: a master that finds a higher SM in Standby hands the
+                    // subnet over (SubnSet(SMInfo) HANDOVER with its own SMInfo, which says
+                    // Master), then stands by and polls it (opensm's HANDOVER_SENT).
+                    self.log(
+                        LogLevel::VERBOSE,
+                        format!("osm_sm_state_mgr: handing over to SM 0x{:016x}", guid.0),
+                    );
+                    let mine = self.sm_info();
+                    let path = self.path(node);
+                    self.requester
+                        .set(&path, &mine, SM_CONTROL_HANDOVER, 0, Job::Handover);
+                }
                 if self.state != SmState::Standby {
                     self.log(
                         LogLevel::VERBOSE,

@@ -22,7 +22,13 @@
 //! | P_KeyTable | yes | yes | block (32 P_Keys) in bits 0–15, port in bits 16–23 (switches) |
 //! | LinearForwardingTable (switches) | yes | yes | block (64 LIDs) |
 //! | MulticastForwardingTable (switches) | yes | yes | block (32 MLIDs) in bits 0–8, PortMask position (16 ports) in bits 28–31 |
-//! | SMInfo (when an SM runs here) | yes | yes | Set: the SM control code 1–5 |
+//! | SL2VLMappingTable | yes | yes | switches: input port in bits 8–15, output port in bits 0–7 |
+//! | VLArbitrationTable | yes | yes | block 1–4 in bits 16–31, port in bits 0–7 (switches) |
+//! | MLNXExtendedPortInfo (0xFF90, Mellanox vendor ID) | yes | no | port (switches) |
+//! | SMInfo (when softib's SM runs here) | yes | yes | Set: the SM control code 1–5 |
+//!
+//! SMInfo for an SM that holds the port's IsSM without telling the SMA its SMInfo (the real
+//! opensm through the drop-in libibumad) is that SM's to answer: [`Sma::is_for_local_sm`].
 //!
 //! The MulticastForwardingTable holds MulticastFDBCap entries, MLID 0xC000 upward; a block
 //! beyond them, a position beyond the switch's ports, or a Set naming a port the switch does
@@ -76,7 +82,7 @@
 //! About 1,600 lines, one concept: the agent's Get/Set of every SMP attribute (IBA §14.2.5)
 //! and the directed-route rules, which share the node's state; its tests are `sma/tests.rs`.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use softib_wire::mad::attr::{
     capability_mask, GuidInfo, LinearForwardingTable, MulticastForwardingTable, NodeDescription,
@@ -349,6 +355,9 @@ pub enum SmaEvent {
     LinkDown {
         /// The port.
         port: u8,
+        /// Whether the link may train again (Down); `false` for Disabled, which stays down
+        /// until the SM sets it Polling ([`SmaEvent::LinkEnabled`]).
+        retrain: bool,
     },
     /// The SM set a Disabled port back to Polling: the link layer may train the link.
     LinkEnabled {
@@ -411,7 +420,18 @@ struct Port {
     /// When the M_Key lease ends (microseconds on the host's clock): started by a failed
     /// M_Key check, stopped by a matching key; at its end the protect bits go to 0.
     m_key_lease_until: Option<u64>,
+    /// SL to VL mapping tables of this (output) port by input port (0 on a CA): 16 SLs of
+    /// 4 bits; absent is all SLs on VL0.
+    sl2vl: BTreeMap<u8, [u8; SL2VL_LEN]>,
+    /// VLArbitrationTable blocks 1–4 (low 0–31, high 0–31, low 32–63, high 32–63): 32
+    /// entries of VL (4 bits) and weight (8 bits); all zero weights until an SM sets them.
+    vl_arb: [[u8; DATA_LEN]; 4],
 }
+
+/// Bytes of an SL2VLMappingTable (16 SLs × 4 bits).
+const SL2VL_LEN: usize = 8;
+/// Mellanox's vendor ID: its devices answer MLNXExtendedPortInfo.
+const MELLANOX_VENDOR_ID: u32 = 0x0002C9;
 
 #[derive(Debug, Clone)]
 struct SwitchState {
@@ -486,6 +506,8 @@ impl Sma {
                     pkeys,
                     link_trained: false,
                     m_key_lease_until: None,
+                    sl2vl: BTreeMap::new(),
+                    vl_arb: [[0; DATA_LEN]; 4],
                 }
             })
             .collect();
@@ -696,8 +718,9 @@ impl Sma {
         self.sm_info.as_ref()
     }
 
-    /// Installs (or removes) the SMInfo of an SM running on this node. Without one, SMInfo is
-    /// an unsupported attribute.
+    /// Installs (or removes) the SMInfo of an SM running on this node. Without one, SMInfo
+    /// goes to the SM holding the port's IsSM ([`Sma::is_for_local_sm`]), else it is an
+    /// unsupported attribute.
     pub fn set_sm_info(&mut self, info: Option<SmInfo>) {
         self.sm_info = info;
     }
@@ -838,6 +861,13 @@ impl Sma {
             AttrId::MULTICAST_FORWARDING_TABLE if self.is_switch() => self.mft_attr(request),
             AttrId::GUID_INFO => self.guid_info_attr(in_port, request),
             AttrId::P_KEY_TABLE => self.pkey_table_attr(in_port, request),
+            AttrId::SL_TO_VL_TABLE => self.sl2vl_attr(in_port, request),
+            AttrId::VL_ARBITRATION_TABLE => self.vl_arb_attr(in_port, request),
+            AttrId::MLNX_EXTENDED_PORT_INFO
+                if !set && self.config.vendor_id & 0x00FF_FFFF == MELLANOX_VENDOR_ID =>
+            {
+                self.mlnx_ext_port_info_attr(in_port, request)
+            }
             AttrId::SM_INFO if self.sm_info.is_some() => self.sm_info_attr(in_port, request),
             _ => Err(status::UNSUPPORTED_METHOD_ATTR),
         };
@@ -845,6 +875,26 @@ impl Sma {
             Ok(data) => self.respond(request, status::SUCCESS, data),
             Err(code) => self.respond(request, code, request.data),
         })
+    }
+
+    /// Whether `request` is an SMInfo Get or Set for an SM that is not this SMA's: a program
+    /// holding the IsSM file of `in_port` (the real opensm) without softib's `SetSm`. As the
+    /// kernel's MAD layer hands an SMP its HCA does not consume to the agent registered for
+    /// it, such a request goes to the local SM (`SmiOutput::ToSm`), which answers it itself
+    /// (opensm's `osm_sminfo_rcv`); with no SM on the port [`Sma::handle_smp`] answers
+    /// UnsupportedMethodAttr.
+    pub fn is_for_local_sm(&self, in_port: u8, request: &smp::Repr) -> bool {
+        let h = &request.header;
+        h.attr_id == AttrId::SM_INFO
+            && h.mgmt_class.is_smp()
+            && matches!(h.method, Method::Get | Method::Set)
+            && h.base_version == 1
+            && h.class_version == smp::CLASS_VERSION
+            && self.sm_info.is_none()
+            && self.is_port(in_port)
+            && self
+                .port_info(self.key_port(in_port))
+                .is_some_and(|p| p.capability_mask & capability_mask::IS_SM != 0)
     }
 
     fn respond(&mut self, request: &smp::Repr, code: u16, data: [u8; DATA_LEN]) -> smp::Repr {
@@ -1114,7 +1164,10 @@ impl Sma {
             // down after this response has left (so the SM hears back) and retrains it. A
             // Disabled port sends nothing more, not even this response (as qib does).
             if next.port_state == PortState::Down && cur.port_state != PortState::Down {
-                events.push(SmaEvent::LinkDown { port });
+                events.push(SmaEvent::LinkDown {
+                    port,
+                    retrain: next.port_physical_state != PortPhysicalState::Disabled,
+                });
             }
         } else if !matches!(
             new.port_state,
@@ -1303,6 +1356,85 @@ impl Sma {
         Ok(out.to_data())
     }
 
+    /// SL2VLMappingTable (IBA §14.2.5.8). On a switch the attribute modifier names the
+    /// input port (bits 8–15) and output port (bits 0–7); on a CA it is the arrival port's.
+    /// A Set mapping an SL to a VL beyond the port's VLCap (other than VL15, which drops)
+    /// is an invalid value.
+    fn sl2vl_attr(&mut self, in_port: u8, request: &smp::Repr) -> Result<[u8; DATA_LEN], u16> {
+        let m = request.header.attr_mod;
+        let (input, output) = if self.is_switch() {
+            (((m >> 8) & 0xFF) as u8, (m & 0xFF) as u8)
+        } else {
+            (0, in_port)
+        };
+        if (self.is_switch() && (m >> 16 != 0 || !self.is_port(input)))
+            || (output == 0 && self.is_switch() && input != 0)
+        {
+            return Err(status::INVALID_ATTR_VALUE);
+        }
+        // VLCap 1..=5: VL0, VL0–1, VL0–3, VL0–7, VL0–14.
+        let vls = 1u8 << self.config.vl_cap.clamp(1, 5).saturating_sub(1);
+        let p = self.port_mut(output).ok_or(status::INVALID_ATTR_VALUE)?;
+        if request.header.method == Method::Set {
+            let mut t = [0u8; SL2VL_LEN];
+            t.copy_from_slice(&request.data[..SL2VL_LEN]);
+            let bad = t
+                .iter()
+                .flat_map(|b| [b >> 4, b & 0x0F])
+                .any(|vl| vl >= vls.min(15) && vl != 15);
+            if bad {
+                return Err(status::INVALID_ATTR_VALUE);
+            }
+            p.sl2vl.insert(input, t);
+        }
+        let mut out = [0u8; DATA_LEN];
+        if let Some(t) = p.sl2vl.get(&input) {
+            out[..SL2VL_LEN].copy_from_slice(t);
+        }
+        Ok(out)
+    }
+
+    /// VLArbitrationTable (IBA §14.2.5.9): block 1–4 in bits 16–31 of the attribute
+    /// modifier, the port in bits 0–7 on a switch.
+    fn vl_arb_attr(&mut self, in_port: u8, request: &smp::Repr) -> Result<[u8; DATA_LEN], u16> {
+        let m = request.header.attr_mod;
+        let block = (m >> 16) as usize;
+        let port = if self.is_switch() {
+            (m & 0xFF) as u8
+        } else {
+            in_port
+        };
+        if !(1..=4).contains(&block) {
+            return Err(status::INVALID_ATTR_VALUE);
+        }
+        let p = self.port_mut(port).ok_or(status::INVALID_ATTR_VALUE)?;
+        if request.header.method == Method::Set {
+            p.vl_arb[block - 1] = request.data;
+        }
+        Ok(p.vl_arb[block - 1])
+    }
+
+    /// MLNXExtendedPortInfo (Mellanox's vendor attribute 0xFF90, port in the attribute
+    /// modifier on a switch): StateChangeEnable and the FDR10 LinkSpeedSupported, Enabled
+    /// and Active bits. softib's links run at the IBA speeds PortInfo gives, never FDR10, so
+    /// every field is 0, as a QDR ConnectX-3 or SX6036 answers.
+    fn mlnx_ext_port_info_attr(
+        &mut self,
+        in_port: u8,
+        request: &smp::Repr,
+    ) -> Result<[u8; DATA_LEN], u16> {
+        let port = if self.is_switch() {
+            (request.header.attr_mod & 0xFF) as u8
+        } else {
+            in_port
+        };
+        // opensm asks a switch's port 0 too.
+        if !self.is_port(port) {
+            return Err(status::INVALID_ATTR_VALUE);
+        }
+        Ok([0u8; DATA_LEN])
+    }
+
     fn sm_info_attr(&mut self, in_port: u8, request: &smp::Repr) -> Result<[u8; DATA_LEN], u16> {
         let mut info = self.sm_info.ok_or(status::UNSUPPORTED_METHOD_ATTR)?;
         if request.header.method == Method::Set {
@@ -1311,11 +1443,14 @@ impl Sma {
             let from = SmInfo::parse(&request.data).map_err(|_| status::INVALID_ATTR_VALUE)?;
             self.events.push_back(SmaEvent::SmInfoSet { control, from });
         }
-        // SM_Key is only shown to a requester that proved it knows the M_Key (IBA §14.2.5.13).
+        // SM_Key is only shown to a requester that passes the M_Key check (IBA §14.2.5.13):
+        // one that gives the port's M_Key, or anyone while the M_Key is 0, which every key
+        // matches (§14.2.4.1). opensm answers so (`smi_rcv_process_get_request`), and an
+        // opensm ignores another SM whose SMInfo does not carry its own SM_Key.
         let stored = self
             .port_info(self.key_port(in_port))
             .map_or(0, |p| p.m_key);
-        if stored == 0 || request.m_key != stored {
+        if stored != 0 && request.m_key != stored {
             info.sm_key = 0;
         }
         Ok(info.to_data())
@@ -1489,7 +1624,51 @@ impl Sma {
         out
     }
 
+    /// The ends of a directed route's LID-routed parts at a switch (IBA §14.2.2.2 C14-9:1
+    /// and §14.2.2.4 C14-13:3 with a DrSLID that is not the permissive LID): a request that
+    /// came LID-routed from DrSLID starts its directed part here, and its response, back
+    /// here, goes on LID-routed to DrSLID (by the LFT: `out_port` 0).
+    fn lid_routed_part(&mut self, smp: &smp::Repr) -> Option<SmiOutput> {
+        let dr = smp.dr?;
+        if !self.is_switch()
+            || dr.dr_slid == Lid::PERMISSIVE
+            || dr.hop_cnt == 0
+            || dr.hop_cnt > MAX_HOPS
+        {
+            return None;
+        }
+        let mut out = *smp;
+        let d = out.dr.as_mut()?;
+        if !dr.direction_inbound && dr.hop_ptr == 0 {
+            d.hop_ptr = 1;
+            let egress = self.dr_egress(d.initial_path[1]);
+            Some(match self.dr_forward(egress, out) {
+                DrAction::Forward { out_port, smp } => SmiOutput::Send(Outgoing {
+                    out_port,
+                    dlid: Lid::PERMISSIVE,
+                    slid: Lid::PERMISSIVE,
+                    smp,
+                }),
+                _ => SmiOutput::Nothing,
+            })
+        } else if dr.direction_inbound && dr.hop_ptr == 1 {
+            d.hop_ptr = 0;
+            let own = self.lid(0).map_or(Lid(0), |(lid, _)| lid);
+            Some(SmiOutput::Send(Outgoing {
+                out_port: 0,
+                dlid: dr.dr_slid,
+                slid: own,
+                smp: out,
+            }))
+        } else {
+            None
+        }
+    }
+
     fn receive_smp_from(&mut self, in_port: u8, slid: Lid, smp: &smp::Repr) -> SmiOutput {
+        if let Some(out) = self.lid_routed_part(smp) {
+            return out;
+        }
         if smp.is_directed_route() {
             match self.process_dr(in_port, smp) {
                 DrAction::Forward { out_port, smp } => SmiOutput::Send(Outgoing {
@@ -1501,7 +1680,10 @@ impl Sma {
                 DrAction::Drop(_) => SmiOutput::Nothing,
                 DrAction::Deliver(delivered) => {
                     let inbound = delivered.dr.is_some_and(|d| d.direction_inbound);
-                    if inbound || delivered.header.method.is_response() {
+                    if inbound
+                        || delivered.header.method.is_response()
+                        || self.is_for_local_sm(in_port, &delivered)
+                    {
                         return SmiOutput::ToSm(delivered);
                     }
                     let Some(response) = self.handle_smp(in_port, &delivered) else {
@@ -1519,8 +1701,12 @@ impl Sma {
                     }
                 }
             }
-        } else if smp.header.method.is_response() || smp.header.method == Method::Trap {
-            // Responses, and traps the SMAs of the subnet send this node's SM.
+        } else if smp.header.method.is_response()
+            || smp.header.method == Method::Trap
+            || self.is_for_local_sm(in_port, smp)
+        {
+            // Responses, traps the SMAs of the subnet send this node's SM, and SMInfo
+            // requests for it.
             SmiOutput::ToSm(*smp)
         } else {
             let Some(response) = self.handle_smp(in_port, smp) else {

@@ -454,7 +454,7 @@ impl TestFabric {
         while let Some(event) = self.nodes[node].sma_mut().poll_event() {
             self.events.push((node, event));
             let port = match event {
-                SmaEvent::LinkDown { port } | SmaEvent::LinkEnabled { port } => port,
+                SmaEvent::LinkDown { port, .. } | SmaEvent::LinkEnabled { port } => port,
                 _ => continue,
             };
             let here = Endpoint { node, port };

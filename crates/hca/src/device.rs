@@ -39,6 +39,8 @@ pub(crate) struct IbDev {
     pub faults: Vec<Faults>,
     /// `softib capture`: every frame sent or received on any port.
     pub capture: Option<PcapWriter>,
+    /// Where the PMA's counters were last cleared (`perfquery -r`).
+    pub pma: crate::pma::PmaBaselines,
 }
 
 /// A RoCEv2 device: its `RoceCa` (the engine and the RoCEv2 framing) and the sockets, faults,
@@ -510,10 +512,14 @@ fn drops(hca: &Hca<ShmMemory>) -> Vec<(String, u64)> {
 /// The SM moved a port Down (retrain) or Disabled/enabled it: act on the cable.
 pub(crate) fn apply_sma_event(cables: &mut [Option<Cable>], e: SmaEvent, now: StdInstant) {
     match e {
-        SmaEvent::LinkDown { port } => {
+        SmaEvent::LinkDown { port, retrain } => {
+            // The cable's far end stops hearing this one and goes down too; a Disabled
+            // port stays silent until the SM enables it.
             if let Some(Some(c)) = cables.get_mut(usize::from(port)) {
                 c.set_enabled(false, now);
-                c.set_enabled(true, now);
+                if retrain {
+                    c.set_enabled(true, now);
+                }
             }
         }
         SmaEvent::LinkEnabled { port } => {

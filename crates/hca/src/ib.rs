@@ -404,8 +404,11 @@ impl<M: Memory> IbCa<M> {
                     smp_packet::emit(Lid::PERMISSIVE, Lid::PERMISSIVE, &smp),
                 )),
                 softib_fabric::DrAction::Deliver(local) => {
-                    // Hop count 0: the SM is asking its own node's SMA.
-                    if let Some(response) = self.sma.handle_smp(port, &local) {
+                    // Hop count 0: an agent asking its own node's SMA, or the local SM's
+                    // answer to such a request (SMInfo: `Sma::is_for_local_sm`).
+                    if local.header.method.is_response() || self.sma.is_for_local_sm(port, &local) {
+                        self.deliver_smp(port, Lid::PERMISSIVE, &local);
+                    } else if let Some(response) = self.sma.handle_smp(port, &local) {
                         if let softib_fabric::DrAction::Deliver(r) =
                             self.sma.send_dr(port, &response)
                         {
@@ -419,7 +422,9 @@ impl<M: Memory> IbCa<M> {
             Some(dlid) => {
                 let slid = self.sma.lid(port).map_or(Lid(0), |(l, _)| l);
                 if dlid == slid {
-                    if let Some(response) = self.sma.handle_smp(port, smp) {
+                    if smp.header.method.is_response() || self.sma.is_for_local_sm(port, smp) {
+                        self.deliver_smp(port, slid, smp);
+                    } else if let Some(response) = self.sma.handle_smp(port, smp) {
                         self.deliver_smp(port, slid, &response);
                     }
                     self.sync_ports();

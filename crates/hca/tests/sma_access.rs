@@ -159,8 +159,8 @@ fn an_m_key_protected_port_refuses_and_counts_a_set_from_a_port_that_is_not_the_
 
     // An SM Set of SMInfo from a port that is not an SM: test214 tells the master on test213
     // to disable itself (IBA §14.4.1 SMInfo control). It is answered with the master's
-    // SMInfo, its SM_Key hidden (the requester did not prove the M_Key), and the master
-    // stays master: the daemon acts on no SMInfo Set.
+    // SMInfo (its SM_Key too: the port's M_Key is 0, which every requester's matches), and
+    // the master stays master: the daemon acts on no SMInfo Set.
     let info = SmInfo {
         guid: Guid(0xe41d_2d03_00b4_7d01),
         sm_key: 0x5EC7_0000_0000_0007,
@@ -180,7 +180,7 @@ fn an_m_key_protected_port_refuses_and_counts_a_set_from_a_port_that_is_not_the_
     let got = SmInfo::parse(&r.data).unwrap();
     assert_eq!(
         (got.sm_key, got.sm_state, got.guid),
-        (0, SmState::Master, info.guid)
+        (info.sm_key, SmState::Master, info.guid)
     );
     let tid = master.next_tid();
     let req = smp::Repr::dr_get(tid, AttrId::SM_INFO, 0, 0, LOCAL).unwrap();

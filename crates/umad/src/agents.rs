@@ -119,7 +119,9 @@ struct Outstanding {
 pub struct Send {
     /// QP0 (an SMP) or QP1.
     pub smi: bool,
-    /// Directed route (SMP class 0x81).
+    /// Directed route from this port: SMP class 0x81 whose DrSLID is not a unicast LID. A
+    /// directed-route SMP with a DrSLID (ibportstate's peer query) travels LID-routed to
+    /// `dlid` first, where its directed part begins (IBA §14.2.2.1).
     pub directed: bool,
     /// The destination LID (ignored for a directed-route SMP).
     pub dlid: u16,
@@ -274,7 +276,7 @@ impl Agents {
         };
         let send = Send {
             smi: is_smi_class(agent.reg.class),
-            directed: class == 0x81,
+            directed: class == 0x81 && !matches!(dr_slid(&bytes), Some(1..=0xBFFF)),
             dlid,
             dest_qpn,
             mads,
@@ -439,6 +441,11 @@ impl Agents {
     pub fn has_queued(&self) -> bool {
         !self.queue.is_empty()
     }
+}
+
+/// The DrSLID of a directed-route SMP (bytes 32–33).
+fn dr_slid(mad: &[u8]) -> Option<u16> {
+    mad.get(32..34).map(|b| u16::from_be_bytes([b[0], b[1]]))
 }
 
 fn tid_of(mad: &[u8]) -> u64 {

@@ -109,7 +109,7 @@ fn status_codes_for_what_is_not_supported() {
     let mut sma = ca();
     // An attribute the SMA does not have, and switch-only attributes on a CA.
     for attr in [
-        AttrId::SL_TO_VL_TABLE,
+        AttrId::LED_INFO,
         AttrId::SWITCH_INFO,
         AttrId::LINEAR_FORWARDING_TABLE,
         AttrId::SM_INFO,
@@ -279,7 +279,13 @@ fn port_info_set_assigns_lid_and_walks_the_states() {
     let pi = modified(&mut sma, 1, |p| p.port_state = PortState::Down);
     assert_eq!(ask(&mut sma, 1, &set(&pi, 1)).0, status::SUCCESS);
     assert_eq!(sma.port_state(1), Some(PortState::Down));
-    assert_eq!(sma.poll_event(), Some(SmaEvent::LinkDown { port: 1 }));
+    assert_eq!(
+        sma.poll_event(),
+        Some(SmaEvent::LinkDown {
+            port: 1,
+            retrain: true
+        })
+    );
     assert_eq!(sma.poll_event(), None);
     // Armed is invalid while the link has not trained again.
     let pi = modified(&mut sma, 1, |p| p.port_state = PortState::Armed);
@@ -363,7 +369,13 @@ fn disabled_port_stays_down_until_polling() {
         (now.port_state, now.port_physical_state),
         (PortState::Down, PortPhysicalState::Disabled)
     );
-    assert_eq!(sma.poll_event(), Some(SmaEvent::LinkDown { port: 2 }));
+    assert_eq!(
+        sma.poll_event(),
+        Some(SmaEvent::LinkDown {
+            port: 2,
+            retrain: false
+        })
+    );
     sma.link_up(2, LinkRate::QDR_4X);
     assert_eq!(
         sma.port_state(2),
@@ -855,11 +867,7 @@ fn sm_info_only_with_an_sm() {
     let (st, data) = ask(&mut sma, 1, &get(AttrId::SM_INFO, 0));
     assert_eq!(st, status::SUCCESS);
     let got = SmInfo::parse(&data).unwrap();
-    assert_eq!(
-        got,
-        SmInfo { sm_key: 0, ..info },
-        "SM_Key hidden without the M_Key"
-    );
+    assert_eq!(got, info, "an M_Key of 0 hides nothing");
     let from = SmInfo {
         guid: Guid(0x99),
         sm_key: 0,
@@ -880,10 +888,111 @@ fn sm_info_only_with_an_sm() {
         status::INVALID_ATTR_VALUE
     );
     assert_eq!(sma.poll_event(), None);
-    // With an M_Key in force, the holder of the key sees SM_Key.
+    // With an M_Key in force, the holder of the key sees SM_Key, no one else.
     set_m_key(&mut sma, 1, 1, 0x77, 0, 0);
+    let got = SmInfo::parse(&ask(&mut sma, 1, &get(AttrId::SM_INFO, 0)).1).unwrap();
+    assert_eq!(got, SmInfo { sm_key: 0, ..info });
     let got = SmInfo::parse(&ask(&mut sma, 1, &with_key(get(AttrId::SM_INFO, 0), 0x77)).1).unwrap();
     assert_eq!(got.sm_key, 0x5EC7E7);
+}
+
+/// An SM that holds the port's IsSM but gave the SMA no SMInfo (the real opensm through the
+/// drop-in libibumad) answers SMInfo itself: requests for it go to it, directed-route (with
+/// the hop pointer past the end, as its response needs) and LID-routed; the rest the SMA
+/// still answers, and without IsSM SMInfo stays unsupported.
+#[test]
+fn sm_info_for_an_sm_that_answers_itself_goes_to_it() {
+    let mut sma = ca();
+    let mut dr_sm_info = smp::Repr::dr_get(9, AttrId::SM_INFO, 0, 0, &[1, 1]).unwrap();
+    dr_sm_info.dr.as_mut().unwrap().hop_ptr = 2;
+    let lid_sm_info = get(AttrId::SM_INFO, 0);
+    assert!(!sma.is_for_local_sm(1, &lid_sm_info));
+    assert!(matches!(
+        sma.receive_smp(1, Lid(7), &lid_sm_info),
+        SmiOutput::Send(out) if out.smp.header.status == status::UNSUPPORTED_METHOD_ATTR
+    ));
+    let mask = sma.port_info(1).unwrap().capability_mask | capability_mask::IS_SM;
+    sma.set_capability_mask(1, mask);
+    assert!(sma.is_for_local_sm(1, &lid_sm_info));
+    assert!(!sma.is_for_local_sm(2, &lid_sm_info), "port 2 has no SM");
+    assert_eq!(
+        sma.receive_smp(1, Lid(7), &lid_sm_info),
+        SmiOutput::ToSm(lid_sm_info)
+    );
+    match sma.receive_smp(1, Lid::PERMISSIVE, &dr_sm_info) {
+        SmiOutput::ToSm(s) => {
+            let d = s.dr.unwrap();
+            assert_eq!((d.hop_ptr, d.return_path[2]), (3, 1));
+        }
+        other => panic!("{other:?}"),
+    }
+    // The SM's response leaves along the return path.
+    let mut resp = dr_sm_info.response(0, [0; 64]);
+    {
+        let d = resp.dr.as_mut().unwrap();
+        d.hop_ptr = 3;
+        d.return_path[1..=2].copy_from_slice(&[4, 1]);
+    }
+    assert!(matches!(
+        sma.send_dr(1, &resp),
+        DrAction::Forward { out_port: 1, .. }
+    ));
+    let node_info = get(AttrId::NODE_INFO, 0);
+    assert!(!sma.is_for_local_sm(1, &node_info));
+    assert!(matches!(
+        sma.receive_smp(1, Lid(7), &node_info),
+        SmiOutput::Send(_)
+    ));
+    // softib's own SM gives the SMA its SMInfo: the SMA answers.
+    sma.set_sm_info(Some(SmInfo {
+        guid: Guid(0xe41d2d0300b47d01),
+        sm_key: 0,
+        act_count: 0,
+        priority: 0,
+        sm_state: SmState::Master,
+    }));
+    assert!(!sma.is_for_local_sm(1, &lid_sm_info));
+}
+
+#[test]
+fn sl2vl_vl_arbitration_and_mellanox_extended_port_info() {
+    let mut sw = switch();
+    // SL2VL of output port 1 from input port 2: all VL0, a Set kept, a VL beyond VLCap
+    // (VL0–7) refused, VL15 (drop) allowed.
+    let m = (2 << 8) | 1;
+    let (st, data) = ask(&mut sw, 1, &get(AttrId::SL_TO_VL_TABLE, m));
+    assert_eq!((st, &data[..8]), (status::SUCCESS, &[0u8; 8][..]));
+    let mut t = [0u8; DATA_LEN];
+    t[0] = 0x1F;
+    let set_t = |t| smp::Repr::lid_set(0x44, AttrId::SL_TO_VL_TABLE, m, 0, t);
+    assert_eq!(ask(&mut sw, 1, &set_t(t)).1[0], 0x1F);
+    assert_eq!(ask(&mut sw, 1, &get(AttrId::SL_TO_VL_TABLE, m)).1[0], 0x1F);
+    assert_eq!(
+        ask(&mut sw, 1, &get(AttrId::SL_TO_VL_TABLE, 1)).1[0],
+        0,
+        "input port 0"
+    );
+    t[0] = 0x08;
+    assert_eq!(ask(&mut sw, 1, &set_t(t)).0, status::INVALID_ATTR_VALUE);
+    // VLArbitrationTable blocks 1–4 only.
+    let (st, _) = ask(
+        &mut sw,
+        1,
+        &get(AttrId::VL_ARBITRATION_TABLE, (2 << 16) | 1),
+    );
+    assert_eq!(st, status::SUCCESS);
+    let (st, _) = ask(
+        &mut sw,
+        1,
+        &get(AttrId::VL_ARBITRATION_TABLE, (5 << 16) | 1),
+    );
+    assert_eq!(st, status::INVALID_ATTR_VALUE);
+    // MLNXExtendedPortInfo: no FDR10 anywhere; a Mellanox device answers it, others not.
+    let (st, data) = ask(&mut sw, 1, &get(AttrId::MLNX_EXTENDED_PORT_INFO, 35));
+    assert_eq!((st, data), (status::SUCCESS, [0; DATA_LEN]));
+    let mut other = Sma::new(SmaConfig::ca(1, Guid(0x10)));
+    let (st, _) = ask(&mut other, 1, &get(AttrId::MLNX_EXTENDED_PORT_INFO, 0));
+    assert_eq!(st, status::UNSUPPORTED_METHOD_ATTR);
 }
 
 // ---- Links ----------------------------------------------------------------------------------
@@ -1146,6 +1255,43 @@ fn receive_smp_answers_dr_and_lid_routed_requests() {
         ca.receive_smp(1, Lid::PERMISSIVE, &dr_at(&[1, 2, 1], 1, false, &[])),
         SmiOutput::Nothing
     );
+}
+
+/// A directed route that begins LID-routed (ibportstate's peer query: DrSLID the
+/// requester's LID, sent to the switch's LID): the switch starts the directed part, and
+/// the response, back at the switch, goes LID-routed to DrSLID.
+#[test]
+fn a_directed_route_with_a_lid_routed_start() {
+    let mut sw = switch();
+    let mut req = smp::Repr::dr_get(7, AttrId::NODE_INFO, 0, 0, &[2]).unwrap();
+    req.dr.as_mut().unwrap().dr_slid = Lid(3);
+    match sw.receive_smp(36, Lid(3), &req) {
+        SmiOutput::Send(out) => {
+            assert_eq!((out.out_port, out.dlid), (2, Lid::PERMISSIVE));
+            assert_eq!(out.smp.dr.unwrap().hop_ptr, 1);
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut resp = req.response(0, [0; 64]);
+    {
+        let d = resp.dr.as_mut().unwrap();
+        d.hop_ptr = 1;
+        d.return_path[1] = 1;
+    }
+    match sw.receive_smp(2, Lid::PERMISSIVE, &resp) {
+        SmiOutput::Send(out) => {
+            assert_eq!(
+                (out.out_port, out.dlid),
+                (0, Lid(3)),
+                "by the LFT to DrSLID"
+            );
+            assert_eq!(out.smp.dr.unwrap().hop_ptr, 0);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Without a DrSLID, hop pointer 0 on arrival is still an error (C14-9:1).
+    let plain = smp::Repr::dr_get(8, AttrId::NODE_INFO, 0, 0, &[2]).unwrap();
+    assert_eq!(sw.receive_smp(36, Lid(3), &plain), SmiOutput::Nothing);
 }
 
 // ---- Robustness -----------------------------------------------------------------------------

@@ -348,6 +348,7 @@ pub(super) fn ib_device(identity: Identity, seed: u64, cables: Vec<Option<Cable>
         ready: vec![true; cables.len()],
         faults: (0..cables.len()).map(|_| Default::default()).collect(),
         capture: None,
+        pma: Default::default(),
         cables,
     }))
 }

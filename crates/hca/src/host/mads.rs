@@ -135,12 +135,12 @@ fn answer_cm(devs: &mut [Device], dev: u32, m: &MadIn, answer: &[u8; mad::MAD_LE
     }
 }
 
-/// The performance management agent (PMA, IBA §16.1) on QP1: PortCounters.
+/// The performance management agent (PMA, IBA §16.1) on QP1: PortCounters (`crate::pma`).
 fn answer_pma(devs: &mut [Device], dev: u32, m: &MadIn) {
     let Some(ib) = devs.get_mut(dev as usize).and_then(Device::ib) else {
         return;
     };
-    if let Some(resp) = crate::pma::answer(&ib.ca, m.port, &m.mad) {
+    if let Some(resp) = crate::pma::answer(&ib.ca, &mut ib.pma, m.port, &m.mad) {
         ib.ca.send_gmp(m.port, m.slid, m.src_qpn, &resp);
     }
 }

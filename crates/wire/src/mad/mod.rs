@@ -373,6 +373,9 @@ impl AttrId {
     pub const VENDOR_DIAG: AttrId = AttrId(0x0030);
     /// LedInfo (SMP).
     pub const LED_INFO: AttrId = AttrId(0x0031);
+    /// MLNXExtendedPortInfo (SMP, Mellanox vendor-specific range): the FDR10 speed fields
+    /// infiniband-diags read from Mellanox devices (libibmad `IB_ATTR_MLNX_EXT_PORT_INFO`).
+    pub const MLNX_EXTENDED_PORT_INFO: AttrId = AttrId(0xFF90);
 
     // --- Subnet administration, IBA §15.2.5 table 195 ---
     /// NodeRecord (SA).
