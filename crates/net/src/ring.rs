@@ -317,21 +317,14 @@ impl PacketRing {
             .is_ok_and(|f| f.load(Ordering::Acquire) == 0)
     }
 
-    /// Appends a record of `len` bytes that `fill` writes in place (after `head`, which is
-    /// copied first): one copy fewer for a payload that lies elsewhere. `Ok(None)` when the
-    /// ring is full; `Ok(Some(false))` when `fill` failed, and nothing is published.
-    pub fn push_with(
-        &mut self,
-        tag: u32,
-        head: &[u8],
-        len: usize,
-        fill: impl FnOnce(&mut [u8]) -> bool,
-    ) -> Result<Option<bool>, RingError> {
-        let total = head.len() + len;
-        if total > self.max_record() {
+    /// Room for a record of `len` bytes with `tag`: writes the wrap marker if it must start
+    /// at the beginning, then its header, and returns where its bytes go in the region and
+    /// the producer position that publishes it; `None` when the ring is full.
+    fn reserve(&self, tag: u32, len: usize) -> Result<Option<(usize, u64)>, RingError> {
+        if len > self.max_record() {
             return Err(RingError::TooLarge);
         }
-        let size = (RECORD_HEADER + total).next_multiple_of(8) as u64;
+        let size = (RECORD_HEADER + len).next_multiple_of(8) as u64;
         let mut p = self.index(PRODUCER)?.load(Ordering::Relaxed);
         let c = self.index(CONSUMER)?.load(Ordering::Acquire);
         let used = p.wrapping_sub(c);
@@ -347,57 +340,6 @@ impl PacketRing {
         if used + skip + size > self.capacity {
             return Ok(None);
         }
-        if skip != 0 {
-            self.region
-                .write(DATA + at as usize, &WRAP.to_le_bytes())
-                .map_err(|_| RingError::Corrupt)?;
-            p = p.wrapping_add(skip);
-        }
-        let at = DATA + (p % self.capacity) as usize;
-        let mut header = [0u8; RECORD_HEADER];
-        header[..4].copy_from_slice(&(total as u32).to_le_bytes());
-        header[4..].copy_from_slice(&tag.to_le_bytes());
-        let slot = self
-            .region
-            .as_mut_slice()
-            .get_mut(at..at + RECORD_HEADER + total)
-            .ok_or(RingError::Corrupt)?;
-        let (h, rest) = slot.split_at_mut(RECORD_HEADER);
-        h.copy_from_slice(&header);
-        let (hd, body) = rest.split_at_mut(head.len());
-        hd.copy_from_slice(head);
-        if !fill(body) {
-            return Ok(Some(false));
-        }
-        self.index(PRODUCER)?
-            .store(p.wrapping_add(size), Ordering::Release);
-        Ok(Some(true))
-    }
-
-    /// Appends one record of the concatenation of `parts`, with `tag`; `Ok(false)` when the
-    /// ring has no room for it now.
-    pub fn push(&self, tag: u32, parts: &[&[u8]]) -> Result<bool, RingError> {
-        let len: usize = parts.iter().map(|p| p.len()).sum();
-        if len > self.max_record() {
-            return Err(RingError::TooLarge);
-        }
-        let size = (RECORD_HEADER + len).next_multiple_of(8) as u64;
-        let prod = self.index(PRODUCER)?;
-        let mut p = prod.load(Ordering::Relaxed);
-        let c = self.index(CONSUMER)?.load(Ordering::Acquire);
-        let used = p.wrapping_sub(c);
-        if used > self.capacity {
-            return Err(RingError::Corrupt);
-        }
-        let at = p % self.capacity;
-        let skip = if at + size > self.capacity {
-            self.capacity - at
-        } else {
-            0
-        };
-        if used + skip + size > self.capacity {
-            return Ok(false);
-        }
         let w = |off: u64, bytes: &[u8]| {
             self.region
                 .write(DATA + off as usize, bytes)
@@ -412,12 +354,54 @@ impl PacketRing {
         header[..4].copy_from_slice(&(len as u32).to_le_bytes());
         header[4..].copy_from_slice(&tag.to_le_bytes());
         w(at, &header)?;
-        let mut off = at + RECORD_HEADER as u64;
-        for part in parts {
-            w(off, part)?;
-            off += part.len() as u64;
+        Ok(Some((
+            DATA + at as usize + RECORD_HEADER,
+            p.wrapping_add(size),
+        )))
+    }
+
+    /// Appends a record of `len` bytes that `fill` writes in place (after `head`, which is
+    /// copied first): one copy fewer for a payload that lies elsewhere. `Ok(None)` when the
+    /// ring is full; `Ok(Some(false))` when `fill` failed, and nothing is published.
+    pub fn push_with(
+        &mut self,
+        tag: u32,
+        head: &[u8],
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> bool,
+    ) -> Result<Option<bool>, RingError> {
+        let total = head.len() + len;
+        let Some((at, next)) = self.reserve(tag, total)? else {
+            return Ok(None);
+        };
+        let record = self
+            .region
+            .as_mut_slice()
+            .get_mut(at..at + total)
+            .ok_or(RingError::Corrupt)?;
+        let (hd, body) = record.split_at_mut(head.len());
+        hd.copy_from_slice(head);
+        if !fill(body) {
+            return Ok(Some(false));
         }
-        prod.store(p.wrapping_add(size), Ordering::Release);
+        self.index(PRODUCER)?.store(next, Ordering::Release);
+        Ok(Some(true))
+    }
+
+    /// Appends one record of the concatenation of `parts`, with `tag`; `Ok(false)` when the
+    /// ring has no room for it now.
+    pub fn push(&self, tag: u32, parts: &[&[u8]]) -> Result<bool, RingError> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let Some((mut at, next)) = self.reserve(tag, len)? else {
+            return Ok(false);
+        };
+        for part in parts {
+            self.region
+                .write(at, part)
+                .map_err(|_| RingError::Corrupt)?;
+            at += part.len();
+        }
+        self.index(PRODUCER)?.store(next, Ordering::Release);
         Ok(true)
     }
 
