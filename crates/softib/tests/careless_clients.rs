@@ -152,9 +152,23 @@ fn memory_unmapped_under_a_region_fails_the_operation_not_the_daemon() {
     qp_a.write(&mr_a, 0, 4096, eb.addr, eb.rkey, 1).unwrap();
     let wcs = cq_a.poll_wait(1, Duration::from_secs(10)).unwrap();
     assert_eq!(wcs[0].status, WcStatus::Success);
+    // The memory goes away under the region. Not munmap: the range could then be mapped
+    // again at once by anything else in this process (the embedded daemon's threads, the
+    // other test), and the "unmapped" region would read someone else's memory. An
+    // inaccessible mapping in its place fails every access the same way (EFAULT) and keeps
+    // the range reserved.
     // SAFETY: no reference into the mapping is alive (the slice was consumed above); what
-    // still names it is the region's address, which is the point of the test.
-    unsafe { munmap(p, LEN) }.unwrap();
+    // still names it is the region's address, which is the point of the test. MAP_FIXED
+    // replaces exactly the LEN bytes this test mapped.
+    unsafe {
+        mmap_anonymous(
+            p,
+            LEN,
+            ProtFlags::empty(),
+            MapFlags::PRIVATE | MapFlags::FIXED,
+        )
+    }
+    .unwrap();
     qp_a.write(&mr_a, 0, 4096, eb.addr, eb.rkey, 2).unwrap();
     let wcs = cq_a.poll_wait(1, Duration::from_secs(10)).unwrap();
     assert_eq!(
@@ -192,4 +206,6 @@ fn memory_unmapped_under_a_region_fails_the_operation_not_the_daemon() {
     let mut got = [0u8; 4096];
     assert!(buf_b.read(0, &mut got));
     assert_eq!(got, [7u8; 4096]);
+    // SAFETY: the inaccessible mapping is this test's and nothing reads through it.
+    unsafe { munmap(p, LEN) }.unwrap();
 }
