@@ -198,14 +198,15 @@ impl Peers {
             None => fill.take().is_some_and(|f| f(into)),
         };
         if p.backlog.is_empty() {
-            let mut record_head = [0u8; 128];
-            let Some(h) = record_head.get_mut(..addr.len() + head.len()) else {
-                self.lost += 1;
-                return false;
-            };
-            h[..addr.len()].copy_from_slice(&addr);
-            h[addr.len()..].copy_from_slice(head);
-            let pushed = p.writes.push_with(tag, h, payload_len, &mut body);
+            // The headers are a whole datagram when the payload travels inside it (inline
+            // data, a READ response the engine built whole): copied in place with the rest.
+            let pushed = p
+                .writes
+                .push_with(tag, &addr, head.len() + payload_len, |rest| {
+                    let (h, b) = rest.split_at_mut(head.len());
+                    h.copy_from_slice(head);
+                    body(b)
+                });
             match pushed {
                 Ok(Some(true)) => {
                     p.wrote = true;
@@ -406,6 +407,20 @@ mod tests {
         // A payload that cannot be read loses the packet.
         assert!(!a.send(to, Qpn::new(70), from, b"head", (5, None), |_| false));
         assert_eq!(a.lost, 1);
+    }
+
+    #[test]
+    fn a_whole_datagram_of_any_length_goes_through() {
+        let (mut a, mut b) = pair();
+        let to: IpAddr = "127.0.0.3".parse().unwrap();
+        let from: SocketAddr = "127.0.0.2:50000".parse().unwrap();
+        // Headers with 4 KiB of inline data in them: no payload by reference.
+        let whole: Vec<u8> = (0..4096 + 16).map(|i| i as u8).collect();
+        assert!(a.send(to, Qpn::new(64), from, &whole, (0, None), |_| true));
+        let mut got = Vec::new();
+        assert!(b.receive(|_, h, p| got.push((h.to_vec(), p.is_none()))));
+        assert_eq!(got, vec![(whole, true)]);
+        assert_eq!(a.lost, 0);
     }
 
     #[test]
