@@ -16,32 +16,21 @@ use std::time::{Duration, Instant};
 
 use softib::{AccessFlags, Context, Device, Mtu, QpType, WcStatus};
 
+use softib_engine::rng::Rng;
+
 mod common;
 use common::roce_daemon;
 
-/// A small deterministic generator (xorshift), so that a failure can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
+/// The engine's seeded generator, with bytes in a vector: a failure can be replayed.
+fn random_bytes(rng: &mut Rng, n: usize) -> Vec<u8> {
+    let mut b = vec![0u8; n];
+    rng.fill(&mut b);
+    b
 }
 
 /// A BTH (12 bytes) followed by `extra` random bytes and a random ICRC.
 fn bth(rng: &mut Rng, opcode: u8, flags: u8, pkey: u16, qpn: u32, extra: usize) -> Vec<u8> {
-    let mut b = rng.bytes(12 + extra + 4);
+    let mut b = random_bytes(rng, 12 + extra + 4);
     b[0] = opcode;
     b[1] = flags;
     b[2..4].copy_from_slice(&pkey.to_be_bytes());
@@ -60,7 +49,7 @@ fn junk(rng: &mut Rng, kind: u64, from: SocketAddr, to: SocketAddr, qpn: u32) ->
         // Random bytes.
         0 => {
             let n = rng.below(1200) as usize;
-            rng.bytes(n)
+            random_bytes(rng, n)
         }
         // To a QP that does not exist.
         1 => {
@@ -94,7 +83,7 @@ fn junk(rng: &mut Rng, kind: u64, from: SocketAddr, to: SocketAddr, qpn: u32) ->
 fn flood(to: SocketAddr, qpn: u32, rate: Option<u64>, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) {
     let sock = UdpSocket::bind("127.0.0.169:0").unwrap();
     let from = sock.local_addr().unwrap();
-    let mut rng = Rng(0xf100_d5ee_d001);
+    let mut rng = Rng::new(0xf100_d5ee_d001);
     // Made beforehand and sent round and round, so that the flooder's own work (a debug
     // build's random bytes) does not take the CPU the daemons need.
     let pool: Vec<Vec<u8>> = (0..8192)

@@ -27,6 +27,14 @@ impl Rng {
         (self.next_u64() >> 32) as u32
     }
 
+    /// Fills `out` with random bytes.
+    pub fn fill(&mut self, out: &mut [u8]) {
+        for chunk in out.chunks_mut(8) {
+            let r = self.next_u64().to_le_bytes();
+            chunk.copy_from_slice(&r[..chunk.len()]);
+        }
+    }
+
     /// A value in `0..n` (`n` > 0), without modulo bias worth caring about for n ≪ 2^32.
     pub fn below(&mut self, n: u64) -> u64 {
         ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
@@ -47,5 +55,10 @@ mod tests {
         assert_ne!(Rng::new(1).next_u64(), Rng::new(2).next_u64());
         let mut r = Rng::new(7);
         assert!((0..1000).all(|_| r.below(10) < 10));
+        let (mut x, mut y) = ([0u8; 13], [0u8; 13]);
+        Rng::new(3).fill(&mut x);
+        Rng::new(3).fill(&mut y);
+        assert_eq!(x, y);
+        assert!(x.iter().any(|&b| b != 0));
     }
 }

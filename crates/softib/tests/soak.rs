@@ -11,25 +11,16 @@ use std::time::Duration;
 use softib::embedded::EmbeddedDaemon;
 use softib::{AccessFlags, Context, QpType, WcStatus};
 
+use softib_engine::rng::Rng;
+
 mod common;
 use common::{connect_regions, open_pair};
 
-/// A small deterministic generator (xorshift), so a failure can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
+/// The engine's seeded generator, with bytes in a vector: a failure can be replayed.
+fn random_bytes(rng: &mut Rng, n: usize) -> Vec<u8> {
+    let mut b = vec![0u8; n];
+    rng.fill(&mut b);
+    b
 }
 
 /// Sends hostile datagrams to `to` until `stop`: random bytes, random bodies with a valid ICRC
@@ -37,17 +28,17 @@ impl Rng {
 fn spray(to: SocketAddr, qpn: u32, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) {
     let sock = UdpSocket::bind("127.0.0.7:0").unwrap();
     let from = sock.local_addr().unwrap();
-    let mut rng = Rng(0x5eed_0f50_a4c1);
+    let mut rng = Rng::new(0x5eed_0f50_a4c1);
     while !stop.load(Ordering::Relaxed) {
         let kind = rng.below(3);
         let mut d = match kind {
             0 => {
                 let n = rng.below(1600) as usize;
-                rng.bytes(n)
+                random_bytes(&mut rng, n)
             }
             _ => {
                 let n = 12 + rng.below(1100) as usize;
-                let mut b = rng.bytes(n + 4);
+                let mut b = random_bytes(&mut rng, n + 4);
                 if kind == 2 {
                     // BTH: a random opcode of the RC/UC/UD ranges, P_Key 0xffff, this QPN.
                     b[0] = [0x00, 0x20, 0x60][rng.below(3) as usize] | (rng.below(0x18) as u8);
