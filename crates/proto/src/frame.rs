@@ -35,6 +35,16 @@ pub fn decode<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, String> {
     postcard::from_bytes(body).map_err(|e| format!("malformed message: {e}"))
 }
 
+/// Writes one message (with descriptors) to a stream without waiting: `Ok(false)` when it has
+/// no room now (see [`softib_net::fdpass::try_send`]).
+pub fn try_send<T: Serialize>(
+    stream: &UnixStream,
+    msg: &T,
+    fds: &[BorrowedFd<'_>],
+) -> io::Result<bool> {
+    softib_net::fdpass::try_send(stream, &encode(msg)?, fds)
+}
+
 /// Writes one message (with descriptors) to a stream.
 pub fn send<T: Serialize>(stream: &UnixStream, msg: &T, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
     softib_net::fdpass::send(stream, &encode(msg)?, fds)

@@ -32,7 +32,8 @@ mod ring;
 mod types;
 
 pub use frame::{
-    decode, encode, recv_blocking, send, FrameReader, MAX_BUFFERED, MAX_FRAME, MAX_PENDING_FDS,
+    decode, encode, recv_blocking, send, try_send, FrameReader, MAX_BUFFERED, MAX_FRAME,
+    MAX_PENDING_FDS,
 };
 pub use message::{Event, ProcessObject, Request, Response};
 pub use ring::{

@@ -29,10 +29,11 @@ pub(super) struct EventChannel {
 }
 
 impl EventChannel {
-    /// Pushes `event` with `fds`; false when the engine cannot take it (its socket full or
+    /// Pushes `event` with `fds`, never waiting (a process that does not read its channel
+    /// cannot stall the daemon); false when the engine cannot take it now (its socket full or
     /// closed), which the caller treats as an engine that is not there.
     pub fn push(&self, event: &Event, fds: &[std::os::fd::BorrowedFd<'_>]) -> bool {
-        proto::send(&self.stream, event, fds).is_ok()
+        proto::try_send(&self.stream, event, fds).unwrap_or(false)
     }
 }
 
@@ -93,7 +94,9 @@ impl PeerRings {
                 return true;
             };
             let other = &p.streams[1 - mine];
-            let _ = proto::send(other, &Event::RingGone { id }, &[]);
+            // Never waiting: a partner that does not read keeps its rings, and its QPs see
+            // retry-exceeded all the same (nothing answers in the dead one's ring).
+            let _ = proto::try_send(other, &Event::RingGone { id }, &[]);
             false
         });
     }
