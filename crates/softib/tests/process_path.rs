@@ -107,7 +107,7 @@ fn rc_send_write_read_and_atomics_move_every_byte() {
     assert_eq!(cb.ring_received, ca.ring_sent, "{cb:?}");
     assert!(ca.ring_received >= 2, "acknowledgements: {ca:?}");
     assert_eq!((ca.ring_lost, cb.ring_lost), (0, 0));
-    // The segments' payloads went by reference: B read them from A's memory.
+    // The segments' payloads went by reference: B read them from A's buffer.
     assert!(ca.by_reference >= 2, "{ca:?}");
     assert_eq!(cb.read_by_reference, ca.by_reference, "{cb:?}");
 

@@ -221,7 +221,7 @@ impl Station {
                 let payload = t.packet.payload;
                 let memory = self.ca.hca_mut().memory_mut();
                 let len = payload.map_or(0, |p| p.len as usize);
-                let at = payload.and_then(|p| memory.process_addr(p.region, p.addr, len));
+                let at = payload.and_then(|p| memory.payload_ref(p.region, p.addr, len));
                 self.peers.send(
                     t.to.ip(),
                     t.packet.dest_qpn,

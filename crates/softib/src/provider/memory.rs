@@ -8,17 +8,25 @@
 //! the region again, so that a bug in the engine cannot reach outside what was registered.
 
 use std::collections::BTreeMap;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use softib_engine::memory::{AtomicOp, MemoryFault};
 use softib_engine::{Memory, RegionId};
 use softib_net::shm::SharedRegion;
 
+use super::peers::{BufferRef, PayloadRef};
+
 /// One registered region.
 #[derive(Debug)]
 enum Region {
-    /// A buffer: where the application has it, and the provider's own mapping of it.
-    Mapped { base: u64, map: SharedRegion },
+    /// A buffer: where the application has it, the provider's own mapping of it, and its
+    /// memfd's inode (which names it to a peer engine, with the descriptor's number).
+    Mapped {
+        base: u64,
+        map: SharedRegion,
+        ino: u64,
+    },
     /// Process memory at its own addresses: `len` bytes from `base`.
     Own { base: u64, len: u64 },
 }
@@ -32,7 +40,8 @@ pub(crate) struct LocalMemory {
 impl LocalMemory {
     /// Makes `map` (a mapping of a buffer the application has at `base`) reachable as `id`.
     pub(crate) fn add_mapped(&mut self, id: RegionId, base: u64, map: SharedRegion) {
-        self.regions.insert(id, Region::Mapped { base, map });
+        let ino = rustix::fs::fstat(map.fd()).map_or(0, |st| st.st_ino);
+        self.regions.insert(id, Region::Mapped { base, map, ino });
     }
 
     /// Makes `len` bytes of this process's memory at `base` reachable as `id`.
@@ -43,12 +52,26 @@ impl LocalMemory {
         self.regions.insert(id, Region::Own { base, len });
     }
 
-    /// This process's address of `len` bytes at `addr` of `region` (what a peer engine reads
-    /// with `process_vm_readv`), bounds-checked.
-    pub(crate) fn process_addr(&self, region: RegionId, addr: u64, len: usize) -> Option<u64> {
-        match self.at(region, addr, len).ok()? {
-            At::Mapped(map, off) => Some(map.addr() + off as u64),
-            At::Own(p) => Some(p as u64),
+    /// Where `len` bytes at `addr` of `region` lie, for a peer engine to read them from
+    /// there (bounds-checked): in a buffer (its memfd, as this process holds it, and the
+    /// offset in it), or elsewhere in this process (the address).
+    pub(crate) fn payload_ref(
+        &self,
+        region: RegionId,
+        addr: u64,
+        len: usize,
+    ) -> Option<PayloadRef> {
+        match (self.at(region, addr, len).ok()?, self.regions.get(&region)?) {
+            (At::Mapped(map, off), Region::Mapped { ino, .. }) => match *ino {
+                0 => Some(PayloadRef::Process(map.addr() + off as u64)),
+                ino => Some(PayloadRef::Buffer(BufferRef {
+                    fd: u32::try_from(map.fd().as_raw_fd()).ok()?,
+                    ino,
+                    offset: off as u64,
+                })),
+            },
+            (At::Own(p), _) => Some(PayloadRef::Process(p as u64)),
+            _ => None,
         }
     }
 
@@ -65,7 +88,7 @@ impl LocalMemory {
             (end <= size).then_some(off)
         };
         match self.regions.get(&region).ok_or(MemoryFault)? {
-            Region::Mapped { base, map } => {
+            Region::Mapped { base, map, .. } => {
                 let off = fits(*base, map.len() as u64).ok_or(MemoryFault)?;
                 Ok(At::Mapped(map, off as usize))
             }
@@ -185,8 +208,20 @@ mod tests {
 
         let map = SharedRegion::create("softib-unit-local", 4096).unwrap();
         let at = 0x7000_0000u64;
+        let fd = map.fd().as_raw_fd() as u32;
         mem.add_mapped(RegionId(3), at, map);
         mem.write(RegionId(3), at + 4090, &[9; 6]).unwrap();
+        // A peer may reach it through its memfd, within the bounds; own memory it may not.
+        let Some(PayloadRef::Buffer(r)) = mem.payload_ref(RegionId(3), at + 96, 4000) else {
+            panic!("in a buffer");
+        };
+        assert_eq!((r.fd, r.offset), (fd, 96));
+        assert_ne!(r.ino, 0);
+        assert!(mem.payload_ref(RegionId(3), at + 97, 4000).is_none());
+        assert_eq!(
+            mem.payload_ref(RegionId(1), base + 8, 8),
+            Some(PayloadRef::Process(base + 8))
+        );
         assert!(mem.write(RegionId(3), at + 4091, &[9; 6]).is_err());
         mem.remove(RegionId(3));
         assert!(mem.read(RegionId(3), at, &mut back).is_err());

@@ -8,35 +8,189 @@
 //! ([`softib_proto::HAND_ON_ADDR_LEN`] bytes), then the UDP payload — its headers with the
 //! ICRC's room, then the packet's payload, written into the ring straight from the memory it
 //! lies in (one copy there, one out). The record's tag is the length of the headers and the
-//! ICRC's room; a record whose payload is empty is a whole datagram. A payload of
-//! [`REFERENCE_MIN`] bytes or more goes by reference instead (cross-memory attach, as UCX's
-//! `cma` transport): the record names where it lies in the sender's process (tag bit
-//! [`BY_REFERENCE`]; the address and length), and the receiver reads it from there with
-//! `process_vm_readv` — one copy from memory to memory, and the ring stays small enough for
-//! the cache. The sender's payload stays put until the receiver has it: an RC requester keeps
-//! it until the acknowledgement, a responder's READ data is the region itself. A receiver the
-//! kernel does not let read the sender's memory (another user, a ptrace policy) says so in
+//! ICRC's room; a record whose payload is empty is a whole datagram.
+//!
+//! A large payload goes by reference instead (tag bit [`BY_REFERENCE`], a [`PayloadRef`]):
+//! - one that lies in one of the sender's buffers (a memfd, `Context::alloc_buffer`), of
+//!   [`BUFFER_REFERENCE_MIN`] bytes or more: the record names the memfd as the sender holds
+//!   it (descriptor number and inode) and where the payload lies in it. The receiver takes
+//!   the memfd from the sender once (`pidfd_getfd`), maps it, and its engine copies the
+//!   payload from that mapping into the target region after its own checks: one copy, as
+//!   the daemon makes between its clients' buffers;
+//! - one elsewhere in the sender's memory, of [`PROCESS_REFERENCE_MIN`] bytes or more: the
+//!   record names its address, and the receiver reads it with `process_vm_readv`
+//!   (cross-memory attach, as UCX's `cma`) into a scratch buffer the engine copies from. On
+//!   this machine kind that moves 3.3 GB/s, a seventh of `memcpy`, but a large payload
+//!   through a 4 MiB ring is slower still (docs/performance.md).
+//!
+//! The kernel allows both to whoever could ptrace the sender: the same user, as the daemon
+//! makes rings only between one user's clients. The sender's payload stays put until the
+//! receiver has it: an RC requester keeps it until the acknowledgement, a responder's READ
+//! data is the region itself. A receiver the kernel does not let reach the sender says so in
 //! the ring ([`PacketRing::refuse_references`]) and drops that packet, which RC retransmits
-//! whole. Packets for a peer whose
-//! ring is full wait in a bounded backlog, tried again every turn; beyond it they are lost,
-//! as on a congested wire, and RC retransmits them. After a turn that wrote to a peer, the
-//! peer's doorbell is written once, unless the peer said it is polling.
+//! whole, through the ring from then on.
+//!
+//! Packets for a peer whose ring is full wait in a bounded backlog, tried again every turn;
+//! beyond it they are lost, as on a congested wire, and RC retransmits them. After a turn
+//! that wrote to a peer, the peer's doorbell is written once, unless the peer said it is
+//! polling.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::OwnedFd;
 
+use rustix::process::{Pid, PidfdFlags, PidfdGetfdFlags};
 use softib_engine::QPN_BLOCK;
 use softib_net::procmem::ProcessMemory;
 use softib_net::ring::PacketRing;
+use softib_net::shm::SharedRegion;
 use softib_wire::Qpn;
 
-/// The least payload that goes by reference rather than through the ring.
-pub(crate) const REFERENCE_MIN: usize = 16 * 1024;
+/// The least payload in a buffer that goes by reference rather than through the ring: a
+/// page, below which the copy saved is smaller than the record.
+pub(crate) const BUFFER_REFERENCE_MIN: usize = 4096;
 
-/// A record's tag bit: its payload is a reference (address `u64`, length `u32`, little-endian)
-/// into the sender's memory.
+/// The least payload elsewhere in the sender's memory that goes by reference.
+pub(crate) const PROCESS_REFERENCE_MIN: usize = 16 * 1024;
+
+/// A record's tag bit: its payload is a reference ([`PayloadRef::encode`]).
 const BY_REFERENCE: u32 = 1 << 31;
+
+/// The most buffers of one peer kept mapped; beyond it the mappings are dropped and made
+/// again as payloads name them.
+const MAX_PEER_BUFFERS: usize = 64;
+
+/// Where a payload lies in one of the sender's buffers: the memfd's descriptor number in the
+/// sender, its inode (which tells a number used again for another file apart), the offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BufferRef {
+    pub fd: u32,
+    pub ino: u64,
+    pub offset: u64,
+}
+
+/// Where a payload lies in the sending process, for its peer to read it from there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PayloadRef {
+    /// In one of its buffers, which the peer maps.
+    Buffer(BufferRef),
+    /// At this address of its memory, read with cross-memory attach.
+    Process(u64),
+}
+
+impl PayloadRef {
+    const BUFFER: u8 = 1;
+    const PROCESS: u8 = 2;
+
+    /// Whether a payload of `len` bytes lying here goes by reference.
+    fn worth_it(self, len: usize) -> bool {
+        match self {
+            PayloadRef::Buffer(_) => len >= BUFFER_REFERENCE_MIN,
+            PayloadRef::Process(_) => len >= PROCESS_REFERENCE_MIN,
+        }
+    }
+
+    /// The record's body: a kind byte, then (little-endian) descriptor `u32`, inode `u64`
+    /// and offset `u64` of a buffer, or the address `u64`; then the length `u32`.
+    fn encode(self, len: u32) -> ([u8; 25], usize) {
+        let mut r = [0u8; 25];
+        let fields = match self {
+            PayloadRef::Buffer(b) => {
+                r[0] = Self::BUFFER;
+                r[1..5].copy_from_slice(&b.fd.to_le_bytes());
+                r[5..13].copy_from_slice(&b.ino.to_le_bytes());
+                r[13..21].copy_from_slice(&b.offset.to_le_bytes());
+                20
+            }
+            PayloadRef::Process(at) => {
+                r[0] = Self::PROCESS;
+                r[1..9].copy_from_slice(&at.to_le_bytes());
+                8
+            }
+        };
+        r[1 + fields..5 + fields].copy_from_slice(&len.to_le_bytes());
+        (r, 5 + fields)
+    }
+
+    fn decode(b: &[u8]) -> Option<(PayloadRef, usize)> {
+        let (&kind, rest) = b.split_first()?;
+        let (fields, len) = rest.split_last_chunk::<4>()?;
+        let u64_at = |i: usize| Some(u64::from_le_bytes(*fields.get(i..i + 8)?.first_chunk()?));
+        let r = match (kind, fields.len()) {
+            (Self::BUFFER, 20) => PayloadRef::Buffer(BufferRef {
+                fd: u32::from_le_bytes(*fields.first_chunk()?),
+                ino: u64_at(4)?,
+                offset: u64_at(12)?,
+            }),
+            (Self::PROCESS, 8) => PayloadRef::Process(u64_at(0)?),
+            _ => return None,
+        };
+        Some((r, u32::from_le_bytes(*len) as usize))
+    }
+}
+
+/// Why a payload named by reference could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unreadable {
+    /// The kernel would not give this process the peer's memfd: take no references.
+    Refused,
+    /// The reference names no buffer the peer has, or lies outside it.
+    Stale,
+}
+
+/// The buffers of one peer that this engine has mapped to read payloads named by reference.
+#[derive(Debug)]
+struct PeerBuffers {
+    /// The peer process (a pid used again cannot stand in for it); `None` when the kernel
+    /// gave none.
+    pidfd: Option<OwnedFd>,
+    maps: HashMap<(u32, u64), SharedRegion>,
+}
+
+impl PeerBuffers {
+    fn open(pid: u32) -> PeerBuffers {
+        let pidfd = i32::try_from(pid)
+            .ok()
+            .and_then(Pid::from_raw)
+            .and_then(|p| rustix::process::pidfd_open(p, PidfdFlags::empty()).ok());
+        PeerBuffers {
+            pidfd,
+            maps: HashMap::new(),
+        }
+    }
+
+    /// The `len` bytes `r` names in the peer's buffer, mapped on first use.
+    fn bytes(&mut self, r: BufferRef, len: usize) -> Result<&[u8], Unreadable> {
+        let key = (r.fd, r.ino);
+        if !self.maps.contains_key(&key) {
+            let pidfd = self.pidfd.as_ref().ok_or(Unreadable::Refused)?;
+            let fd = i32::try_from(r.fd).map_err(|_| Unreadable::Stale)?;
+            let fd =
+                rustix::process::pidfd_getfd(pidfd, fd, PidfdGetfdFlags::empty()).map_err(|e| {
+                    match e {
+                        rustix::io::Errno::PERM | rustix::io::Errno::NOSYS => Unreadable::Refused,
+                        _ => Unreadable::Stale,
+                    }
+                })?;
+            let st = rustix::fs::fstat(&fd).map_err(|_| Unreadable::Stale)?;
+            let size = usize::try_from(st.st_size).map_err(|_| Unreadable::Stale)?;
+            if st.st_ino != r.ino {
+                return Err(Unreadable::Stale);
+            }
+            // Only a memfd sealed against shrinking is mapped: the peer cannot truncate it
+            // under the mapping (SIGBUS here).
+            let map = SharedRegion::from_fd(fd, size).map_err(|_| Unreadable::Stale)?;
+            if self.maps.len() >= MAX_PEER_BUFFERS {
+                self.maps.clear();
+            }
+            self.maps.insert(key, map);
+        }
+        let map = self.maps.get(&key).ok_or(Unreadable::Stale)?;
+        let start = usize::try_from(r.offset).map_err(|_| Unreadable::Stale)?;
+        let end = start.checked_add(len).ok_or(Unreadable::Stale)?;
+        map.as_slice().get(start..end).ok_or(Unreadable::Stale)
+    }
+}
 
 /// The most bytes waiting for one peer's full ring.
 const MAX_BACKLOG_BYTES: usize = 8 << 20;
@@ -52,7 +206,8 @@ struct Peer {
     writes: PacketRing,
     /// The peer's doorbell.
     bell: OwnedFd,
-    /// The peer's memory, which its records may name.
+    /// The peer's buffers and memory, which its records may name.
+    buffers: PeerBuffers,
     memory: Option<ProcessMemory>,
     /// Records (tag, bytes) waiting for room in `writes`.
     backlog: VecDeque<(u32, Vec<u8>)>,
@@ -74,7 +229,7 @@ pub(crate) struct Peers {
     pub lost: u64,
     /// Rings a peer broke (impossible indices): the pair is dropped.
     pub broken: u64,
-    /// Payloads sent by reference, and those read from a peer's memory.
+    /// Payloads sent by reference, and those read from a peer's buffers or memory.
     pub by_reference: u64,
     pub read_by_reference: u64,
     /// Where a payload read from a peer's memory lands before the engine takes it (reused:
@@ -99,14 +254,16 @@ impl Peers {
     ) -> std::io::Result<()> {
         let bytes = softib_proto::PEER_RING_BYTES;
         let reads = PacketRing::from_fd(reads, bytes)?;
+        let buffers = PeerBuffers::open(peer_pid);
         let memory = ProcessMemory::new(peer_pid).ok();
-        if memory.is_none() {
+        if buffers.pidfd.is_none() || memory.is_none() {
             let _ = reads.refuse_references();
         }
         let p = Peer {
             reads,
             writes: PacketRing::from_fd(writes, bytes)?,
             bell,
+            buffers,
             memory,
             backlog: VecDeque::new(),
             backlog_bytes: 0,
@@ -154,8 +311,8 @@ impl Peers {
 
     /// Puts a datagram for QP `dqpn` at `to`, from `from`, into its peer's ring (or the
     /// backlog behind it): `head`, its headers and the ICRC's room, then `payload_len` bytes
-    /// that `fill` writes (false: they cannot be read) — or, when the payload lies at
-    /// `at` in this process and is large, a reference to it. False when it is lost
+    /// that `fill` writes (false: they cannot be read) — or, when the payload is large and
+    /// lies at `at`, a reference to it. False when it is lost
     /// (counted): no ring, a full backlog, a payload that cannot be read.
     pub fn send(
         &mut self,
@@ -163,7 +320,7 @@ impl Peers {
         dqpn: Qpn,
         from: SocketAddr,
         head: &[u8],
-        payload: (usize, Option<u64>),
+        payload: (usize, Option<PayloadRef>),
         fill: impl FnOnce(&mut [u8]) -> bool,
     ) -> bool {
         let Some(p) = self
@@ -178,16 +335,14 @@ impl Peers {
         let (payload_len, at) = payload;
         let mut tag = head.len() as u32;
         let reference = match at {
-            Some(at) if payload_len >= REFERENCE_MIN && p.writes.takes_references() => {
-                let mut r = [0u8; 12];
-                r[..8].copy_from_slice(&at.to_le_bytes());
-                r[8..].copy_from_slice(&(payload_len as u32).to_le_bytes());
+            Some(at) if at.worth_it(payload_len) && p.writes.takes_references() => {
                 tag |= BY_REFERENCE;
-                Some(r)
+                Some(at.encode(payload_len as u32))
             }
             _ => None,
         };
-        let payload_len = reference.map_or(payload_len, |r| r.len());
+        let reference = reference.as_ref().map(|(r, n)| &r[..*n]);
+        let payload_len = reference.map_or(payload_len, <[u8]>::len);
         // What follows the headers: the reference, or the payload `fill` writes (once).
         let mut fill = Some(fill);
         let mut body = |into: &mut [u8]| match &reference {
@@ -280,33 +435,53 @@ impl Peers {
     pub fn receive(&mut self, mut take: impl FnMut(SocketAddr, &[u8], Option<&[u8]>)) -> bool {
         let mut got = false;
         let mut broken = Vec::new();
-        let scratch = &mut self.scratch;
         let mut read_by_reference = 0;
-        for (&id, p) in &self.by_id {
+        let scratch = &mut self.scratch;
+        for (&id, p) in &mut self.by_id {
+            let Peer {
+                reads,
+                buffers,
+                memory,
+                ..
+            } = p;
             for _ in 0..MAX_RECORDS_PER_TURN {
-                let r = p.reads.pop_with(|tag, record| {
+                let r = reads.pop_with(|tag, record| {
                     let (from, data) = softib_proto::parse_hand_on(record)?;
                     let (head, payload) = data.split_at_checked((tag & !BY_REFERENCE) as usize)?;
                     if tag & BY_REFERENCE == 0 {
                         take(from, head, (!payload.is_empty()).then_some(payload));
                         return Some(());
                     }
-                    let (at, len) = payload.split_first_chunk::<8>()?;
-                    let len = u32::from_le_bytes(*len.first_chunk::<4>()?) as usize;
+                    let (r, len) = PayloadRef::decode(payload)?;
                     if len > softib_engine::IN_PROCESS_SEGMENT as usize {
                         return None;
                     }
-                    scratch.resize(len, 0);
-                    let read = p
-                        .memory
-                        .as_ref()
-                        .is_some_and(|m| m.read(u64::from_le_bytes(*at), scratch).is_ok());
-                    if read {
-                        read_by_reference += 1;
-                        take(from, head, Some(scratch));
-                    } else {
+                    let bytes = match r {
+                        PayloadRef::Buffer(r) => buffers.bytes(r, len),
+                        PayloadRef::Process(at) => {
+                            scratch.resize(len, 0);
+                            match memory.as_ref().map(|m| m.read(at, scratch)) {
+                                Some(Ok(())) => Ok(&scratch[..]),
+                                Some(Err(e))
+                                    if e.raw_os_error()
+                                        == Some(rustix::io::Errno::FAULT.raw_os_error()) =>
+                                {
+                                    Err(Unreadable::Stale)
+                                }
+                                _ => Err(Unreadable::Refused),
+                            }
+                        }
+                    };
+                    match bytes {
+                        Ok(bytes) => {
+                            read_by_reference += 1;
+                            take(from, head, Some(bytes));
+                        }
                         // Lost, as on a wire: RC sends it again, whole.
-                        let _ = p.reads.refuse_references();
+                        Err(Unreadable::Refused) => {
+                            let _ = reads.refuse_references();
+                        }
+                        Err(Unreadable::Stale) => {}
                     }
                     Some(())
                 });
@@ -455,13 +630,114 @@ mod tests {
         assert_eq!(a.lost, 1);
     }
 
+    /// A buffer of `data`, as `Context::alloc_buffer` makes one, and a reference to
+    /// `offset` of it.
+    fn buffer(data: &[u8], offset: u64) -> (SharedRegion, BufferRef) {
+        use std::os::fd::AsRawFd;
+        let map = SharedRegion::create("softib-unit-peer", data.len()).unwrap();
+        map.write(0, data).unwrap();
+        let r = BufferRef {
+            fd: map.fd().as_raw_fd() as u32,
+            ino: rustix::fs::fstat(map.fd()).unwrap().st_ino,
+            offset,
+        };
+        (map, r)
+    }
+
     #[test]
-    fn a_large_payload_goes_by_reference_and_is_read_from_the_senders_memory() {
+    fn a_large_payload_in_a_buffer_goes_by_reference_and_is_read_from_its_mapping() {
         let (mut a, mut b) = pair();
         let to: IpAddr = "127.0.0.3".parse().unwrap();
         let from: SocketAddr = "127.0.0.2:50000".parse().unwrap();
-        let data: Vec<u8> = (0..REFERENCE_MIN + 5).map(|i| (i * 7) as u8).collect();
-        let at = data.as_ptr() as u64;
+        let data: Vec<u8> = (0..3 * BUFFER_REFERENCE_MIN + 5)
+            .map(|i| (i * 7) as u8)
+            .collect();
+        let (_map, at) = buffer(&data, 0);
+        let len = data.len() - 5;
+        assert!(a.send(
+            to,
+            Qpn::new(64),
+            from,
+            b"hd",
+            (len, Some(PayloadRef::Buffer(at))),
+            |_| { panic!("a reference needs no copy") }
+        ));
+        // The same buffer again, further in: mapped once, read where the reference says.
+        let at5 = BufferRef { offset: 5, ..at };
+        assert!(a.send(
+            to,
+            Qpn::new(64),
+            from,
+            b"h2",
+            (len, Some(PayloadRef::Buffer(at5))),
+            |_| { panic!("a reference needs no copy") }
+        ));
+        a.flush();
+        let mut got = Vec::new();
+        assert!(b.receive(|_, h, p| got.push((h.to_vec(), p.unwrap().to_vec()))));
+        assert_eq!(
+            got,
+            vec![
+                (b"hd".to_vec(), data[..len].to_vec()),
+                (b"h2".to_vec(), data[5..].to_vec())
+            ]
+        );
+        assert_eq!((a.by_reference, b.read_by_reference), (2, 2));
+        assert_eq!(b.by_id[&7].buffers.maps.len(), 1);
+        // A small one goes through the ring.
+        assert!(a.send(
+            to,
+            Qpn::new(64),
+            from,
+            b"hd",
+            (10, Some(PayloadRef::Buffer(at))),
+            |into| {
+                into.copy_from_slice(&data[..10]);
+                true
+            }
+        ));
+        assert!(b.receive(|_, _, p| assert_eq!(p, Some(&data[..10]))));
+        assert_eq!(a.by_reference, 2);
+        // A reference past the buffer's end (16 KiB, a whole number of pages), or to a file
+        // the sender no longer has, is lost (RC sends it again) and does not stop references.
+        for stale in [
+            BufferRef { offset: 8192, ..at },
+            BufferRef {
+                ino: at.ino + 1,
+                ..at
+            },
+        ] {
+            assert!(a.send(
+                to,
+                Qpn::new(64),
+                from,
+                b"hd",
+                (len, Some(PayloadRef::Buffer(stale))),
+                |_| true
+            ));
+            assert!(b.receive(|_, _, _| panic!("nothing to take")));
+        }
+        assert!(a.send(
+            to,
+            Qpn::new(64),
+            from,
+            b"hd",
+            (len, Some(PayloadRef::Buffer(at))),
+            |_| false
+        ));
+        assert!(b.receive(|_, _, p| assert_eq!(p, Some(&data[..len]))));
+        assert_eq!((a.by_reference, b.read_by_reference), (5, 3));
+    }
+
+    #[test]
+    fn a_large_payload_elsewhere_is_read_from_the_senders_memory() {
+        let (mut a, mut b) = pair();
+        let to: IpAddr = "127.0.0.3".parse().unwrap();
+        let from: SocketAddr = "127.0.0.2:50000".parse().unwrap();
+        let data: Vec<u8> = (0..PROCESS_REFERENCE_MIN + 5)
+            .map(|i| (i * 7) as u8)
+            .collect();
+        let at = PayloadRef::Process(data.as_ptr() as u64);
         assert!(a.send(
             to,
             Qpn::new(64),
@@ -470,43 +746,92 @@ mod tests {
             (data.len(), Some(at)),
             |_| { panic!("a reference needs no copy") }
         ));
-        a.flush();
         let mut got = Vec::new();
         assert!(b.receive(|_, h, p| got.push((h.to_vec(), p.unwrap().to_vec()))));
         assert_eq!(got, vec![(b"hd".to_vec(), data.clone())]);
         assert_eq!((a.by_reference, b.read_by_reference), (1, 1));
-        // A small one goes through the ring.
+        // Smaller than a buffer's payload needs, but memory elsewhere goes through the ring.
+        let small = BUFFER_REFERENCE_MIN * 2;
         assert!(
-            a.send(to, Qpn::new(64), from, b"hd", (10, Some(at)), |into| {
-                into.copy_from_slice(&data[..10]);
+            a.send(to, Qpn::new(64), from, b"hd", (small, Some(at)), |into| {
+                into.copy_from_slice(&data[..small]);
                 true
             })
         );
-        assert!(b.receive(|_, _, p| assert_eq!(p, Some(&data[..10]))));
+        assert!(b.receive(|_, _, p| assert_eq!(p, Some(&data[..small]))));
         assert_eq!(a.by_reference, 1);
-        // Memory the sender does not have cannot be read: the packet is lost, and the
-        // receiver says it takes no references from then on.
-        assert!(a.send(
-            to,
-            Qpn::new(64),
-            from,
-            b"hd",
-            (REFERENCE_MIN, Some(8)),
-            |_| true
-        ));
+        // An address the sender does not have is lost (RC sends it again) and does not stop
+        // references.
+        let nowhere = PayloadRef::Process(8);
+        let n = PROCESS_REFERENCE_MIN;
+        assert!(a.send(to, Qpn::new(64), from, b"hd", (n, Some(nowhere)), |_| true));
         assert!(b.receive(|_, _, _| panic!("nothing to take")));
+        assert!(a.send(to, Qpn::new(64), from, b"hd", (n, Some(at)), |_| false));
+        assert!(b.receive(|_, _, p| assert_eq!(p, Some(&data[..n]))));
+        assert_eq!((a.by_reference, b.read_by_reference), (3, 2));
+    }
+
+    #[test]
+    fn references_survive_their_encoding() {
+        let refs = [
+            PayloadRef::Buffer(BufferRef {
+                fd: 7,
+                ino: u64::MAX - 3,
+                offset: 1 << 40,
+            }),
+            PayloadRef::Process(0x7fff_1234_5678),
+        ];
+        for r in refs {
+            let (bytes, n) = r.encode(61_440);
+            assert_eq!(PayloadRef::decode(&bytes[..n]), Some((r, 61_440)));
+            assert_eq!(PayloadRef::decode(&bytes[..n - 1]), None);
+            let mut other = bytes;
+            other[0] = 9;
+            assert_eq!(PayloadRef::decode(&other[..n]), None);
+        }
+    }
+
+    #[test]
+    fn a_peer_that_cannot_take_the_buffers_gets_payloads_through_the_ring() {
+        let bytes = softib_proto::PEER_RING_BYTES;
+        let to_b = PacketRing::create("t", bytes).unwrap();
+        let to_a = PacketRing::create("t", bytes).unwrap();
+        let fd = |r: &PacketRing| r.fd().try_clone_to_owned().unwrap();
+        let bell = || rustix::event::eventfd(0, rustix::event::EventfdFlags::NONBLOCK).unwrap();
+        let (a_addr, b_addr): (SocketAddr, SocketAddr) = (
+            "127.0.0.2:4791".parse().unwrap(),
+            "127.0.0.3:4791".parse().unwrap(),
+        );
+        let (mut a, mut b) = (Peers::default(), Peers::default());
+        a.add(
+            7,
+            b_addr,
+            std::process::id(),
+            &[64],
+            [fd(&to_a), fd(&to_b), bell()],
+        )
+        .unwrap();
+        // B cannot reach A's process (no such pid): it says so before the first packet.
+        b.add(7, a_addr, 0, &[128], [fd(&to_b), fd(&to_a), bell()])
+            .unwrap();
+        let data: Vec<u8> = (0..2 * BUFFER_REFERENCE_MIN)
+            .map(|i| (i * 3) as u8)
+            .collect();
+        let (_map, at) = buffer(&data, 0);
+        let to: IpAddr = "127.0.0.3".parse().unwrap();
+        let from: SocketAddr = "127.0.0.2:50000".parse().unwrap();
         assert!(a.send(
             to,
             Qpn::new(64),
             from,
             b"hd",
-            (REFERENCE_MIN, Some(at)),
+            (data.len(), Some(PayloadRef::Buffer(at))),
             |into| {
-                into.copy_from_slice(&data[..REFERENCE_MIN]);
+                into.copy_from_slice(&data);
                 true
             }
         ));
-        assert!(b.receive(|_, _, p| assert_eq!(p, Some(&data[..REFERENCE_MIN]))));
-        assert_eq!(a.by_reference, 2, "the last went through the ring");
+        assert!(b.receive(|_, _, p| assert_eq!(p, Some(&data[..]))));
+        assert_eq!((a.by_reference, b.read_by_reference), (0, 0));
     }
 }
