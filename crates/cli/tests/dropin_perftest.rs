@@ -155,4 +155,11 @@ fn the_eight_tools_run_on_the_process_data_path() {
         c.loaded_ours();
         moved(&s, &c, 100.0);
     }
+    // Completion events: the engines signal the channels themselves.
+    for tool in TOOLS.iter().filter(|t| t.starts_with("ib_send")) {
+        let p = port().to_string();
+        let args = [tool, "-d", "rxe0", "-p", &p, "-n", "100", "-e"];
+        let (s, c) = pair(&args, &args, &[("SOFTIB_DATAPATH", "process")]);
+        moved(&s, &c, 100.0);
+    }
 }

@@ -287,6 +287,22 @@ fn the_ibverbs_utils_pingpongs_run_between_two_hosts_with_and_without_events() {
 }
 
 #[test]
+fn the_pingpongs_wait_for_completion_events_on_the_process_data_path() {
+    if !have("ibv_rc_pingpong", "ibverbs-utils") {
+        return;
+    }
+    for prog in ["ibv_rc_pingpong", "ibv_ud_pingpong"] {
+        let p = port().to_string();
+        let mut args = vec![prog, "-d", "rxe0", "-g", "1", "-n", "50", "-p", &p, "-e"];
+        if prog == "ibv_ud_pingpong" {
+            args.extend(["-s", "1024"]);
+        }
+        let (s, c) = pair(&args, &args, &[("SOFTIB_DATAPATH", "process")]);
+        pingpong_moved(&s, &c, 50);
+    }
+}
+
+#[test]
 fn ibv_xsrq_pingpong_is_told_xrc_is_not_supported() {
     if !have("ibv_xsrq_pingpong", "ibverbs-utils") {
         return;

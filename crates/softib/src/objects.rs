@@ -124,6 +124,11 @@ impl Device {
         self.ctx().create_comp_channel()
     }
 
+    /// `ibv_destroy_comp_channel`: refused (Busy) while a CQ is armed on it.
+    pub fn destroy_comp_channel(&self, channel: CompChannel) -> Result<()> {
+        self.ctx().destroy_comp_channel(channel)
+    }
+
     /// `ibv_get_async_event` without waiting: the events of this session's objects on this
     /// device and of its ports since last asked, oldest first (a CQ that overflowed raises
     /// `CqErr`, and each QP completing into it `QpFatal`).

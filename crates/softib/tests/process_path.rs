@@ -196,6 +196,49 @@ fn ud_sends_arrive_whole() {
 }
 
 #[test]
+fn completion_channels_are_signalled_by_the_engine_itself() {
+    process_path();
+    let (_hca, a, b) = loopback_pair();
+    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let (buf_a, buf_b) = (a.alloc_buffer(8192).unwrap(), b.alloc_buffer(8192).unwrap());
+    let mr_a = pd_a.register(&buf_a, all()).unwrap();
+    let mr_b = pd_b.register(&buf_b, all()).unwrap();
+    let qp_a = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 16).unwrap();
+    let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 16).unwrap();
+    connect(&qp_a, &qp_b);
+    let ch = b.create_comp_channel().unwrap();
+    let short = Some(Duration::from_millis(200));
+    let long = Some(Duration::from_secs(10));
+
+    // Armed while empty: nothing until a completion comes, which only B's progress thread
+    // can make (no thread of B is in the library while this one waits on the channel).
+    cq_b.req_notify(&ch).unwrap();
+    assert_eq!(ch.get_events(short).unwrap(), 0, "no completion yet");
+    qp_b.recv(&mr_b, 0, 4096, 1).unwrap();
+    qp_a.send(&mr_a, 0, 100, None, 2).unwrap();
+    assert_eq!(ch.get_events(long).unwrap(), 1, "the receive's completion");
+    // One-shot: the next completion signals nothing until the CQ is armed again.
+    qp_b.recv(&mr_b, 0, 4096, 3).unwrap();
+    qp_a.send(&mr_a, 0, 100, None, 4).unwrap();
+    done(&cq_a, 2, WcOpcode::Send);
+    done(&cq_a, 4, WcOpcode::Send);
+    assert_eq!(ch.get_events(short).unwrap(), 0, "disarmed after one event");
+    // Armed while it holds completions: signalled at once, as on the daemon path.
+    cq_b.req_notify(&ch).unwrap();
+    assert_eq!(ch.try_get_events().unwrap(), Some(1));
+    done(&cq_b, 1, WcOpcode::Recv);
+    done(&cq_b, 3, WcOpcode::Recv);
+
+    // A channel with a CQ armed on it cannot be destroyed; one without can.
+    cq_b.req_notify(&ch).unwrap();
+    let err = b.destroy_comp_channel(ch).unwrap_err();
+    assert!(err.to_string().contains("still armed"), "{err}");
+    b.destroy_comp_channel(b.create_comp_channel().unwrap())
+        .unwrap();
+}
+
+#[test]
 fn a_peer_that_goes_away_leaves_retry_exceeded() {
     process_path();
     let (hca, a, b) = loopback_pair();

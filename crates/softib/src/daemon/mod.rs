@@ -637,6 +637,22 @@ impl Session {
     }
 
     pub(crate) fn destroy_comp_channel(&mut self, channel: CompChannel) -> Result<()> {
+        let engines = || {
+            self.process
+                .iter()
+                .flatten()
+                .filter_map(|(_, e)| e.as_ref())
+        };
+        if engines().any(|e| e.channel_in_use(channel.handle)) {
+            // As the daemon refuses it for its CQs.
+            return Err(Error::Refused {
+                kind: ErrorKind::Busy,
+                message: "a CQ is still armed on this completion channel".into(),
+            });
+        }
+        for e in engines() {
+            e.forget_channel(channel.handle);
+        }
         self.conn.ok(&Request::DestroyCompChannel {
             channel: channel.handle,
         })
@@ -648,7 +664,9 @@ impl Session {
         cq: CqHandle,
         channel: &CompChannel,
     ) -> Result<()> {
-        self.daemon_only(dev, "ibv_req_notify_cq")?;
+        if let Some(e) = self.engine(dev)? {
+            return e.req_notify_cq(cq, channel);
+        }
         self.conn.ok(&Request::ReqNotifyCq {
             dev,
             cq: cq.0,

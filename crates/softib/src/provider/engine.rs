@@ -20,6 +20,7 @@ use softib_net::{RxBatch, TxQueue, UdpLink};
 use softib_wire::Qpn;
 
 use super::memory::LocalMemory;
+use super::notify::Notifications;
 use super::peers::Peers;
 
 /// The most per-QP source sockets an engine opens; QPs beyond send from the member socket.
@@ -58,6 +59,8 @@ pub(crate) struct Station {
     local_room: Box<[u8]>,
     /// Application threads' turns, counted ([`Station::app_turn`]).
     app_turns: u32,
+    /// CQs armed on completion channels, signalled after every turn.
+    pub notify: Notifications,
     /// Datagrams the kernel would not take; datagrams handed on, and those the full hand-on
     /// ring could not take (lost, as on a congested wire).
     pub tx_dropped: u64,
@@ -93,6 +96,7 @@ impl Station {
             peers: Peers::default(),
             local_room: vec![0u8; ROOM].into_boxed_slice(),
             app_turns: 0,
+            notify: Notifications::default(),
             tx_dropped: 0,
             handed_on: 0,
             hand_on_full: 0,
@@ -128,6 +132,7 @@ impl Station {
         let now = self.now();
         self.ca.handle_timeout(now);
         let sent = self.transmit(now);
+        self.notify.signal(self.ca.hca());
         got || sent
     }
 
@@ -144,6 +149,7 @@ impl Station {
         let now = self.now();
         self.ca.handle_timeout(now);
         let sent = self.transmit(now);
+        self.notify.signal(self.ca.hca());
         got || sent
     }
 
@@ -151,6 +157,7 @@ impl Station {
     pub fn send_now(&mut self) {
         let now = self.now();
         let _ = self.transmit(now);
+        self.notify.signal(self.ca.hca());
     }
 
     fn receive(&mut self) -> bool {

@@ -19,6 +19,7 @@
 
 mod engine;
 mod memory;
+mod notify;
 mod peers;
 
 use std::os::fd::{AsFd, OwnedFd};
@@ -370,8 +371,35 @@ impl Engine {
     }
 
     pub(crate) fn destroy_cq(&self, conn: &mut Conn, cq: CqHandle) -> Result<()> {
-        self.lock().ca.hca_mut().destroy_cq(cq).map_err(refused)?;
+        {
+            let mut st = self.lock();
+            st.ca.hca_mut().destroy_cq(cq).map_err(refused)?;
+            st.notify.forget_cq(cq);
+        }
         self.disown(conn, ProcessObject::Cq(cq.0))
+    }
+
+    /// `ibv_req_notify_cq`: `channel` is signalled once `cq` holds a completion (at once if
+    /// it holds one now, as on the daemon path).
+    pub(crate) fn req_notify_cq(&self, cq: CqHandle, channel: &crate::CompChannel) -> Result<()> {
+        let mut st = self.lock();
+        if !st.ca.hca().has_cq(cq) {
+            return Err(refused(VerbsError::NotFound("CQ")));
+        }
+        st.notify.arm(cq, channel.handle, channel.fd.as_fd())?;
+        let Station { ca, notify, .. } = &mut *st;
+        notify.signal(ca.hca());
+        Ok(())
+    }
+
+    /// Whether a CQ of this engine is armed on channel `handle`.
+    pub(crate) fn channel_in_use(&self, handle: u64) -> bool {
+        self.lock().notify.in_use(handle)
+    }
+
+    /// Forgets channel `handle` (being destroyed).
+    pub(crate) fn forget_channel(&self, handle: u64) {
+        self.lock().notify.forget_channel(handle);
     }
 
     pub(crate) fn create_qp(&self, conn: &mut Conn, init: QpInitAttr) -> Result<Qpn> {
