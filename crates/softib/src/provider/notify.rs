@@ -23,8 +23,8 @@ pub(crate) struct Notifications {
 impl Notifications {
     /// Arms `cq` on channel `handle` (eventfd `fd`) for one notification.
     pub fn arm(&mut self, cq: CqHandle, handle: u64, fd: BorrowedFd<'_>) -> std::io::Result<()> {
-        if !self.channels.contains_key(&handle) {
-            self.channels.insert(handle, fd.try_clone_to_owned()?);
+        if let std::collections::hash_map::Entry::Vacant(e) = self.channels.entry(handle) {
+            e.insert(fd.try_clone_to_owned()?);
         }
         self.armed.retain(|&(c, _)| c != cq);
         self.armed.push((cq, handle));
