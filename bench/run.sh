@@ -20,7 +20,8 @@
 #        the CPU an idle daemon uses;
 # dropin Debian's own perftest (/usr/bin/ib_write_bw, ib_send_lat) on softib's drop-in
 #        libibverbs.so.1 (softib run) beside softib's own perftest, on the intra setup, runs
-#        interleaved (issue 18: the drop-in adds at most 5%);
+#        interleaved (issue 18: the drop-in adds at most 5%), on each --datapath (process:
+#        series dropin.process.*);
 # ipoib  iperf3 (one TCP stream) between two hosts' ib0 on the softib fabric (topoA, a network
 #        namespace per host) beside iperf3 over a veth pair with ib0's MTU (issue 10: a figure,
 #        no target).
@@ -445,27 +446,36 @@ if want dropin; then
   [ -f "$W/libibverbs.so" ] || echo "no drop-in library beside $S_ORIG: every dropin run fails" >&2
   for r in $(seq 1 "$RUNS"); do
     log "dropin run $r/$RUNS"
-    for s in 4096 65536; do
-      sib_bw "dropin.own.ib_write_bw.RC.$s" RC "$s" ib_write_bw "${P[@]}"
-      up_pair "${P[@]}" ib_write_bw -c RC -s "$s" -D $DUR
-      v=""; [ $RC_C = 0 ] && [ $RC_S = 0 ] && v=$(field "$L-c.txt" "$s" 4)
-      rec_num "dropin.upstream.ib_write_bw.RC.$s" MiB/s "$v" "$(why $RC_C "$L-c.txt"; echo -n ' | server '; why $RC_S "$L-s.txt")"
-      show "dropin.upstream.ib_write_bw.RC.$s"
+    for dp in $DATAPATHS; do
+      # The daemon path keeps the series' old names (dropin.own.*, dropin.upstream.*).
+      case $dp in daemon) k="" ;; process) k="process." ;; *) echo "--datapath: unknown $dp" >&2; exit 2 ;; esac
+      export SOFTIB_DATAPATH=$dp
+      for s in 4096 65536; do
+        sib_bw "dropin.${k}own.ib_write_bw.RC.$s" RC "$s" ib_write_bw "${P[@]}"
+        up_pair "${P[@]}" ib_write_bw -c RC -s "$s" -D $DUR
+        v=""; [ $RC_C = 0 ] && [ $RC_S = 0 ] && v=$(field "$L-c.txt" "$s" 4)
+        rec_num "dropin.${k}upstream.ib_write_bw.RC.$s" MiB/s "$v" "$(why $RC_C "$L-c.txt"; echo -n ' | server '; why $RC_S "$L-s.txt")"
+        show "dropin.${k}upstream.ib_write_bw.RC.$s"
+      done
+      sib_lat "dropin.${k}own.ib_send_lat.RC.8" ib_send_lat "${P[@]}"
+      up_pair "${P[@]}" ib_send_lat -s 8 -n $LAT_N
+      typ=""; avg=""
+      [ $RC_C = 0 ] && [ $RC_S = 0 ] && { typ=$(field "$L-c.txt" 8 5); avg=$(field "$L-c.txt" 8 6); }
+      msg="$(why $RC_C "$L-c.txt"; echo -n ' | server '; why $RC_S "$L-s.txt")"
+      rec_num "dropin.${k}upstream.ib_send_lat.RC.8" us "$typ" "$msg"
+      rec_num "dropin.${k}upstream.ib_send_lat.RC.8:avg" us "$avg" "$msg"
+      show "dropin.${k}upstream.ib_send_lat.RC.8"
     done
-    sib_lat dropin.own.ib_send_lat.RC.8 ib_send_lat "${P[@]}"
-    up_pair "${P[@]}" ib_send_lat -s 8 -n $LAT_N
-    typ=""; avg=""
-    [ $RC_C = 0 ] && [ $RC_S = 0 ] && { typ=$(field "$L-c.txt" 8 5); avg=$(field "$L-c.txt" 8 6); }
-    msg="$(why $RC_C "$L-c.txt"; echo -n ' | server '; why $RC_S "$L-s.txt")"
-    rec_num dropin.upstream.ib_send_lat.RC.8 us "$typ" "$msg"
-    rec_num dropin.upstream.ib_send_lat.RC.8:avg us "$avg" "$msg"
-    show dropin.upstream.ib_send_lat.RC.8
+    unset SOFTIB_DATAPATH
   done
   stop_daemon "$DDPID"
-  for s in 4096 65536; do
-    row "dropin Debian ib_write_bw $(human "$s")" MiB/s "dropin.upstream.ib_write_bw.RC.$s" "softib's ib_write_bw" "dropin.own.ib_write_bw.RC.$s" ge 0.95
+  for dp in $DATAPATHS; do
+    case $dp in daemon) k=""; w="" ;; *) k="process."; w=" (process path)" ;; esac
+    for s in 4096 65536; do
+      row "dropin Debian ib_write_bw $(human "$s")$w" MiB/s "dropin.${k}upstream.ib_write_bw.RC.$s" "softib's ib_write_bw" "dropin.${k}own.ib_write_bw.RC.$s" ge 0.95
+    done
+    row "dropin Debian ib_send_lat 8 B (median)$w" us "dropin.${k}upstream.ib_send_lat.RC.8" "softib's ib_send_lat" "dropin.${k}own.ib_send_lat.RC.8" le 1.05
   done
-  row "dropin Debian ib_send_lat 8 B (median)" us dropin.upstream.ib_send_lat.RC.8 "softib's ib_send_lat" dropin.own.ib_send_lat.RC.8 le 1.05
 fi
 
 # --- inter-host ---------------------------------------------------------------------------
