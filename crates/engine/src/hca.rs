@@ -569,6 +569,11 @@ impl<M: Memory> Hca<M> {
         Ok(ah)
     }
 
+    /// The address vector of an address handle.
+    pub fn ah_av(&self, ah: AhHandle) -> Option<&AddressVector> {
+        self.res.ahs.get(&ah).map(|a| &a.av)
+    }
+
     /// Destroys an address handle.
     pub fn destroy_ah(&mut self, ah: AhHandle) -> Result<(), VerbsError> {
         self.res

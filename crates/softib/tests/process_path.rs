@@ -1,8 +1,8 @@
 //! The process data path (`SOFTIB_DATAPATH=process`): each context's RoCE device runs its
 //! engine in this process, with its own socket in the device's steering group. Two contexts on
 //! `rxe0` and `rxe1` of one embedded daemon — two clients, as two processes would be —
-//! exchange RC SENDs, WRITEs, READs and atomics through the rings the daemon gives their
-//! engines, and UD SENDs through the kernel, every byte checked; the daemon hands out their
+//! exchange RC SENDs, WRITEs, READs and atomics, and UD SENDs, through the rings the daemon
+//! gives their engines, every byte checked; the daemon hands out their
 //! QPNs and keys and shows what they own; a peer that goes away leaves its partner with
 //! retry-exceeded. (The kernel's path for RC is the perftest tests' `SOFTIB_PEER_RINGS=0`.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -193,6 +193,17 @@ fn ud_sends_arrive_whole() {
         buf_b.read(40, &mut got);
         assert!(got == data, "UD SEND {i}");
     }
+    // Through the ring between the two engines: the daemon was asked once, at the first
+    // send to B's QP.
+    let (ca, cb) = (
+        a.process_counters().unwrap().unwrap(),
+        b.process_counters().unwrap().unwrap(),
+    );
+    assert_eq!(
+        (ca.peers, ca.ring_sent, cb.ring_received),
+        (1, 8, 8),
+        "{ca:?} {cb:?}"
+    );
 }
 
 #[test]

@@ -286,6 +286,9 @@ pub struct RoceCa<M: Memory> {
     /// The QPs whose peer the embedder reaches locally whatever their path's address (a
     /// ring to another process's engine on the same daemon).
     local_qps: BTreeSet<Qpn>,
+    /// The UD destinations (device address, QP) the embedder reaches locally (a ring to the
+    /// engine that holds the QP).
+    local_ud: BTreeSet<(std::net::IpAddr, Qpn)>,
     /// Whether nothing between this device and a local peer could see or change a datagram.
     trust_local: bool,
     /// The RC QPs whose in-process flag was decided from their path, to decide again when the
@@ -310,6 +313,7 @@ impl<M: Memory> RoceCa<M> {
             config,
             local_peers: Vec::new(),
             local_qps: BTreeSet::new(),
+            local_ud: BTreeSet::new(),
             trust_local: false,
             decided: BTreeSet::new(),
             ident: IdentPatch::default(),
@@ -401,6 +405,21 @@ impl<M: Memory> RoceCa<M> {
         if changed && self.decided.contains(&qpn) {
             self.decide(qpn);
         }
+    }
+
+    /// Declares that UD datagrams to QP `dqpn` at device address `to` are (or are no
+    /// longer) reached locally: they come out with [`RoceTransmit::local`], unsealed.
+    pub fn set_ud_local(&mut self, to: std::net::IpAddr, dqpn: Qpn, local: bool) {
+        if local {
+            self.local_ud.insert((to, dqpn));
+        } else {
+            self.local_ud.remove(&(to, dqpn));
+        }
+    }
+
+    /// Forgets every UD destination declared local ([`RoceCa::set_ud_local`]).
+    pub fn clear_ud_local(&mut self) {
+        self.local_ud.clear();
     }
 
     /// Says whether nothing between this device and its local peers (no capture, no fault)
@@ -633,7 +652,11 @@ impl<M: Memory> RoceCa<M> {
             };
             let to = SocketAddr::new(framing::ip_of(&grh.dgid), self.config.peer_port);
             let is_local = !local.is_empty()
-                && (self.local_peers.contains(&to) || self.local_qps.contains(&packet.src_qpn));
+                && (self.local_peers.contains(&to)
+                    || self.local_qps.contains(&packet.src_qpn)
+                    || (!self.local_ud.is_empty()
+                        && packet.opcode.transport() == Transport::Ud
+                        && self.local_ud.contains(&(to.ip(), packet.dest_qpn))));
             self.last_local = is_local;
             if is_local != built_local {
                 let (from, into): (&[u8], &mut [u8]) = if built_local {

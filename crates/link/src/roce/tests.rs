@@ -470,6 +470,47 @@ fn packets_leave_from_the_source_port_rxe_uses_for_their_qp() {
 }
 
 #[test]
+fn ud_datagrams_to_a_destination_declared_local_come_out_local() {
+    let (mut a, b, _, _) = rc_pair();
+    let ua = create_qp(&mut a, QpType::Ud);
+    ud_up(&mut a, ua);
+    let (pd, lkey) = (a.pd, a.key);
+    let to = addr(&b).ip();
+    let ah = a.ca.hca_mut().create_ah(pd, av_to(to)).unwrap();
+    let send = |a: &mut Dev, remote_qpn: Qpn| {
+        let wr = SendWr {
+            wr_id: 1,
+            opcode: WrOpcode::Send,
+            sg_list: vec![Sge {
+                addr: BUF,
+                length: 17,
+                lkey,
+            }],
+            flags: SendFlags::SIGNALED,
+            inline_data: None,
+            ud: Some(UdDest {
+                ah,
+                remote_qpn,
+                remote_qkey: 0x1111_1111,
+            }),
+        };
+        a.ca.hca_mut().post_send(ua, wr).unwrap();
+        let (_, ts) = drain(a, false);
+        assert_eq!(ts.len(), 1);
+        ts[0].local
+    };
+    let (near, far) = (Qpn::new(0x2001), Qpn::new(0x3001));
+    a.ca.set_ud_local(to, near, true);
+    assert!(send(&mut a, near), "declared local");
+    assert!(!send(&mut a, far), "another QP at the same address");
+    a.ca.set_ud_local(to, near, false);
+    assert!(!send(&mut a, near), "no longer local");
+    a.ca.set_ud_local(to, near, true);
+    a.ca.clear_ud_local();
+    assert!(!send(&mut a, near), "forgotten");
+}
+
+#[test]
 fn a_packet_built_in_the_wrong_room_is_moved_and_one_without_a_grh_is_counted() {
     let (mut a, b, qa, _) = rc_pair();
     let ta = addr(&a);

@@ -579,7 +579,7 @@ impl Session {
 
     pub(crate) fn post_send(&mut self, dev: u32, qpn: Qpn, wrs: Vec<SendWr>) -> Result<()> {
         if let Some(e) = self.engine(dev)? {
-            return e.post_send(qpn, wrs);
+            return e.post_send(&mut self.conn, qpn, wrs);
         }
         self.posts.post_send(&mut self.conn, (dev, qpn), wrs)
     }

@@ -55,6 +55,9 @@ pub(crate) struct Station {
     hand_on: PacketRing,
     /// Rings to other processes' engines on this daemon.
     pub peers: Peers,
+    /// The UD destinations (device address, QP) the daemon was asked about
+    /// (`Engine::post_send`): each is asked once, until the rings change.
+    pub ud_asked: std::collections::HashSet<(std::net::IpAddr, Qpn)>,
     /// Where datagrams for those peers are built.
     local_room: Box<[u8]>,
     /// Application threads' turns, counted ([`Station::app_turn`]).
@@ -94,6 +97,7 @@ impl Station {
             blocks: BTreeSet::new(),
             hand_on,
             peers: Peers::default(),
+            ud_asked: std::collections::HashSet::new(),
             local_room: vec![0u8; ROOM].into_boxed_slice(),
             app_turns: 0,
             notify: Notifications::default(),

@@ -76,6 +76,10 @@ fn rings_wanted() -> bool {
     std::env::var("SOFTIB_PEER_RINGS").map_or(true, |v| v != "0")
 }
 
+/// The most UD destinations an engine asks the daemon about; beyond, UD goes through the
+/// kernel (a program that sends to thousands of QPs gains little from rings).
+const MAX_UD_ASKED: usize = 4096;
+
 /// An application thread waiting for a completion, counted while it waits.
 struct Waiting<'a>(&'a std::sync::atomic::AtomicU32);
 
@@ -475,18 +479,61 @@ impl Engine {
                 return;
             }
         }
+        if self.ask_ring(conn, grh.dgid, dqpn) {
+            self.lock().ca.set_qp_local(qpn, true);
+        }
+    }
+
+    /// Before UD WRs go out: every destination (device address, QP) of theirs the daemon was
+    /// not asked about yet is asked about once ([`Engine::ask_ring`]); those another
+    /// process's engine on this daemon holds are reached through a ring from then on. A
+    /// destination asked about while the rings change is asked about again later.
+    fn ud_rings(&self, conn: &mut Conn, wrs: &[SendWr]) {
+        if !rings_wanted() || wrs.iter().all(|w| w.ud.is_none()) {
+            return;
+        }
+        let ask: Vec<(softib_wire::Gid, Qpn)> = {
+            let mut st = self.lock();
+            let mut ask = Vec::new();
+            for ud in wrs.iter().filter_map(|w| w.ud.as_ref()) {
+                let Some(grh) = st.ca.hca().ah_av(ud.ah).and_then(|av| av.grh) else {
+                    continue;
+                };
+                let ip = softib_link::roce::framing::ip_of(&grh.dgid);
+                let key = (ip, ud.remote_qpn);
+                if ud.remote_qpn == Qpn::MULTICAST
+                    || st.ud_asked.contains(&key)
+                    || st.ud_asked.len() >= MAX_UD_ASKED
+                {
+                    continue;
+                }
+                st.ud_asked.insert(key);
+                ask.push((grh.dgid, ud.remote_qpn));
+            }
+            ask
+        };
+        for (dgid, dqpn) in ask {
+            if self.ask_ring(conn, dgid, dqpn) {
+                let ip = softib_link::roce::framing::ip_of(&dgid);
+                self.lock().ca.set_ud_local(ip, dqpn, true);
+            }
+        }
+    }
+
+    /// Asks the daemon for rings to the engine that holds QP `dqpn` at `dgid`, and takes them
+    /// if it has some: whether that QP is reached through a ring now.
+    fn ask_ring(&self, conn: &mut Conn, dgid: softib_wire::Gid, dqpn: Qpn) -> bool {
+        let peer_ip = softib_link::roce::framing::ip_of(&dgid);
         let req = Request::RingTo {
             dev: self.dev,
-            dgid: grh.dgid,
+            dgid,
             dqpn,
         };
         let (resp, fds) = match conn.call_receiving_fds(&req, &[]) {
             Ok(r) => r,
             Err(e) => {
-                log(format_args!(
-                    "QP {qpn}: no ring to {dqpn} at {peer_ip}: {e}"
-                ));
-                return;
+                log(format_args!("no ring to QP {dqpn} at {peer_ip}: {e}"));
+                return false;
             }
         };
         let mut st = self.lock();
@@ -501,25 +548,26 @@ impl Engine {
                 if fresh {
                     let Ok(fds) = <[OwnedFd; 3]>::try_from(fds) else {
                         log(format_args!(
-                            "QP {qpn}: the daemon's rings came without three descriptors"
+                            "QP {dqpn}: the daemon's rings came without three descriptors"
                         ));
-                        return;
+                        return false;
                     };
                     if let Err(e) = st.peers.add(id, peer, peer_pid, &peer_blocks, fds) {
                         log(format_args!(
-                            "QP {qpn}: cannot map the rings to {peer}: {e}"
+                            "QP {dqpn}: cannot map the rings to {peer}: {e}"
                         ));
-                        return;
+                        return false;
                     }
                 } else {
                     st.peers.route(id, peer, &peer_blocks);
                 }
-                if st.peers.reaches(peer_ip, dqpn) {
-                    st.ca.set_qp_local(qpn, true);
-                }
+                st.peers.reaches(peer_ip, dqpn)
             }
-            Response::NoRing(why) => log(format_args!("QP {qpn}: no ring to {dqpn}: {why}")),
-            _ => {}
+            Response::NoRing(why) => {
+                log(format_args!("no ring to QP {dqpn}: {why}"));
+                false
+            }
+            _ => false,
         }
     }
 
@@ -604,7 +652,8 @@ impl Engine {
     }
 
     /// `ibv_post_send`: the WRs go into the engine and their packets out at once.
-    pub(crate) fn post_send(&self, qpn: Qpn, wrs: Vec<SendWr>) -> Result<()> {
+    pub(crate) fn post_send(&self, conn: &mut Conn, qpn: Qpn, wrs: Vec<SendWr>) -> Result<()> {
+        self.ud_rings(conn, &wrs);
         let mut st = self.lock();
         let mut r = Ok(());
         for (i, wr) in wrs.into_iter().enumerate() {
@@ -759,7 +808,12 @@ fn take_events(st: &mut Station, reader: &mut softib_proto::FrameReader) {
                     log(format_args!("cannot map the rings to {peer}: {e}"));
                 }
             }
-            Ok(Event::RingGone { id }) => st.peers.gone(id),
+            Ok(Event::RingGone { id }) => {
+                st.peers.gone(id);
+                // UD destinations are asked about again (another engine may hold them now).
+                st.ud_asked.clear();
+                st.ca.clear_ud_local();
+            }
             Err(e) => log(format_args!("the daemon's event channel: {e}")),
         }
     }
