@@ -11,9 +11,10 @@
 //! - the pages are anonymous private memory (the heap or an anonymous `mmap`, readable and
 //!   writable — never a file, a shared mapping, the stack or huge pages, whose meaning would
 //!   change) not yet moved, or all inside one segment already moved (and still mapped);
-//! - the process has one thread, so nothing can write the pages between the copy and the
-//!   switch (signals are blocked meanwhile), and the switch itself is one `mremap` that
-//!   replaces the old pages or fails and leaves them;
+//! - the process has one thread — besides the process data path's progress threads, which
+//!   park meanwhile (`softib::pause_progress`) — so nothing can write the pages between the
+//!   copy and the switch (signals are blocked meanwhile), and the switch itself is one
+//!   `mremap` that replaces the old pages or fails and leaves them;
 //! - `SOFTIB_SHARE_MR` is not `0`.
 //!
 //! What changes for the program: the pages are now a shared mapping. After `fork`, the child
@@ -88,11 +89,13 @@ fn covered(maps: &[Mapping], start: usize, end: usize, ok: impl Fn(&Mapping) -> 
     at >= end
 }
 
-fn single_threaded() -> bool {
+/// Whether the process has exactly `n` threads.
+fn threads_are(n: usize) -> bool {
     std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
         s.lines()
             .find_map(|l| l.strip_prefix("Threads:"))
-            .is_some_and(|n| n.trim() == "1")
+            .and_then(|t| t.trim().parse::<usize>().ok())
+            == Some(n)
     })
 }
 
@@ -149,10 +152,17 @@ pub(crate) fn segment(addr: usize, len: usize) -> Option<Place> {
     let plain = |m: &Mapping| {
         m.perms == "rw-p" && m.inode == 0 && (m.path.is_empty() || m.path == "[heap]")
     };
-    if !covered(&maps, start, end, plain) || !single_threaded() {
+    if !covered(&maps, start, end, plain) {
         return None;
     }
-    let seg = move_pages(start, end - start)?;
+    // The process data path's progress threads park meanwhile: then they do not count.
+    let pause = softib::pause_progress(std::time::Duration::from_millis(500));
+    if !threads_are(1 + pause.as_ref().map_or(0, softib::ProgressPause::threads)) {
+        return None;
+    }
+    let seg = move_pages(start, end - start);
+    drop(pause);
+    let seg = seg?;
     static ATFORK: Once = Once::new();
     ATFORK.call_once(|| {
         // SAFETY: registers a plain function, run in the child only.
@@ -197,8 +207,8 @@ fn move_pages(start: usize, len: usize) -> Option<Segment> {
         )
     }
     .ok()?;
-    // Nothing else may run between the copy and the switch: the process has one thread (the
-    // caller checked), and signals wait.
+    // Nothing else may run between the copy and the switch: the process has one running
+    // thread (the caller checked, with the progress threads parked), and signals wait.
     // SAFETY: sigset_t is plain data; the masks are the calling thread's.
     let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
     let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };

@@ -61,6 +61,7 @@ pub use objects::{
     AddressHandle, CompletionQueue, Device, Endpoint, MemoryRegion, ProtectionDomain, QueuePair,
     SharedReceiveQueue,
 };
+pub use provider::pause::{pause as pause_progress, ProgressPause};
 pub use provider::ProcessCounters;
 
 /// The Q_Key softib's objects use on UD QPs (perftest's and the pingpong examples' 0x11111111).

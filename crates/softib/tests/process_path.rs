@@ -250,6 +250,55 @@ fn completion_channels_are_signalled_by_the_engine_itself() {
 }
 
 #[test]
+fn progress_threads_park_for_a_pause_and_carry_on_after_it() {
+    process_path();
+    let (_hca, a, b) = loopback_pair();
+    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let (buf_a, buf_b) = (a.alloc_buffer(8192).unwrap(), b.alloc_buffer(8192).unwrap());
+    let mr_a = pd_a.register(&buf_a, all()).unwrap();
+    let mr_b = pd_b.register(&buf_b, all()).unwrap();
+    let qp_a = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 16).unwrap();
+    let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 16).unwrap();
+    connect(&qp_a, &qp_b);
+    let threads = || {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
+            .filter(|st| st.contains("(softib-progres"))
+            .map(|st| {
+                st.split(") ")
+                    .nth(1)
+                    .unwrap_or("")
+                    .chars()
+                    .next()
+                    .unwrap_or('?')
+            })
+            .collect::<Vec<char>>()
+    };
+    {
+        // Tests of this binary run in parallel: other engines may be paused with these.
+        let pause = softib::pause_progress(Duration::from_secs(5)).expect("every thread parks");
+        assert!(pause.threads() >= 2, "{}", pause.threads());
+        assert!(
+            softib::pause_progress(Duration::from_millis(10)).is_none(),
+            "one pause at a time"
+        );
+        // Parked: asleep on the condition variable, not spinning.
+        std::thread::sleep(Duration::from_millis(50));
+        let states = threads();
+        assert!(
+            states.len() >= 2 && states.iter().all(|&c| c == 'S'),
+            "{states:?}"
+        );
+    }
+    // After it, B's progress thread answers a WRITE again (no thread of B polls).
+    qp_a.write(&mr_a, 0, 100, mr_b.addr(), mr_b.rkey(), 7)
+        .unwrap();
+    done(&cq_a, 7, WcOpcode::RdmaWrite);
+}
+
+#[test]
 fn a_peer_that_goes_away_leaves_retry_exceeded() {
     process_path();
     let (hca, a, b) = loopback_pair();

@@ -209,6 +209,9 @@ pub(crate) struct Session {
     /// process, or `None` where the device keeps the daemon path (IB). `None` altogether on
     /// the daemon path.
     process: Option<BTreeMap<u32, Option<Arc<Engine>>>>,
+    /// The eventfd the program's `async_fd` watches ([`Session::attach_async_fd`]): the
+    /// process engines add to it too, for the events they raise.
+    async_bell: Option<std::os::fd::OwnedFd>,
 }
 
 impl Session {
@@ -252,6 +255,7 @@ impl Session {
             cqs: CqRings::new(env_off("SOFTIB_WAKEUP")),
             posts: Posting::new(env_off("SOFTIB_SUBMIT_RING")),
             process: provider::wanted()?.then(BTreeMap::new),
+            async_bell: None,
         })
     }
 
@@ -306,6 +310,18 @@ impl Session {
     /// Hands the daemon an eventfd it adds to whenever it queues an asynchronous event for
     /// this session; `false` when the daemon cannot (an older one).
     pub(crate) fn attach_async_fd(&mut self, fd: std::os::fd::BorrowedFd<'_>) -> Result<bool> {
+        if self.process.is_some() {
+            let bell = fd.try_clone_to_owned()?;
+            for e in self
+                .process
+                .iter()
+                .flatten()
+                .filter_map(|(_, e)| e.as_ref())
+            {
+                e.set_async_bell(bell.try_clone()?);
+            }
+            self.async_bell = Some(bell);
+        }
         match self.conn.call_with_fds(&Request::AttachAsyncEvents, &[fd]) {
             Ok(Response::Ok) => Ok(true),
             Ok(_) => Err(Error::Unexpected("not Ok")),
@@ -709,7 +725,11 @@ impl Session {
         };
         let roce = info.ports.first().is_some_and(|p| !p.link_layer_ib);
         let engine = if roce {
-            Some(Arc::new(Engine::start(&mut self.conn, dev, info)?))
+            let e = Engine::start(&mut self.conn, dev, info)?;
+            if let Some(bell) = &self.async_bell {
+                e.set_async_bell(bell.try_clone()?);
+            }
+            Some(Arc::new(e))
         } else {
             None
         };

@@ -33,6 +33,10 @@ const TX_FLUSH_BYTES: usize = 1 << 18;
 /// peers ([`Station::app_turn`]).
 const APP_SOCKET_EVERY: u32 = 16;
 
+/// The most asynchronous events kept for a program that does not ask for them (the oldest
+/// go first, as a full event queue of an HCA overwrites).
+const MAX_EVENTS: usize = 4096;
+
 /// The room each datagram is built in (`RoceCa::poll_transmit`).
 const ROOM: usize = IN_PROCESS_MAX_LEN + softib_wire::crc::ICRC_LEN;
 
@@ -64,6 +68,11 @@ pub(crate) struct Station {
     app_turns: u32,
     /// CQs armed on completion channels, signalled after every turn.
     pub notify: Notifications,
+    /// The engine's asynchronous events, taken from it after every turn, until the program
+    /// asks for them ([`Station::take_events`]); the eventfd `async_fd` watches, added to
+    /// when one comes.
+    events: std::collections::VecDeque<softib_engine::verbs::AsyncEvent>,
+    pub async_bell: Option<std::os::fd::OwnedFd>,
     /// Datagrams the kernel would not take; datagrams handed on, and those the full hand-on
     /// ring could not take (lost, as on a congested wire).
     pub tx_dropped: u64,
@@ -101,6 +110,8 @@ impl Station {
             local_room: vec![0u8; ROOM].into_boxed_slice(),
             app_turns: 0,
             notify: Notifications::default(),
+            events: std::collections::VecDeque::new(),
+            async_bell: None,
             tx_dropped: 0,
             handed_on: 0,
             hand_on_full: 0,
@@ -136,7 +147,7 @@ impl Station {
         let now = self.now();
         self.ca.handle_timeout(now);
         let sent = self.transmit(now);
-        self.notify.signal(self.ca.hca());
+        self.after_turn();
         got || sent
     }
 
@@ -153,7 +164,7 @@ impl Station {
         let now = self.now();
         self.ca.handle_timeout(now);
         let sent = self.transmit(now);
-        self.notify.signal(self.ca.hca());
+        self.after_turn();
         got || sent
     }
 
@@ -161,7 +172,30 @@ impl Station {
     pub fn send_now(&mut self) {
         let now = self.now();
         let _ = self.transmit(now);
+        self.after_turn();
+    }
+
+    /// What follows every turn: armed CQs that hold a completion signalled, asynchronous
+    /// events taken from the engine (and `async_fd` told).
+    pub fn after_turn(&mut self) {
         self.notify.signal(self.ca.hca());
+        let mut new = false;
+        while let Some(e) = self.ca.poll_event() {
+            if self.events.len() >= MAX_EVENTS {
+                self.events.pop_front();
+            }
+            self.events.push_back(e);
+            new = true;
+        }
+        if let (true, Some(bell)) = (new, &self.async_bell) {
+            let _ = rustix::io::write(bell, &1u64.to_ne_bytes());
+        }
+    }
+
+    /// The asynchronous events since last asked, oldest first.
+    pub fn take_events(&mut self) -> Vec<softib_engine::verbs::AsyncEvent> {
+        self.after_turn();
+        self.events.drain(..).collect()
     }
 
     fn receive(&mut self) -> bool {

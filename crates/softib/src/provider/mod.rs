@@ -20,6 +20,7 @@
 mod engine;
 mod memory;
 mod notify;
+pub(crate) mod pause;
 mod peers;
 
 use std::os::fd::{AsFd, OwnedFd};
@@ -242,6 +243,7 @@ impl Engine {
             &[daemons_end.as_fd(), shared.kick.as_fd()],
         )?;
         drop(daemons_end);
+        pause::register(&shared);
         let for_thread = Arc::clone(&shared);
         let control = conn.socket().try_clone_to_owned()?;
         let thread = std::thread::Builder::new()
@@ -761,8 +763,12 @@ impl Engine {
 
     /// The engine's asynchronous events (device `dev`'s).
     pub(crate) fn async_events(&self) -> Vec<softib_engine::verbs::AsyncEvent> {
-        let mut st = self.lock();
-        std::iter::from_fn(|| st.ca.poll_event()).collect()
+        self.lock().take_events()
+    }
+
+    /// The eventfd `async_fd` watches: added to when the engine raises an event.
+    pub(crate) fn set_async_bell(&self, bell: OwnedFd) {
+        self.lock().async_bell = Some(bell);
     }
 }
 
@@ -863,6 +869,7 @@ fn progress(shared: &Shared, control: OwnedFd, events: std::os::unix::net::UnixS
     let mut last_busy: Option<StdInstant> = None;
     let mut drain = [0u8; 8];
     while !shared.stop.load(Ordering::Acquire) {
+        pause::park_point();
         let spinning = last_busy.is_some_and(|t| t.elapsed() < spin);
         let timeout = if spinning {
             Some(Duration::ZERO)
