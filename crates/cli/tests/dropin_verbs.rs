@@ -436,4 +436,19 @@ fn a_c_program_built_against_debians_headers_covers_the_rest() {
     );
     // IBV_WC_LOC_PROT_ERR and IBV_WC_REM_ACCESS_ERR, as rdma-core's providers report them.
     assert_eq!((local, remote), (4, 10));
+    // The process data path: the same, and the memory moved with the progress thread parked.
+    let p = Run::start(
+        &h.a,
+        &[&exe_s, "rxe0", "1"],
+        &[("SOFTIB_DATAPATH", "process")],
+    )
+    .wait();
+    p.ok();
+    assert!(p.stdout.contains("shared 1"), "{}", p.stdout);
+    let same = |l: &&str| l.starts_with("ok ") || l.starts_with("status ");
+    assert_eq!(
+        p.stdout.lines().filter(same).collect::<Vec<_>>(),
+        d.stdout.lines().filter(same).collect::<Vec<_>>(),
+        "process path against daemon path"
+    );
 }
