@@ -510,6 +510,11 @@ impl<M: Memory> Hca<M> {
         Ok(srq)
     }
 
+    /// Whether SRQ `srq` exists.
+    pub fn has_srq(&self, srq: SrqHandle) -> bool {
+        self.res.srqs.contains_key(&srq)
+    }
+
     /// Arms the SRQ limit event: it fires once when fewer than `limit` WQEs remain.
     pub fn modify_srq(&mut self, srq: SrqHandle, limit: u32) -> Result<(), VerbsError> {
         let q = self

@@ -323,6 +323,24 @@ impl Engine {
         len: usize,
         access: AccessFlags,
     ) -> Result<MrKeys> {
+        if map.is_none() {
+            check_own_region(addr, len)?;
+        }
+        if let Some((map, base)) = &map {
+            let inside = addr
+                .checked_sub(*base)
+                .and_then(|off| off.checked_add(len as u64))
+                .is_some_and(|end| end <= map.len() as u64);
+            if !inside {
+                return Err(Error::Refused {
+                    kind: ErrorKind::Invalid,
+                    message: format!(
+                        "the region [{addr:#x}, +{len}) is not inside buffer ([{base:#x}, +{}))",
+                        map.len()
+                    ),
+                });
+            }
+        }
         let key = match conn.call(&Request::AllocMrKey { dev: self.dev })? {
             Response::MrKey(k) => k,
             _ => return Err(Error::Unexpected("not a key")),
@@ -621,6 +639,11 @@ impl Engine {
 
     pub(crate) fn post_srq_recv(&self, srq: SrqHandle, wrs: Vec<RecvWr>) -> Result<()> {
         let mut st = self.lock();
+        // An empty list is checked too: a handle that names nothing is refused, as the
+        // daemon refuses it.
+        if !st.ca.hca().has_srq(srq) {
+            return Err(refused(VerbsError::NotFound("SRQ")));
+        }
         for (i, wr) in wrs.into_iter().enumerate() {
             st.ca
                 .hca_mut()
@@ -671,6 +694,9 @@ impl Engine {
 
     pub(crate) fn post_recv(&self, qpn: Qpn, wrs: Vec<RecvWr>) -> Result<()> {
         let mut st = self.lock();
+        if st.ca.hca().qp(qpn).is_none() {
+            return Err(refused(VerbsError::NotFound("QP")));
+        }
         for (i, wr) in wrs.into_iter().enumerate() {
             st.ca
                 .hca_mut()
@@ -770,6 +796,33 @@ impl Engine {
     pub(crate) fn set_async_bell(&self, bell: OwnedFd) {
         self.lock().async_bell = Some(bell);
     }
+}
+
+/// What the daemon checks of a region of the process's own memory, checked here: it is one
+/// (not empty, not past the end of the address space), and both its ends can be read now —
+/// by cross-memory attach into this process, so that a bad address is a refusal, not a
+/// fault.
+fn check_own_region(addr: u64, len: usize) -> Result<()> {
+    let invalid = |message: String| Error::Refused {
+        kind: ErrorKind::Invalid,
+        message,
+    };
+    let len64 = len as u64;
+    if len == 0 || addr.checked_add(len64).is_none() {
+        return Err(invalid(format!(
+            "a region of {len} bytes at {addr:#x} is not a region"
+        )));
+    }
+    let me = softib_net::procmem::ProcessMemory::new(std::process::id())
+        .map_err(|e| invalid(format!("cannot tell which process this is: {e}")))?;
+    let mut probe = [0u8; 1];
+    me.read(addr, &mut probe)
+        .and_then(|()| me.read(addr + len64 - 1, &mut probe))
+        .map_err(|e| {
+            invalid(format!(
+                "cannot reach [{addr:#x}, +{len}) of this process: {e}"
+            ))
+        })
 }
 
 /// A line for whoever debugs the process path (`SOFTIB_LOG`).
