@@ -40,6 +40,40 @@ fn done(cq: &CompletionQueue, wr_id: u64, opcode: WcOpcode) -> u32 {
     wc.byte_len
 }
 
+/// Two contexts of one embedded daemon (on `rxe0` and `rxe1`), each with a PD, a CQ, an
+/// 8 KiB buffer registered for everything and an RC QP, the QPs connected to each other
+/// (what the test needs of them; B's device too).
+struct RcPair<'a> {
+    b: &'a Device,
+    cq_a: &'a CompletionQueue,
+    cq_b: &'a CompletionQueue,
+    mr_a: &'a softib::MemoryRegion<'a>,
+    mr_b: &'a softib::MemoryRegion<'a>,
+    qp_a: &'a softib::QueuePair,
+    qp_b: &'a softib::QueuePair,
+}
+
+fn with_rc_pair(test: impl FnOnce(&RcPair<'_>)) {
+    let (_hca, a, b) = loopback_pair();
+    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let (buf_a, buf_b) = (a.alloc_buffer(8192).unwrap(), b.alloc_buffer(8192).unwrap());
+    let mr_a = pd_a.register(&buf_a, all()).unwrap();
+    let mr_b = pd_b.register(&buf_b, all()).unwrap();
+    let qp_a = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 16).unwrap();
+    let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 16).unwrap();
+    connect(&qp_a, &qp_b);
+    test(&RcPair {
+        b: &b,
+        cq_a: &cq_a,
+        cq_b: &cq_b,
+        mr_a: &mr_a,
+        mr_b: &mr_b,
+        qp_a: &qp_a,
+        qp_b: &qp_b,
+    });
+}
+
 #[test]
 fn rc_send_write_read_and_atomics_move_every_byte() {
     process_path();
@@ -70,11 +104,19 @@ fn rc_send_write_read_and_atomics_move_every_byte() {
         .collect();
     assert_eq!(held, [0, 1], "{res:?}");
 
-    // Their QPs reach each other through rings: nothing sent yet.
-    let (ca, cb) = (
-        a.process_counters().unwrap().expect("a process engine"),
-        b.process_counters().unwrap().expect("a process engine"),
-    );
+    // Their QPs reach each other through rings: nothing sent yet. A asked for them; B hears
+    // of them on its event channel, which its progress thread reads when it gets to it.
+    let t0 = std::time::Instant::now();
+    let (ca, cb) = loop {
+        let (ca, cb) = (
+            a.process_counters().unwrap().expect("a process engine"),
+            b.process_counters().unwrap().expect("a process engine"),
+        );
+        if cb.peers == 1 || t0.elapsed() > Duration::from_secs(5) {
+            break (ca, cb);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
     assert_eq!((ca.peers, cb.peers), (1, 1), "{ca:?} {cb:?}");
 
     // SEND: many MTU-sized packets and an odd tail.
@@ -209,93 +251,47 @@ fn ud_sends_arrive_whole() {
 #[test]
 fn completion_channels_are_signalled_by_the_engine_itself() {
     process_path();
-    let (_hca, a, b) = loopback_pair();
-    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
-    let (buf_a, buf_b) = (a.alloc_buffer(8192).unwrap(), b.alloc_buffer(8192).unwrap());
-    let mr_a = pd_a.register(&buf_a, all()).unwrap();
-    let mr_b = pd_b.register(&buf_b, all()).unwrap();
-    let qp_a = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 16).unwrap();
-    let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 16).unwrap();
-    connect(&qp_a, &qp_b);
-    let ch = b.create_comp_channel().unwrap();
-    let short = Some(Duration::from_millis(200));
-    let long = Some(Duration::from_secs(10));
+    with_rc_pair(|p| {
+        let RcPair {
+            b,
+            cq_a,
+            cq_b,
+            mr_a,
+            mr_b,
+            qp_a,
+            qp_b,
+            ..
+        } = *p;
+        let ch = b.create_comp_channel().unwrap();
+        let short = Some(Duration::from_millis(200));
+        let long = Some(Duration::from_secs(10));
 
-    // Armed while empty: nothing until a completion comes, which only B's progress thread
-    // can make (no thread of B is in the library while this one waits on the channel).
-    cq_b.req_notify(&ch).unwrap();
-    assert_eq!(ch.get_events(short).unwrap(), 0, "no completion yet");
-    qp_b.recv(&mr_b, 0, 4096, 1).unwrap();
-    qp_a.send(&mr_a, 0, 100, None, 2).unwrap();
-    assert_eq!(ch.get_events(long).unwrap(), 1, "the receive's completion");
-    // One-shot: the next completion signals nothing until the CQ is armed again.
-    qp_b.recv(&mr_b, 0, 4096, 3).unwrap();
-    qp_a.send(&mr_a, 0, 100, None, 4).unwrap();
-    done(&cq_a, 2, WcOpcode::Send);
-    done(&cq_a, 4, WcOpcode::Send);
-    assert_eq!(ch.get_events(short).unwrap(), 0, "disarmed after one event");
-    // Armed while it holds completions: signalled at once, as on the daemon path.
-    cq_b.req_notify(&ch).unwrap();
-    assert_eq!(ch.try_get_events().unwrap(), Some(1));
-    done(&cq_b, 1, WcOpcode::Recv);
-    done(&cq_b, 3, WcOpcode::Recv);
+        // Armed while empty: nothing until a completion comes, which only B's progress thread
+        // can make (no thread of B is in the library while this one waits on the channel).
+        cq_b.req_notify(&ch).unwrap();
+        assert_eq!(ch.get_events(short).unwrap(), 0, "no completion yet");
+        qp_b.recv(mr_b, 0, 4096, 1).unwrap();
+        qp_a.send(mr_a, 0, 100, None, 2).unwrap();
+        assert_eq!(ch.get_events(long).unwrap(), 1, "the receive's completion");
+        // One-shot: the next completion signals nothing until the CQ is armed again.
+        qp_b.recv(mr_b, 0, 4096, 3).unwrap();
+        qp_a.send(mr_a, 0, 100, None, 4).unwrap();
+        done(cq_a, 2, WcOpcode::Send);
+        done(cq_a, 4, WcOpcode::Send);
+        assert_eq!(ch.get_events(short).unwrap(), 0, "disarmed after one event");
+        // Armed while it holds completions: signalled at once, as on the daemon path.
+        cq_b.req_notify(&ch).unwrap();
+        assert_eq!(ch.try_get_events().unwrap(), Some(1));
+        done(cq_b, 1, WcOpcode::Recv);
+        done(cq_b, 3, WcOpcode::Recv);
 
-    // A channel with a CQ armed on it cannot be destroyed; one without can.
-    cq_b.req_notify(&ch).unwrap();
-    let err = b.destroy_comp_channel(ch).unwrap_err();
-    assert!(err.to_string().contains("still armed"), "{err}");
-    b.destroy_comp_channel(b.create_comp_channel().unwrap())
-        .unwrap();
-}
-
-#[test]
-fn progress_threads_park_for_a_pause_and_carry_on_after_it() {
-    process_path();
-    let (_hca, a, b) = loopback_pair();
-    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
-    let (buf_a, buf_b) = (a.alloc_buffer(8192).unwrap(), b.alloc_buffer(8192).unwrap());
-    let mr_a = pd_a.register(&buf_a, all()).unwrap();
-    let mr_b = pd_b.register(&buf_b, all()).unwrap();
-    let qp_a = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 16).unwrap();
-    let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 16).unwrap();
-    connect(&qp_a, &qp_b);
-    let threads = || {
-        std::fs::read_dir("/proc/self/task")
-            .unwrap()
-            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
-            .filter(|st| st.contains("(softib-progres"))
-            .map(|st| {
-                st.split(") ")
-                    .nth(1)
-                    .unwrap_or("")
-                    .chars()
-                    .next()
-                    .unwrap_or('?')
-            })
-            .collect::<Vec<char>>()
-    };
-    {
-        // Tests of this binary run in parallel: other engines may be paused with these.
-        let pause = softib::pause_progress(Duration::from_secs(5)).expect("every thread parks");
-        assert!(pause.threads() >= 2, "{}", pause.threads());
-        assert!(
-            softib::pause_progress(Duration::from_millis(10)).is_none(),
-            "one pause at a time"
-        );
-        // Parked: asleep on the condition variable, not spinning.
-        std::thread::sleep(Duration::from_millis(50));
-        let states = threads();
-        assert!(
-            states.len() >= 2 && states.iter().all(|&c| c == 'S'),
-            "{states:?}"
-        );
-    }
-    // After it, B's progress thread answers a WRITE again (no thread of B polls).
-    qp_a.write(&mr_a, 0, 100, mr_b.addr(), mr_b.rkey(), 7)
-        .unwrap();
-    done(&cq_a, 7, WcOpcode::RdmaWrite);
+        // A channel with a CQ armed on it cannot be destroyed; one without can.
+        cq_b.req_notify(&ch).unwrap();
+        let err = b.destroy_comp_channel(ch).unwrap_err();
+        assert!(err.to_string().contains("still armed"), "{err}");
+        b.destroy_comp_channel(b.create_comp_channel().unwrap())
+            .unwrap();
+    });
 }
 
 #[test]
