@@ -80,6 +80,27 @@ fn write(d: &mut Dev, qpn: Qpn, wr_id: u64, len: u32, rkey: u32, remote: u64) {
         .unwrap();
 }
 
+/// Posts a signaled 17-byte UD SEND from `qpn` through `ah` to QP `remote_qpn`.
+fn ud_send(d: &mut Dev, qpn: Qpn, ah: softib_engine::AhHandle, remote_qpn: Qpn, lkey: u32) {
+    let wr = SendWr {
+        wr_id: 1,
+        opcode: WrOpcode::Send,
+        sg_list: vec![Sge {
+            addr: BUF,
+            length: 17,
+            lkey,
+        }],
+        flags: SendFlags::SIGNALED,
+        inline_data: None,
+        ud: Some(UdDest {
+            ah,
+            remote_qpn,
+            remote_qkey: 0x1111_1111,
+        }),
+    };
+    d.ca.hca_mut().post_send(qpn, wr).unwrap();
+}
+
 /// A datagram as it left a device: from where, to where, its index, its bytes, whether sealed.
 #[derive(Debug, Clone)]
 struct Sent {
@@ -432,27 +453,7 @@ fn packets_leave_from_the_source_port_rxe_uses_for_their_qp() {
             },
         )
         .unwrap();
-    a.ca.hca_mut()
-        .post_send(
-            ua,
-            SendWr {
-                wr_id: 1,
-                opcode: WrOpcode::Send,
-                sg_list: vec![Sge {
-                    addr: BUF,
-                    length: 17,
-                    lkey,
-                }],
-                flags: SendFlags::SIGNALED,
-                inline_data: None,
-                ud: Some(UdDest {
-                    ah,
-                    remote_qpn: ub,
-                    remote_qkey: 0x1111_1111,
-                }),
-            },
-        )
-        .unwrap();
+    ud_send(&mut a, ua, ah, ub, lkey);
     let (sent, ts) = drain(&mut a, false);
     assert_eq!(ts[0].src_port, rxe_source_port(true, 0, ua.value(), 0));
     assert_eq!(sent[0].from.port(), ts[0].src_port);
@@ -478,23 +479,7 @@ fn ud_datagrams_to_a_destination_declared_local_come_out_local() {
     let to = addr(&b).ip();
     let ah = a.ca.hca_mut().create_ah(pd, av_to(to)).unwrap();
     let send = |a: &mut Dev, remote_qpn: Qpn| {
-        let wr = SendWr {
-            wr_id: 1,
-            opcode: WrOpcode::Send,
-            sg_list: vec![Sge {
-                addr: BUF,
-                length: 17,
-                lkey,
-            }],
-            flags: SendFlags::SIGNALED,
-            inline_data: None,
-            ud: Some(UdDest {
-                ah,
-                remote_qpn,
-                remote_qkey: 0x1111_1111,
-            }),
-        };
-        a.ca.hca_mut().post_send(ua, wr).unwrap();
+        ud_send(a, ua, ah, remote_qpn, lkey);
         let (_, ts) = drain(a, false);
         assert_eq!(ts.len(), 1);
         ts[0].local

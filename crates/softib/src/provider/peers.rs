@@ -524,35 +524,25 @@ mod tests {
     use super::*;
 
     fn pair() -> (Peers, Peers) {
+        pair_of(std::process::id(), std::process::id())
+    }
+
+    /// Two engines' peers joined by a ring pair: A's peer process is `b_pid`, B's `a_pid`.
+    fn pair_of(a_pid: u32, b_pid: u32) -> (Peers, Peers) {
         let bytes = softib_proto::PEER_RING_BYTES;
         let to_a = PacketRing::create("t", bytes).unwrap();
         let to_b = PacketRing::create("t", bytes).unwrap();
-        let bell = |_| -> OwnedFd {
-            rustix::event::eventfd(0, rustix::event::EventfdFlags::NONBLOCK).unwrap()
-        };
+        let bell = || rustix::event::eventfd(0, rustix::event::EventfdFlags::NONBLOCK).unwrap();
         let fd = |r: &PacketRing| r.fd().try_clone_to_owned().unwrap();
         let (a_addr, b_addr): (SocketAddr, SocketAddr) = (
             "127.0.0.2:4791".parse().unwrap(),
             "127.0.0.3:4791".parse().unwrap(),
         );
-        let mut a = Peers::default();
-        let mut b = Peers::default();
-        a.add(
-            7,
-            b_addr,
-            std::process::id(),
-            &[64],
-            [fd(&to_a), fd(&to_b), bell(0)],
-        )
-        .unwrap();
-        b.add(
-            7,
-            a_addr,
-            std::process::id(),
-            &[128],
-            [fd(&to_b), fd(&to_a), bell(1)],
-        )
-        .unwrap();
+        let (mut a, mut b) = (Peers::default(), Peers::default());
+        a.add(7, b_addr, b_pid, &[64], [fd(&to_a), fd(&to_b), bell()])
+            .unwrap();
+        b.add(7, a_addr, a_pid, &[128], [fd(&to_b), fd(&to_a), bell()])
+            .unwrap();
         (a, b)
     }
 
@@ -793,27 +783,8 @@ mod tests {
 
     #[test]
     fn a_peer_that_cannot_take_the_buffers_gets_payloads_through_the_ring() {
-        let bytes = softib_proto::PEER_RING_BYTES;
-        let to_b = PacketRing::create("t", bytes).unwrap();
-        let to_a = PacketRing::create("t", bytes).unwrap();
-        let fd = |r: &PacketRing| r.fd().try_clone_to_owned().unwrap();
-        let bell = || rustix::event::eventfd(0, rustix::event::EventfdFlags::NONBLOCK).unwrap();
-        let (a_addr, b_addr): (SocketAddr, SocketAddr) = (
-            "127.0.0.2:4791".parse().unwrap(),
-            "127.0.0.3:4791".parse().unwrap(),
-        );
-        let (mut a, mut b) = (Peers::default(), Peers::default());
-        a.add(
-            7,
-            b_addr,
-            std::process::id(),
-            &[64],
-            [fd(&to_a), fd(&to_b), bell()],
-        )
-        .unwrap();
         // B cannot reach A's process (no such pid): it says so before the first packet.
-        b.add(7, a_addr, 0, &[128], [fd(&to_b), fd(&to_a), bell()])
-            .unwrap();
+        let (mut a, mut b) = pair_of(0, std::process::id());
         let data: Vec<u8> = (0..2 * BUFFER_REFERENCE_MIN)
             .map(|i| (i * 3) as u8)
             .collect();
