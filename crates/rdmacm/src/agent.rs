@@ -306,6 +306,11 @@ fn start() -> Result<State, c_int> {
             libc::ENODEV,
         )
     })?;
+    // SAFETY: `at_exit` is a function of this library that takes no arguments; glibc runs
+    // it at `exit` (or when the library is unloaded, as it registers it for this object).
+    if unsafe { libc::atexit(at_exit) } != 0 {
+        eprintln!("softib: rdma_cm: cannot tear down connections at exit (atexit failed)");
+    }
     std::thread::Builder::new()
         .name("softib-rdmacm".into())
         .spawn(move || run(agent, mad_wake, thread_kick))
@@ -453,5 +458,42 @@ const FLUSH_WAIT: Duration = Duration::from_millis(500);
 pub fn drain_events(st: &mut State) {
     while let Some(ev) = st.cm.poll_event() {
         crate::id::on_cm_event(st, ev);
+    }
+}
+
+/// How long [`at_exit`] tries to take the lock from a thread that holds it.
+const EXIT_LOCK_WAIT: Duration = Duration::from_millis(200);
+
+/// At `exit`: every connection the program did not tear down is, as the kernel's rdma_cm
+/// does when a process's last reference to `/dev/infiniband/rdma_cm` closes — a DREQ for
+/// an established one, a REJ for one being set up — and the MADs are sent before the
+/// process goes (perftest's ib_atomic_lat server returns from main without
+/// `rdma_disconnect`; without this its client's DREQ would wait through every retry).
+extern "C" fn at_exit() {
+    let t0 = Instant::now();
+    let mut guard = loop {
+        match STATE.try_lock() {
+            Ok(g) => break g,
+            Err(std::sync::TryLockError::Poisoned(p)) => break p.into_inner(),
+            // Another thread holds it: wait a little, but never hang the exit.
+            Err(std::sync::TryLockError::WouldBlock) if t0.elapsed() < EXIT_LOCK_WAIT => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        }
+    };
+    let Some(st) = guard.as_mut() else { return };
+    let conns: Vec<CommId> = st.by_comm.keys().copied().collect();
+    for comm in conns {
+        st.cm.destroy(comm);
+        st.by_comm.remove(&comm);
+    }
+    let queued = st.cm.has_transmit();
+    if queued {
+        st.kick();
+    }
+    drop(guard);
+    if queued {
+        flush();
     }
 }
