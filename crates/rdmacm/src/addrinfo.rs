@@ -43,11 +43,19 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     res: *mut *mut RdmaAddrinfo,
 ) -> c_int {
     ffi(|| {
-        if res.is_null() || (node.is_null() && service.is_null()) {
-            return Err(libc::EINVAL);
-        }
         // SAFETY: the caller's hints, if any.
         let h = unsafe { hints.as_ref() };
+        if res.is_null() || (node.is_null() && service.is_null() && h.is_none()) {
+            return Err(libc::EINVAL);
+        }
+        if node.is_null() && service.is_null() {
+            // Only hints (libfabric's verbs provider passes the addresses it has in them):
+            // the result is their addresses, as rdma-core copies them.
+            let Some(h) = h else { return Err(libc::EINVAL) };
+            // SAFETY: checked non-null; the caller's.
+            unsafe { *res = Box::into_raw(Box::new(from_hints(h))) };
+            return Ok(());
+        }
         let flags = h.map_or(0, |h| h.ai_flags);
         let passive = flags & rai::PASSIVE != 0;
         // SAFETY: all-zero is a valid `addrinfo` (no pointers set).
@@ -126,6 +134,40 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
         unsafe { *res = Box::into_raw(Box::new(ai)) };
         Ok(())
     })
+}
+
+/// The answer to hints alone: their addresses (copied), flags, port space and QP type.
+fn from_hints(h: &RdmaAddrinfo) -> RdmaAddrinfo {
+    let src = copy_addr(h.ai_src_addr.cast_const().cast(), h.ai_src_len);
+    let dst = copy_addr(h.ai_dst_addr.cast_const().cast(), h.ai_dst_len);
+    let family_of = |p: *mut c_void, len: u32| {
+        // SAFETY: a sockaddr of `len` bytes this function copied; its family comes first.
+        (!p.is_null() && len >= 2).then(|| c_int::from(unsafe { *p.cast::<libc::sa_family_t>() }))
+    };
+    let family = family_of(src, h.ai_src_len)
+        .or_else(|| family_of(dst, h.ai_dst_len))
+        .unwrap_or(h.ai_family);
+    RdmaAddrinfo {
+        ai_flags: h.ai_flags,
+        ai_family: family,
+        ai_qp_type: Some(h.ai_qp_type)
+            .filter(|&t| t != 0)
+            .unwrap_or(qp_type::RC as c_int),
+        ai_port_space: Some(h.ai_port_space)
+            .filter(|&p| p != 0)
+            .unwrap_or(port_space::TCP),
+        ai_src_len: if src.is_null() { 0 } else { h.ai_src_len },
+        ai_dst_len: if dst.is_null() { 0 } else { h.ai_dst_len },
+        ai_src_addr: src,
+        ai_dst_addr: dst,
+        ai_src_canonname: std::ptr::null_mut(),
+        ai_dst_canonname: std::ptr::null_mut(),
+        ai_route_len: 0,
+        ai_route: std::ptr::null_mut(),
+        ai_connect_len: 0,
+        ai_connect: std::ptr::null_mut(),
+        ai_next: std::ptr::null_mut(),
+    }
 }
 
 /// `rdma_freeaddrinfo`.

@@ -41,6 +41,10 @@ pub struct Dev {
     pub gids: Vec<Gid>,
     /// Port 1's active MTU (the `ibv_mtu` code).
     pub mtu: u8,
+    /// RDMA reads and atomics a QP may answer at once (`max_qp_rd_atom`).
+    pub max_rd_atom: u8,
+    /// RDMA reads and atomics a QP may have outstanding (`max_qp_init_rd_atom`).
+    pub max_init_rd_atom: u8,
     /// The program's context on it, opened on first use through libibverbs.
     pub ctx: *mut IbvContext,
     /// The PD every id on the device carries (`id->pd`, as rdma-core's librdmacm gives
@@ -261,6 +265,8 @@ fn start() -> Result<State, c_int> {
             name: d.name.clone(),
             gids: p.gids.clone(),
             mtu: u8::from(p.active_mtu),
+            max_rd_atom: d.attr.max_qp_rd_atom,
+            max_init_rd_atom: d.attr.max_qp_init_rd_atom,
             ctx: std::ptr::null_mut(),
             pd: std::ptr::null_mut(),
         });
