@@ -1219,3 +1219,46 @@ fn qp_type_of(ps: c_int) -> u32 {
         qp_type::RC
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn param(responder_resources: u8, initiator_depth: u8) -> RdmaConnParam {
+        RdmaConnParam {
+            private_data: std::ptr::null(),
+            private_data_len: 0,
+            responder_resources,
+            initiator_depth,
+            flow_control: 0,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            srq: 0,
+            qp_num: 0,
+        }
+    }
+
+    /// libfabric's verbs provider asks for RDMA_MAX_RESP_RES and RDMA_MAX_INIT_DEPTH (0xFF):
+    /// the device's maximum, not 255 (which the QP's RTR would refuse).
+    #[test]
+    fn max_read_atomic_resources_mean_the_devices_and_more_is_refused() {
+        let dev = (128, 16);
+        assert_eq!(
+            read_atomic_resources("t", dev, &param(0xFF, 0xFF)),
+            Ok((128, 16))
+        );
+        assert_eq!(read_atomic_resources("t", dev, &param(4, 2)), Ok((4, 2)));
+        assert_eq!(
+            read_atomic_resources("t", dev, &param(128, 16)),
+            Ok((128, 16))
+        );
+        assert_eq!(
+            read_atomic_resources("t", dev, &param(129, 1)),
+            Err(libc::EINVAL)
+        );
+        assert_eq!(
+            read_atomic_resources("t", dev, &param(1, 17)),
+            Err(libc::EINVAL)
+        );
+    }
+}
