@@ -1,7 +1,8 @@
 //! Debian's unmodified RDMA programs that want more than loopback, between two softib hosts
 //! whose devices sit on the two ends of a veth pair inside a network namespace this test
 //! binary makes (`dropin::netns_hosts`; root only): libfabric's verbs provider, which finds
-//! its devices by the addresses of network interfaces and connects with rdma_cm.
+//! its devices by the addresses of network interfaces and connects with rdma_cm, and mckey,
+//! whose multicast datagrams are IP multicast on RoCE.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod dropin;
@@ -78,4 +79,67 @@ fn fi_pingpong_over_verbs_and_rxm_connects_with_rdma_cm() {
             d.what
         );
     }
+}
+
+/// Whether the interface of `host` has joined IPv4 multicast group `group` (its device's
+/// QP attached to it).
+fn joined(host: &Host, group: &str) -> bool {
+    let ns = host.netns.as_deref().unwrap();
+    let o = std::process::Command::new("ip")
+        .args(["-n", ns, "maddr", "show"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).contains(group)
+}
+
+/// mckey (rdmacm-utils) on RoCE: the receiver's `rdma_join_multicast` maps IPv4 group
+/// 239.77.0.9 to its GID `::ffff:239.77.0.9` and attaches its UD QP (the daemon has its device
+/// join the group on its interface); the sender joins send-only and sends 10 datagrams to the
+/// group with the address handle MULTICAST_JOIN gave (QPN 0xFFFFFF, rdma_cm's Q_Key), which
+/// cross the veth pair as IP multicast and reach the receiver's QP.
+#[test]
+fn mckey_sends_to_a_multicast_group_on_roce() {
+    if !have("mckey", "rdmacm-utils") {
+        return;
+    }
+    let Some(h) = netns_hosts() else { return };
+    let group = "239.77.0.9";
+    let receiver = Run::start(
+        &h.b,
+        &["mckey", "-m", group, "-b", h.b.addr, "-C", "10"],
+        &[],
+    );
+    let t0 = Instant::now();
+    while !joined(&h.b, group) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the receiver's device did not join {group}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let sender = Run::start(
+        &h.a,
+        &["mckey", "-m", group, "-b", h.a.addr, "-s", "-C", "10"],
+        &[],
+    )
+    .wait();
+    let receiver = receiver.wait();
+    for d in [&sender, &receiver] {
+        d.ok();
+        d.loaded_ours_lib("librdmacm.so.1");
+        assert!(
+            d.stdout.contains(&format!("joined dgid: ::ffff:{group}"))
+                && d.stdout.contains("data transfers complete")
+                && d.stdout.contains("return status 0"),
+            "{}:\n{}\n{}",
+            d.what,
+            d.stdout,
+            d.stderr
+        );
+    }
+    assert!(
+        receiver.stdout.contains("receiving data transfers"),
+        "{}",
+        receiver.stdout
+    );
 }

@@ -106,6 +106,8 @@ pub struct IdState {
     pub sync: bool,
     /// An endpoint listener's QP attributes and PD, for each request's id.
     pub ep_qp: Option<(crate::sync::SavedAttr, *mut softib_verbs_abi::IbvPd)>,
+    /// The multicast groups it joined.
+    pub mcast: Vec<crate::mcast::Joined>,
 }
 
 /// An event channel: a pipe whose read end programs poll, one byte per queued event.

@@ -35,7 +35,7 @@ const REQ_USER_LEN: usize = private_len::REQ - CmaHeader::LEN;
 ///
 /// # Safety
 /// `sa` is NULL or points to a `sockaddr` of its family's size.
-unsafe fn read_sockaddr(sa: *const libc::sockaddr) -> Option<SocketAddr> {
+pub unsafe fn read_sockaddr(sa: *const libc::sockaddr) -> Option<SocketAddr> {
     if sa.is_null() {
         return None;
     }
@@ -128,6 +128,7 @@ fn new_state(c: *mut RdmaCmId, ps: c_int) -> IdState {
         own_cqs: false,
         sync: false,
         ep_qp: None,
+        mcast: Vec::new(),
     }
 }
 

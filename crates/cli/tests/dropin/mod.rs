@@ -117,13 +117,12 @@ fn start_host_on(
     }
 }
 
-/// Two hosts in a network namespace of this test binary's own, each with its device on
-/// one end of a veth pair there (10.77.0.1 on the first, 10.77.0.2 on the second): for
-/// programs that want their RDMA device's address on a network interface (libfabric's
-/// verbs provider lists interfaces), and for multicast, which may not leave loopback
-/// otherwise. The namespace is removed when this process exits. `None` (said once, and
-/// a failure under `CI=true`) when this process may not make namespaces (needs root and
-/// `ip`).
+/// Two hosts, each in a network namespace of this test binary's own, joined by a veth pair
+/// (10.77.0.1 in the first, 10.77.0.2 in the second), each with its device on its end:
+/// for programs that want their RDMA device's address on a network interface (libfabric's
+/// verbs provider lists interfaces), and for IP multicast, which may not leave loopback
+/// otherwise. The namespaces are removed when this process exits. `None` (said once, and a
+/// failure under `CI=true`) when this process may not make namespaces (needs root and `ip`).
 pub fn netns_hosts() -> Option<&'static NetnsHosts> {
     static NS: OnceLock<Option<NetnsHosts>> = OnceLock::new();
     NS.get_or_init(|| {
@@ -137,7 +136,7 @@ pub fn netns_hosts() -> Option<&'static NetnsHosts> {
             return None;
         }
         let pid = std::process::id();
-        let ns = format!("softib-t{pid}");
+        let (na, nb) = (format!("softib-t{pid}a"), format!("softib-t{pid}b"));
         let (va, vb) = (
             format!("sib{}a", pid % 100_000),
             format!("sib{}b", pid % 100_000),
@@ -146,31 +145,31 @@ pub fn netns_hosts() -> Option<&'static NetnsHosts> {
             let o = Command::new("ip").args(args).output().unwrap();
             assert!(o.status.success(), "ip {args:?}: {}", text(&o.stderr));
         };
-        ip(&["netns", "add", &ns]);
+        ip(&["netns", "add", &na]);
+        ip(&["netns", "add", &nb]);
         // Removed when this process exits: the remover waits on a pipe only it holds.
         let remover = Command::new("sh")
             .arg("-c")
-            .arg(r#"read _; ip netns del "$0""#)
-            .arg(&ns)
+            .arg(r#"read _; ip netns del "$0"; ip netns del "$1""#)
+            .args([&na, &nb])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let n = ["netns", "exec", ns.as_str(), "ip"];
-        let nsip = |args: &[&str]| ip(&[&n[..], args].concat());
-        nsip(&["link", "set", "lo", "up"]);
-        nsip(&["link", "add", &va, "type", "veth", "peer", "name", &vb]);
-        nsip(&["addr", "add", "10.77.0.1/24", "dev", &va]);
-        nsip(&["addr", "add", "10.77.0.2/24", "dev", &vb]);
-        nsip(&["link", "set", &va, "up"]);
-        nsip(&["link", "set", &vb, "up"]);
-        let a = start_host_on("nsa", "10.77.0.1", &va, None, Some(&ns));
-        let b = start_host_on("nsb", "10.77.0.2", &vb, None, Some(&ns));
+        ip(&[
+            "-n", &na, "link", "add", &va, "type", "veth", "peer", "name", &vb, "netns", &nb,
+        ]);
+        for (ns, dev, addr) in [(&na, &va, "10.77.0.1/24"), (&nb, &vb, "10.77.0.2/24")] {
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+            ip(&["-n", ns, "addr", "add", addr, "dev", dev]);
+            ip(&["-n", ns, "link", "set", dev, "up"]);
+        }
+        let a = start_host_on("nsa", "10.77.0.1", &va, None, Some(&na));
+        let b = start_host_on("nsb", "10.77.0.2", &vb, None, Some(&nb));
         Some(NetnsHosts {
             a,
             b,
-            netns: ns,
             _remover: remover,
         })
     })
@@ -181,7 +180,6 @@ pub fn netns_hosts() -> Option<&'static NetnsHosts> {
 pub struct NetnsHosts {
     pub a: Host,
     pub b: Host,
-    pub netns: String,
     _remover: Child,
 }
 
