@@ -142,4 +142,13 @@ fn mckey_sends_to_a_multicast_group_on_roce() {
         "{}",
         receiver.stdout
     );
+    // The receiver left (rdma_leave_multicast, its QP destroyed): the device leaves the group.
+    let t0 = Instant::now();
+    while joined(&h.b, group) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the receiver's device is still in {group} after it left"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -92,8 +92,8 @@ struct Group {
     addr: std::net::Ipv4Addr,
     socket: UdpSocket,
     ready: bool,
-    /// Attachments (QP, group) that hold it.
-    users: usize,
+    /// The QPs attached to it: the last to go (detached or destroyed) closes the socket.
+    members: std::collections::BTreeSet<Qpn>,
 }
 
 /// Bytes queued in a turn after which they are sent at once rather than at the turn's end.
@@ -306,21 +306,28 @@ impl Device {
     /// under. On RoCE an IPv4 group's GID (`::ffff:a.b.c.d`, as rdma_cm makes it) has the
     /// device join the group on its interface ([`framing::engine_mgid`]); any other GID is
     /// the engine's as it is.
-    pub fn join_group(&mut self, mgid: Gid) -> io::Result<Gid> {
+    pub fn join_group(&mut self, mgid: Gid, qpn: Qpn) -> io::Result<Gid> {
         let Device::Roce(d) = self else {
             return Ok(mgid);
         };
         let Some(group) = framing::ipv4_group(&mgid) else {
             return Ok(mgid);
         };
-        d.join_group(group)?;
+        d.join_group(group, qpn)?;
         Ok(framing::engine_mgid(group))
     }
 
-    /// A QP detached from `mgid` ([`Device::join_group`]'s counterpart).
-    pub fn leave_group(&mut self, mgid: Gid) {
+    /// QP `qpn` detached from `mgid` ([`Device::join_group`]'s counterpart).
+    pub fn leave_group(&mut self, mgid: Gid, qpn: Qpn) {
         if let (Device::Roce(d), Some(group)) = (self, framing::ipv4_group(&mgid)) {
-            d.leave_group(group);
+            d.leave_groups(|g| g == group, qpn);
+        }
+    }
+
+    /// QP `qpn` is gone: it leaves every group it was attached to.
+    pub fn forget_qp(&mut self, qpn: Qpn) {
+        if let Device::Roce(d) = self {
+            d.leave_groups(|_| true, qpn);
         }
     }
 
@@ -704,11 +711,12 @@ impl RoceDev {
         self.link.local_addr()
     }
 
-    /// Receives IPv4 multicast group `group` (one more user if it does already): a socket
-    /// bound to the group and the device's port, a member on the device's interface.
-    fn join_group(&mut self, group: std::net::Ipv4Addr) -> io::Result<()> {
+    /// Receives IPv4 multicast group `group` for QP `qpn` (one more member if it does
+    /// already): a socket bound to the group and the device's port, a member on the device's
+    /// interface.
+    fn join_group(&mut self, group: std::net::Ipv4Addr, qpn: Qpn) -> io::Result<()> {
         if let Some(g) = self.groups.iter_mut().find(|g| g.addr == group) {
-            g.users += 1;
+            g.members.insert(qpn);
             return Ok(());
         }
         let IpAddr::V4(local) = self.config.addr else {
@@ -742,19 +750,18 @@ impl RoceDev {
             addr: group,
             socket,
             ready: true,
-            users: 1,
+            members: std::collections::BTreeSet::from([qpn]),
         });
         Ok(())
     }
 
-    /// One user fewer of `group`; the last one closes its socket (leaving the group).
-    fn leave_group(&mut self, group: std::net::Ipv4Addr) {
-        if let Some(i) = self.groups.iter().position(|g| g.addr == group) {
-            self.groups[i].users -= 1;
-            if self.groups[i].users == 0 {
-                self.groups.remove(i);
-            }
+    /// QP `qpn` leaves the groups `which` picks; a group's last member closes its socket
+    /// (leaving the group).
+    fn leave_groups(&mut self, which: impl Fn(std::net::Ipv4Addr) -> bool, qpn: Qpn) {
+        for g in self.groups.iter_mut().filter(|g| which(g.addr)) {
+            g.members.remove(&qpn);
         }
+        self.groups.retain(|g| !g.members.is_empty());
     }
 
     /// The datagrams of the groups whose sockets are readable, to the engine.

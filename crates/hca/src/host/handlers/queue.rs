@@ -51,9 +51,12 @@ pub(super) fn query_qp(h: &mut Host, c: &mut Client, dev: u32, qpn: Qpn) -> Hand
 
 /// `DestroyQp` of one of the client's QPs.
 pub(super) fn destroy_qp(h: &mut Host, c: &mut Client, dev: u32, qpn: Qpn) -> Handled {
-    destroy_owned(h, &mut c.owned.qps, dev, qpn, "QP", |hca| {
+    let done = destroy_owned(h, &mut c.owned.qps, dev, qpn, "QP", |hca| {
         hca.destroy_qp(qpn)
-    })
+    })?;
+    // Its multicast groups (the engine detached it with the QP).
+    h.dev(dev)?.forget_qp(qpn);
+    Ok(done)
 }
 
 /// `CreateSrq` in one of the client's PDs.
@@ -123,10 +126,10 @@ pub(super) fn attach_mcast(
     owns(&c.owned.qps, dev, qpn, "QP")?;
     let d = h.dev(dev)?;
     let mgid = d
-        .join_group(gid)
+        .join_group(gid, qpn)
         .map_err(|e| super::refused(ErrorKind::Invalid, e.to_string()))?;
     if let Err(e) = d.hca_mut().attach_mcast(qpn, mgid, lid) {
-        d.leave_group(gid);
+        d.leave_group(gid, qpn);
         return Err(e.into());
     }
     Ok(Response::Ok)
@@ -138,7 +141,7 @@ pub(super) fn detach_mcast(h: &mut Host, c: &mut Client, dev: u32, qpn: Qpn, gid
     let d = h.dev(dev)?;
     let mgid = d.group_mgid(gid);
     d.hca_mut().detach_mcast(qpn, mgid)?;
-    d.leave_group(gid);
+    d.leave_group(gid, qpn);
     Ok(Response::Ok)
 }
 
