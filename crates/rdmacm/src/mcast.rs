@@ -137,8 +137,8 @@ fn join(
     if s.mcast.iter().any(|j| j.addr == group.ip()) {
         return Err(libc::EADDRINUSE);
     }
-    let sgid = agent::gid_of(s.src.ok_or(libc::EINVAL)?.ip());
-    let tos = s.tos;
+    let peer = (st.devs[dev].index, mgid);
+    let ah = crate::ud::ah_to(st, id as usize, peer).ok_or(libc::EADDRNOTAVAIL)?;
     // SAFETY: the id's C struct; its QP, if any, is the program's, live while the id is.
     let qp = unsafe { (*id).qp };
     let attach = member && !qp.is_null();
@@ -149,7 +149,6 @@ fn join(
     } else {
         0
     };
-    let sgid_index = st.devs[dev].gid_index(&sgid).unwrap_or(0);
     let s = st.id(id)?;
     if status == 0 {
         s.mcast.push(crate::mcast::Joined {
@@ -161,21 +160,7 @@ fn join(
     let mut e = new_event(id, event::MULTICAST_JOIN, status);
     e.ev.param.ud.private_data = context.cast_const();
     e.ev.param.ud.private_data_len = 0;
-    e.ev.param.ud.ah_attr = softib_verbs_abi::IbvAhAttr {
-        grh: softib_verbs_abi::IbvGlobalRoute {
-            dgid: IbvGid { raw: mgid.0 },
-            flow_label: 0,
-            sgid_index,
-            hop_limit: 64,
-            traffic_class: tos,
-        },
-        dlid: 0,
-        sl: 0,
-        src_path_bits: 0,
-        static_rate: 0,
-        is_global: 1,
-        port_num: 1,
-    };
+    e.ev.param.ud.ah_attr = ah;
     e.ev.param.ud.qp_num = MULTICAST_QPN;
     e.ev.param.ud.qkey = UDP_QKEY;
     // SAFETY: the id's C struct.

@@ -167,6 +167,19 @@ pub fn netns_hosts() -> Option<&'static NetnsHosts> {
         }
         let a = start_host_on("nsa", "10.77.0.1", &va, None, Some(&na));
         let b = start_host_on("nsb", "10.77.0.2", &vb, None, Some(&nb));
+        // A fresh veth pair takes a moment to be up, and the ports follow their interfaces:
+        // programs that look for an active port (libfabric's verbs provider) start after.
+        for h in [&a, &b] {
+            let t0 = Instant::now();
+            while !port_active(h) {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(20),
+                    "the port of {} did not become active",
+                    h.dir.display()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
         Some(NetnsHosts {
             a,
             b,
@@ -174,6 +187,17 @@ pub fn netns_hosts() -> Option<&'static NetnsHosts> {
         })
     })
     .as_ref()
+}
+
+/// Whether port 1 of the host's device is Active (state 4).
+fn port_active(h: &Host) -> bool {
+    softib::Context::open_at(&h.dir)
+        .and_then(|mut c| c.devices())
+        .is_ok_and(|d| {
+            d.first()
+                .and_then(|d| d.ports.first())
+                .is_some_and(|p| p.state == 4)
+        })
 }
 
 /// See [`netns_hosts`].
