@@ -81,6 +81,19 @@ pub(crate) struct RoceDev {
     /// Datagrams processes handed on (steered to them while the group changed) that another
     /// process owns: lost (the daemon has no way into that process yet).
     handed_on_lost: u64,
+    /// The IPv4 multicast groups QPs of the device are attached to: a socket each, bound to
+    /// the group's address and joined on the device's interface (the kernel tells a
+    /// group's datagrams apart only by the socket that receives them).
+    groups: Vec<Group>,
+}
+
+/// One IPv4 multicast group a RoCE device receives.
+struct Group {
+    addr: std::net::Ipv4Addr,
+    socket: UdpSocket,
+    ready: bool,
+    /// The QPs attached to it: the last to go (detached or destroyed) closes the socket.
+    members: std::collections::BTreeSet<Qpn>,
 }
 
 /// Bytes queued in a turn after which they are sent at once rather than at the turn's end.
@@ -262,7 +275,12 @@ impl Device {
                     }
                 }
             }
-            Device::Roce(d) => f(0, d.link.socket()),
+            Device::Roce(d) => {
+                f(0, d.link.socket());
+                for (i, g) in d.groups.iter().enumerate() {
+                    f(1 + i, &g.socket);
+                }
+            }
         }
     }
 
@@ -273,7 +291,51 @@ impl Device {
                     *r = true;
                 }
             }
-            Device::Roce(d) => d.ready = true,
+            Device::Roce(d) => match index.checked_sub(1) {
+                None => d.ready = true,
+                Some(i) => {
+                    if let Some(g) = d.groups.get_mut(i) {
+                        g.ready = true;
+                    }
+                }
+            },
+        }
+    }
+
+    /// A QP of this device attaches to multicast group `mgid`: the MGID the engine files it
+    /// under. On RoCE an IPv4 group's GID (`::ffff:a.b.c.d`, as rdma_cm makes it) has the
+    /// device join the group on its interface ([`framing::engine_mgid`]); any other GID is
+    /// the engine's as it is.
+    pub fn join_group(&mut self, mgid: Gid, qpn: Qpn) -> io::Result<Gid> {
+        let Device::Roce(d) = self else {
+            return Ok(mgid);
+        };
+        let Some(group) = framing::ipv4_group(&mgid) else {
+            return Ok(mgid);
+        };
+        d.join_group(group, qpn)?;
+        Ok(framing::engine_mgid(group))
+    }
+
+    /// QP `qpn` detached from `mgid` ([`Device::join_group`]'s counterpart).
+    pub fn leave_group(&mut self, mgid: Gid, qpn: Qpn) {
+        if let (Device::Roce(d), Some(group)) = (self, framing::ipv4_group(&mgid)) {
+            d.leave_groups(|g| g == group, qpn);
+        }
+    }
+
+    /// QP `qpn` is gone: it leaves every group it was attached to.
+    pub fn forget_qp(&mut self, qpn: Qpn) {
+        if let Device::Roce(d) = self {
+            d.leave_groups(|_| true, qpn);
+        }
+    }
+
+    /// The MGID the engine files group `mgid` under ([`Device::join_group`]).
+    pub fn group_mgid(&self, mgid: Gid) -> Gid {
+        match (self, framing::ipv4_group(&mgid)) {
+            (Device::Roce(_), Some(group)) => framing::engine_mgid(group),
+            _ => mgid,
         }
     }
 
@@ -640,12 +702,89 @@ impl RoceDev {
             rx: None,
             steer,
             handed_on_lost: 0,
+            groups: Vec::new(),
             config,
         })
     }
 
     fn local(&self) -> SocketAddr {
         self.link.local_addr()
+    }
+
+    /// Receives IPv4 multicast group `group` for QP `qpn` (one more member if it does
+    /// already): a socket bound to the group and the device's port, a member on the device's
+    /// interface.
+    fn join_group(&mut self, group: std::net::Ipv4Addr, qpn: Qpn) -> io::Result<()> {
+        if let Some(g) = self.groups.iter_mut().find(|g| g.addr == group) {
+            g.members.insert(qpn);
+            return Ok(());
+        }
+        let IpAddr::V4(local) = self.config.addr else {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "{}: IPv4 multicast group {group} on a device with an IPv6 address",
+                    self.config.name
+                ),
+            ));
+        };
+        let named = |what: &str, e: io::Error| {
+            io::Error::new(
+                e.kind(),
+                format!("{}: {what} multicast group {group}: {e}", self.config.name),
+            )
+        };
+        // Sends to a group leave by the device's interface, not by the routing table's
+        // choice (which need not have a multicast route at all).
+        rustix::net::sockopt::set_ip_multicast_if(self.link.socket(), &local)
+            .map_err(|e| named("sending to", e.into()))?;
+        let socket = UdpSocket::bind(SocketAddr::new(group.into(), self.local().port()))
+            .map_err(|e| named("binding a socket for", e))?;
+        socket
+            .join_multicast_v4(&group, &local)
+            .map_err(|e| named("joining", e))?;
+        socket
+            .set_nonblocking(true)
+            .map_err(|e| named("receiving", e))?;
+        self.groups.push(Group {
+            addr: group,
+            socket,
+            ready: true,
+            members: std::collections::BTreeSet::from([qpn]),
+        });
+        Ok(())
+    }
+
+    /// QP `qpn` leaves the groups `which` picks; a group's last member closes its socket
+    /// (leaving the group).
+    fn leave_groups(&mut self, which: impl Fn(std::net::Ipv4Addr) -> bool, qpn: Qpn) {
+        for g in self.groups.iter_mut().filter(|g| which(g.addr)) {
+            g.members.remove(&qpn);
+        }
+        self.groups.retain(|g| !g.members.is_empty());
+    }
+
+    /// The datagrams of the groups whose sockets are readable, to the engine.
+    fn receive_groups(&mut self, now: Instant) -> bool {
+        let mut busy = false;
+        let mut buf = [0u8; 9216];
+        for g in &mut self.groups {
+            if !std::mem::take(&mut g.ready) {
+                continue;
+            }
+            // A bounded number a turn, as the device's own socket gets.
+            for _ in 0..64 {
+                match g.socket.recv_from(&mut buf) {
+                    Ok((n, from)) => {
+                        let d = Incoming::wire(from, 0, &buf[..n]);
+                        let _ = self.ca.handle_group_datagram(now, &d, g.addr);
+                        busy = true;
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+        busy
     }
 
     fn receive(
@@ -700,6 +839,7 @@ impl RoceDev {
                 }
             }
         }
+        busy |= self.receive_groups(now);
         self.ca.handle_timeout(now);
         Ok(busy)
     }

@@ -94,7 +94,15 @@ fn create(
     let cqe = u32::try_from(cqe).map_err(|_| libc::EINVAL)?;
     if cqe == 0 || cqe > ctx.limits.max_cqe || comp_vector != 0 {
         // One completion vector (`num_comp_vectors` is 1).
-        return Err(libc::EINVAL);
+        let why = format!(
+            "{cqe} entries (1..={} allowed) on completion vector {comp_vector} (only 0)",
+            ctx.limits.max_cqe
+        );
+        let e = softib::Error::Refused {
+            kind: softib::ErrorKind::Invalid,
+            message: why,
+        };
+        return Err(refused(verb, &e));
     }
     let ch = if channel.is_null() {
         None

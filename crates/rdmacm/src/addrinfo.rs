@@ -43,11 +43,19 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     res: *mut *mut RdmaAddrinfo,
 ) -> c_int {
     ffi(|| {
-        if res.is_null() || (node.is_null() && service.is_null()) {
-            return Err(libc::EINVAL);
-        }
         // SAFETY: the caller's hints, if any.
         let h = unsafe { hints.as_ref() };
+        if res.is_null() || (node.is_null() && service.is_null() && h.is_none()) {
+            return Err(libc::EINVAL);
+        }
+        if node.is_null() && service.is_null() {
+            // Only hints (libfabric's verbs provider passes the addresses it has in them):
+            // the result is their addresses, as rdma-core copies them.
+            let Some(h) = h else { return Err(libc::EINVAL) };
+            // SAFETY: checked non-null; the caller's.
+            unsafe { *res = Box::into_raw(Box::new(from_hints(h))) };
+            return Ok(());
+        }
         let flags = h.map_or(0, |h| h.ai_flags);
         let passive = flags & rai::PASSIVE != 0;
         // SAFETY: all-zero is a valid `addrinfo` (no pointers set).
@@ -99,33 +107,66 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
         let family = first.ai_family;
         // SAFETY: the list getaddrinfo made, freed once.
         unsafe { libc::freeaddrinfo(out) };
-        let ai = RdmaAddrinfo {
-            ai_flags: flags,
-            ai_family: family,
-            ai_qp_type: h
-                .map(|h| h.ai_qp_type)
-                .filter(|&t| t != 0)
-                .unwrap_or(qp_type::RC as c_int),
-            ai_port_space: h
-                .map(|h| h.ai_port_space)
-                .filter(|&p| p != 0)
-                .unwrap_or(port_space::TCP),
-            ai_src_len: src_len,
-            ai_dst_len: dst_len,
-            ai_src_addr: src,
-            ai_dst_addr: dst,
-            ai_src_canonname: std::ptr::null_mut(),
-            ai_dst_canonname: std::ptr::null_mut(),
-            ai_route_len: 0,
-            ai_route: std::ptr::null_mut(),
-            ai_connect_len: 0,
-            ai_connect: std::ptr::null_mut(),
-            ai_next: std::ptr::null_mut(),
-        };
+        let ai = new_addrinfo(flags, family, h, (src, src_len), (dst, dst_len));
         // SAFETY: checked non-null; the caller's.
         unsafe { *res = Box::into_raw(Box::new(ai)) };
         Ok(())
     })
+}
+
+/// The answer to hints alone: their addresses (copied), flags, port space and QP type.
+fn from_hints(h: &RdmaAddrinfo) -> RdmaAddrinfo {
+    let src = copy_addr(h.ai_src_addr.cast_const().cast(), h.ai_src_len);
+    let dst = copy_addr(h.ai_dst_addr.cast_const().cast(), h.ai_dst_len);
+    let family_of = |p: *mut c_void, len: u32| {
+        // SAFETY: a sockaddr of `len` bytes this function copied; its family comes first.
+        (!p.is_null() && len >= 2).then(|| c_int::from(unsafe { *p.cast::<libc::sa_family_t>() }))
+    };
+    let family = family_of(src, h.ai_src_len)
+        .or_else(|| family_of(dst, h.ai_dst_len))
+        .unwrap_or(h.ai_family);
+    let len = |p: *mut c_void, n: u32| if p.is_null() { 0 } else { n };
+    new_addrinfo(
+        h.ai_flags,
+        family,
+        Some(h),
+        (src, len(src, h.ai_src_len)),
+        (dst, len(dst, h.ai_dst_len)),
+    )
+}
+
+/// One result: its addresses (this library's copies), with rdma_cm's defaults (RC over
+/// RDMA_PS_TCP) for what the hints leave unsaid.
+fn new_addrinfo(
+    flags: c_int,
+    family: c_int,
+    h: Option<&RdmaAddrinfo>,
+    (src, src_len): (*mut c_void, u32),
+    (dst, dst_len): (*mut c_void, u32),
+) -> RdmaAddrinfo {
+    RdmaAddrinfo {
+        ai_flags: flags,
+        ai_family: family,
+        ai_qp_type: h
+            .map(|h| h.ai_qp_type)
+            .filter(|&t| t != 0)
+            .unwrap_or(qp_type::RC as c_int),
+        ai_port_space: h
+            .map(|h| h.ai_port_space)
+            .filter(|&p| p != 0)
+            .unwrap_or(port_space::TCP),
+        ai_src_len: src_len,
+        ai_dst_len: dst_len,
+        ai_src_addr: src,
+        ai_dst_addr: dst,
+        ai_src_canonname: std::ptr::null_mut(),
+        ai_dst_canonname: std::ptr::null_mut(),
+        ai_route_len: 0,
+        ai_route: std::ptr::null_mut(),
+        ai_connect_len: 0,
+        ai_connect: std::ptr::null_mut(),
+        ai_next: std::ptr::null_mut(),
+    }
 }
 
 /// `rdma_freeaddrinfo`.

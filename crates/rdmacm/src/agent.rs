@@ -41,6 +41,10 @@ pub struct Dev {
     pub gids: Vec<Gid>,
     /// Port 1's active MTU (the `ibv_mtu` code).
     pub mtu: u8,
+    /// RDMA reads and atomics a QP may answer at once (`max_qp_rd_atom`).
+    pub max_rd_atom: u8,
+    /// RDMA reads and atomics a QP may have outstanding (`max_qp_init_rd_atom`).
+    pub max_init_rd_atom: u8,
     /// The program's context on it, opened on first use through libibverbs.
     pub ctx: *mut IbvContext,
     /// The PD every id on the device carries (`id->pd`, as rdma-core's librdmacm gives
@@ -102,6 +106,8 @@ pub struct IdState {
     pub sync: bool,
     /// An endpoint listener's QP attributes and PD, for each request's id.
     pub ep_qp: Option<(crate::sync::SavedAttr, *mut softib_verbs_abi::IbvPd)>,
+    /// The multicast groups it joined.
+    pub mcast: Vec<crate::mcast::Joined>,
 }
 
 /// An event channel: a pipe whose read end programs poll, one byte per queued event.
@@ -261,6 +267,8 @@ fn start() -> Result<State, c_int> {
             name: d.name.clone(),
             gids: p.gids.clone(),
             mtu: u8::from(p.active_mtu),
+            max_rd_atom: d.attr.max_qp_rd_atom,
+            max_init_rd_atom: d.attr.max_qp_init_rd_atom,
             ctx: std::ptr::null_mut(),
             pd: std::ptr::null_mut(),
         });
@@ -306,6 +314,11 @@ fn start() -> Result<State, c_int> {
             libc::ENODEV,
         )
     })?;
+    // SAFETY: `at_exit` is a function of this library that takes no arguments; glibc runs
+    // it at `exit` (or when the library is unloaded, as it registers it for this object).
+    if unsafe { libc::atexit(at_exit) } != 0 {
+        eprintln!("softib: rdma_cm: cannot tear down connections at exit (atexit failed)");
+    }
     std::thread::Builder::new()
         .name("softib-rdmacm".into())
         .spawn(move || run(agent, mad_wake, thread_kick))
@@ -453,5 +466,42 @@ const FLUSH_WAIT: Duration = Duration::from_millis(500);
 pub fn drain_events(st: &mut State) {
     while let Some(ev) = st.cm.poll_event() {
         crate::id::on_cm_event(st, ev);
+    }
+}
+
+/// How long [`at_exit`] tries to take the lock from a thread that holds it.
+const EXIT_LOCK_WAIT: Duration = Duration::from_millis(200);
+
+/// At `exit`: every connection the program did not tear down is, as the kernel's rdma_cm
+/// does when a process's last reference to `/dev/infiniband/rdma_cm` closes — a DREQ for
+/// an established one, a REJ for one being set up — and the MADs are sent before the
+/// process goes (perftest's ib_atomic_lat server returns from main without
+/// `rdma_disconnect`; without this its client's DREQ would wait through every retry).
+extern "C" fn at_exit() {
+    let t0 = Instant::now();
+    let mut guard = loop {
+        match STATE.try_lock() {
+            Ok(g) => break g,
+            Err(std::sync::TryLockError::Poisoned(p)) => break p.into_inner(),
+            // Another thread holds it: wait a little, but never hang the exit.
+            Err(std::sync::TryLockError::WouldBlock) if t0.elapsed() < EXIT_LOCK_WAIT => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        }
+    };
+    let Some(st) = guard.as_mut() else { return };
+    let conns: Vec<CommId> = st.by_comm.keys().copied().collect();
+    for comm in conns {
+        st.cm.destroy(comm);
+        st.by_comm.remove(&comm);
+    }
+    let queued = st.cm.has_transmit();
+    if queued {
+        st.kick();
+    }
+    drop(guard);
+    if queued {
+        flush();
     }
 }

@@ -7,7 +7,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
 
 use softib_verbs_abi::{
-    IbvCompChannel, IbvContext, IbvCq, IbvDevice, IbvPd, IbvQp, IbvQpAttr, IbvQpInitAttr,
+    IbvCompChannel, IbvContext, IbvCq, IbvDevice, IbvGid, IbvPd, IbvQp, IbvQpAttr, IbvQpInitAttr,
 };
 
 /// `ibv_get_device_list`.
@@ -40,6 +40,8 @@ pub type CreateCqFn = unsafe extern "C" fn(
 ) -> *mut IbvCq;
 /// `ibv_destroy_cq`.
 pub type DestroyCqFn = unsafe extern "C" fn(*mut IbvCq) -> c_int;
+/// `ibv_attach_mcast` and `ibv_detach_mcast`.
+pub type McastFn = unsafe extern "C" fn(*mut IbvQp, *const IbvGid, u16) -> c_int;
 
 /// The libibverbs functions in use.
 #[allow(missing_docs)]
@@ -56,6 +58,8 @@ pub struct Ibv {
     pub destroy_comp_channel: DestroyCompChannelFn,
     pub create_cq: CreateCqFn,
     pub destroy_cq: DestroyCqFn,
+    pub attach_mcast: McastFn,
+    pub detach_mcast: McastFn,
 }
 
 static IBV: OnceLock<Result<Ibv, String>> = OnceLock::new();
@@ -116,5 +120,7 @@ fn load() -> Result<Ibv, String> {
         ),
         create_cq: f!(c"ibv_create_cq", c"IBVERBS_1.1", CreateCqFn),
         destroy_cq: f!(c"ibv_destroy_cq", c"IBVERBS_1.1", DestroyCqFn),
+        attach_mcast: f!(c"ibv_attach_mcast", c"IBVERBS_1.1", McastFn),
+        detach_mcast: f!(c"ibv_detach_mcast", c"IBVERBS_1.1", McastFn),
     })
 }

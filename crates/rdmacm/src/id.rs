@@ -35,7 +35,7 @@ const REQ_USER_LEN: usize = private_len::REQ - CmaHeader::LEN;
 ///
 /// # Safety
 /// `sa` is NULL or points to a `sockaddr` of its family's size.
-unsafe fn read_sockaddr(sa: *const libc::sockaddr) -> Option<SocketAddr> {
+pub unsafe fn read_sockaddr(sa: *const libc::sockaddr) -> Option<SocketAddr> {
     if sa.is_null() {
         return None;
     }
@@ -128,6 +128,7 @@ fn new_state(c: *mut RdmaCmId, ps: c_int) -> IdState {
         own_cqs: false,
         sync: false,
         ep_qp: None,
+        mcast: Vec::new(),
     }
 }
 
@@ -233,7 +234,13 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut RdmaCmId) -> c_int {
 /// Binds `state` to `addr` (port 0: an ephemeral port).
 fn bind(st: &mut State, id: *mut RdmaCmId, addr: SocketAddr) -> Result<(), c_int> {
     let ps = st.id(id)?.ps;
-    let dev = if addr.ip().is_unspecified() {
+    // A loopback address no device has is bound to no device, as a wildcard is: the kernel's
+    // rdma_cm binds such an id to a device only when it resolves or listens
+    // (`cma_bind_loopback`). libfabric's verbs provider binds "localhost" when it is given
+    // no address, and then takes a device's address for its listener.
+    let unbound_loopback =
+        addr.ip().to_canonical().is_loopback() && st.dev_of_ip(addr.ip()).is_none();
+    let dev = if addr.ip().is_unspecified() || unbound_loopback {
         None
     } else {
         Some(st.dev_of_ip(addr.ip()).ok_or_else(|| {
@@ -527,6 +534,7 @@ pub unsafe extern "C" fn rdma_connect(id: *mut RdmaCmId, param: *mut RdmaConnPar
             let psn = fresh_psn(st, salt);
             let dev = st.id(id)?.dev;
             let mtu = dev.and_then(|d| st.devs.get(d)).map_or(3, |d| d.mtu);
+            let dev_limits = dev_rd_atomic(st, dev);
             let state = st.id(id)?;
             let (src, dst, peer) = route_to_connect(state)?;
             // SAFETY: the id's C struct, and the caller's parameters (NULL or valid).
@@ -540,8 +548,9 @@ pub unsafe extern "C" fn rdma_connect(id: *mut RdmaCmId, param: *mut RdmaConnPar
             if !param.is_null() {
                 // SAFETY: the caller's parameters (checked non-null).
                 let p = unsafe { &*param };
-                state.responder_resources = p.responder_resources;
-                state.initiator_depth = p.initiator_depth;
+                let (rr, id_) = read_atomic_resources("rdma_connect", dev_limits, p)?;
+                state.responder_resources = rr;
+                state.initiator_depth = id_;
                 state.retry_count = p.retry_count;
                 state.rnr_retry_count = p.rnr_retry_count;
             }
@@ -580,6 +589,36 @@ pub unsafe extern "C" fn rdma_connect(id: *mut RdmaCmId, param: *mut RdmaConnPar
         })?;
         sync_wait(id, event::ESTABLISHED)
     })
+}
+
+/// The RDMA read/atomic limits of device `dev` (responder resources, initiator depth).
+fn dev_rd_atomic(st: &State, dev: Option<usize>) -> (u8, u8) {
+    dev.and_then(|d| st.devs.get(d))
+        .map_or((1, 1), |d| (d.max_rd_atom, d.max_init_rd_atom))
+}
+
+/// rdma_cm's `responder_resources` and `initiator_depth` from the caller's parameters:
+/// `RDMA_MAX_RESP_RES`/`RDMA_MAX_INIT_DEPTH` (0xFF) mean the device's maximum, a value
+/// beyond it is refused (rdma-core's `ucma_valid_param`).
+fn read_atomic_resources(
+    call: &str,
+    (max_resp, max_init): (u8, u8),
+    p: &RdmaConnParam,
+) -> Result<(u8, u8), c_int> {
+    const MAX: u8 = 0xFF;
+    let pick = |asked: u8, max: u8, what: &str| match asked {
+        MAX => Ok(max),
+        n if n <= max => Ok(n),
+        n => Err(crate::refused(
+            call,
+            &format!("{what} {n} is beyond the device's {max} (0xFF asks for the maximum)"),
+            libc::EINVAL,
+        )),
+    };
+    Ok((
+        pick(p.responder_resources, max_resp, "responder_resources")?,
+        pick(p.initiator_depth, max_init, "initiator_depth")?,
+    ))
 }
 
 /// Fills `out` (a REQ's or SIDR_REQ's private data) with rdma_cm's header for a
@@ -667,6 +706,8 @@ pub unsafe extern "C" fn rdma_accept(id: *mut RdmaCmId, param: *mut RdmaConnPara
         agent::with(|st| {
             let salt = id as usize;
             let psn = fresh_psn(st, salt);
+            let dev = st.id(id)?.dev;
+            let dev_limits = dev_rd_atomic(st, dev);
             let state = st.id(id)?;
             let (Some(comm), Some(req)) = (state.comm, state.req.as_deref().copied()) else {
                 return Err(crate::refused(
@@ -686,8 +727,9 @@ pub unsafe extern "C" fn rdma_accept(id: *mut RdmaCmId, param: *mut RdmaConnPara
             if !param.is_null() {
                 // SAFETY: the caller's parameters (checked non-null).
                 let p = unsafe { &*param };
-                state.responder_resources = p.responder_resources;
-                state.initiator_depth = p.initiator_depth;
+                let (rr, id_) = read_atomic_resources("rdma_accept", dev_limits, p)?;
+                state.responder_resources = rr;
+                state.initiator_depth = id_;
                 state.rnr_retry_count = p.rnr_retry_count;
             }
             state.retry_count = req.retry_count;
@@ -834,9 +876,16 @@ pub unsafe extern "C" fn rdma_migrate_id(
                     libc::ENOSYS,
                 ));
             }
-            st.id(id)?;
+            let was_sync = std::mem::replace(&mut st.id(id)?.sync, false);
             // SAFETY: the id's C struct.
-            unsafe { (*id).channel = channel };
+            let old = unsafe { std::mem::replace(&mut (*id).channel, channel) };
+            // A synchronous id's channel was its own; from now on its events go to the
+            // program's channel, and its calls no longer wait for them (rdma-core's
+            // rdma_migrate_id: libfabric's verbs provider makes its endpoints synchronous,
+            // resolves the address, then migrates them to its event queue).
+            if was_sync && old != channel {
+                crate::event::destroy_channel(st, old)?;
+            }
             Ok(())
         })
     })
@@ -1169,5 +1218,48 @@ fn qp_type_of(ps: c_int) -> u32 {
         qp_type::UD
     } else {
         qp_type::RC
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn param(responder_resources: u8, initiator_depth: u8) -> RdmaConnParam {
+        RdmaConnParam {
+            private_data: std::ptr::null(),
+            private_data_len: 0,
+            responder_resources,
+            initiator_depth,
+            flow_control: 0,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            srq: 0,
+            qp_num: 0,
+        }
+    }
+
+    /// libfabric's verbs provider asks for RDMA_MAX_RESP_RES and RDMA_MAX_INIT_DEPTH (0xFF):
+    /// the device's maximum, not 255 (which the QP's RTR would refuse).
+    #[test]
+    fn max_read_atomic_resources_mean_the_devices_and_more_is_refused() {
+        let dev = (128, 16);
+        assert_eq!(
+            read_atomic_resources("t", dev, &param(0xFF, 0xFF)),
+            Ok((128, 16))
+        );
+        assert_eq!(read_atomic_resources("t", dev, &param(4, 2)), Ok((4, 2)));
+        assert_eq!(
+            read_atomic_resources("t", dev, &param(128, 16)),
+            Ok((128, 16))
+        );
+        assert_eq!(
+            read_atomic_resources("t", dev, &param(129, 1)),
+            Err(libc::EINVAL)
+        );
+        assert_eq!(
+            read_atomic_resources("t", dev, &param(1, 17)),
+            Err(libc::EINVAL)
+        );
     }
 }

@@ -34,6 +34,7 @@ mod device;
 mod event;
 mod ibv;
 mod id;
+mod mcast;
 mod qp;
 mod sync;
 mod ud;

@@ -136,7 +136,7 @@ pub fn on_sidr_reply(st: &mut State, comm: CommId, rep: &SidrRep) {
 
 /// The address handle attributes from id `key` to `peer`: on RoCE a GRH to its GID from
 /// the id's source GID.
-fn ah_to(st: &State, key: usize, peer: Peer) -> Option<IbvAhAttr> {
+pub fn ah_to(st: &State, key: usize, peer: Peer) -> Option<IbvAhAttr> {
     let s = st.ids.get(&key)?;
     let dev = st.devs.get(s.dev?)?;
     let sgid = agent::gid_of(s.src?.ip());

@@ -7,8 +7,9 @@
 //!   them to `poll`/`select`, and so does this library.
 //! - SRQs made through the CM (`rdma_create_srq*`): the program can make them with
 //!   `ibv_create_srq` and pass them in `ibv_qp_init_attr`.
-//! - Multicast (`rdma_join_multicast*`, `rdma_leave_multicast`): not yet (IB: SA
-//!   MCMemberRecord joins; RoCE: the mapped multicast GID).
+//! - Multicast on an emulated IB fabric (SA MCMemberRecord joins): `rdma_join_multicast`
+//!   maps a group as on RoCE ([`crate::mcast`]), and an IB device refuses to attach a QP to
+//!   that GID (MULTICAST_JOIN comes with the error as its status).
 //! - ECE (`rdma_get_remote_ece`, `rdma_reject_ece`, `rdma_set_local_ece`): enhanced connection
 //!   establishment, a vendor extension the CM messages here do not carry.
 
@@ -46,8 +47,6 @@ not_built!("softib's librdmacm has no rsockets": rsocket, rbind, rlisten, raccep
     riounmap, riowrite);
 not_built!("make the SRQ with ibv_create_srq and pass it in the QP's init attributes":
     rdma_create_srq, rdma_create_srq_ex, rdma_destroy_srq);
-not_built!("multicast through rdma_cm is not implemented on softib yet": rdma_join_multicast,
-    rdma_join_multicast_ex, rdma_leave_multicast);
 not_built!("ECE is not carried by softib's CM": rdma_get_remote_ece, rdma_reject_ece,
     rdma_set_local_ece);
 

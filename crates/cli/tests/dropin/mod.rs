@@ -21,6 +21,8 @@ pub const BOUND: Duration = Duration::from_secs(90);
 pub struct Host {
     pub dir: PathBuf,
     pub addr: &'static str,
+    /// The network namespace it runs in (its programs too), if not this process's.
+    pub netns: Option<String>,
     /// Keeps the daemon's watchdog alive: when this process exits, the pipe closes and the
     /// watchdog stops the daemon.
     _watch: Child,
@@ -47,11 +49,33 @@ pub fn hosts() -> &'static Hosts {
 }
 
 fn start_host(name: &str, addr: &'static str, udp_port: u16) -> Host {
+    start_host_on(name, addr, "lo", Some(udp_port), None)
+}
+
+/// A daemon with one RoCE device `rxe0` on `netdev` with `addr` (and its UDP port, if not
+/// 4791), inside network namespace `netns` if given.
+fn start_host_on(
+    name: &str,
+    addr: &'static str,
+    netdev: &str,
+    udp_port: Option<u16>,
+    netns: Option<&str>,
+) -> Host {
     let dir = std::env::temp_dir().join(format!("softib-dropin-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    let in_ns = |c: &mut Command| {
+        if let Some(ns) = netns {
+            c.args(["netns", "exec", ns]);
+        }
+    };
     // The daemon lives as long as the watchdog's stdin, which only this process holds.
-    let watch = Command::new("sh")
+    let mut watch = Command::new(if netns.is_some() { "ip" } else { "sh" });
+    in_ns(&mut watch);
+    if netns.is_some() {
+        watch.arg("sh");
+    }
+    let watch = watch
         .arg("-c")
         .arg(r#""$0" daemon </dev/null >"$1/softibd.log" 2>&1 & d=$!; read _; kill $d; wait $d"#)
         .arg(SOFTIB)
@@ -72,21 +96,115 @@ fn start_host(name: &str, addr: &'static str, udp_port: u16) -> Host {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let port = udp_port.to_string();
-    let out = Command::new(SOFTIB)
-        .args([
-            "link", "add", "rxe0", "type", "rxe", "netdev", "lo", "--addr", addr,
-        ])
-        .args(["--udp-port", &port])
-        .env("SOFTIB_RUNTIME_DIR", &dir)
-        .output()
-        .unwrap();
+    let mut add = Command::new(if netns.is_some() { "ip" } else { SOFTIB });
+    in_ns(&mut add);
+    if netns.is_some() {
+        add.arg(SOFTIB);
+    }
+    add.args([
+        "link", "add", "rxe0", "type", "rxe", "netdev", netdev, "--addr", addr,
+    ]);
+    if let Some(p) = udp_port {
+        add.args(["--udp-port", &p.to_string()]);
+    }
+    let out = add.env("SOFTIB_RUNTIME_DIR", &dir).output().unwrap();
     assert!(out.status.success(), "link add: {}", text(&out.stderr));
     Host {
         dir,
         addr,
+        netns: netns.map(str::to_string),
         _watch: watch,
     }
+}
+
+/// Two hosts, each in a network namespace of this test binary's own, joined by a veth pair
+/// (10.77.0.1 in the first, 10.77.0.2 in the second), each with its device on its end:
+/// for programs that want their RDMA device's address on a network interface (libfabric's
+/// verbs provider lists interfaces), and for IP multicast, which may not leave loopback
+/// otherwise. The namespaces are removed when this process exits. `None` (said once, and a
+/// failure under `CI=true`) when this process may not make namespaces (needs root and `ip`).
+pub fn netns_hosts() -> Option<&'static NetnsHosts> {
+    static NS: OnceLock<Option<NetnsHosts>> = OnceLock::new();
+    NS.get_or_init(|| {
+        let root = rustix::process::geteuid().is_root();
+        if !root || which("ip").is_none() {
+            assert!(
+                std::env::var_os("CI").is_none_or(|v| v != "true"),
+                "the netns tests need root and ip (iproute2) under CI=true"
+            );
+            eprintln!("skipped: the netns tests need root and ip (root: {root})");
+            return None;
+        }
+        let pid = std::process::id();
+        let (na, nb) = (format!("softib-t{pid}a"), format!("softib-t{pid}b"));
+        let (va, vb) = (
+            format!("sib{}a", pid % 100_000),
+            format!("sib{}b", pid % 100_000),
+        );
+        let ip = |args: &[&str]| {
+            let o = Command::new("ip").args(args).output().unwrap();
+            assert!(o.status.success(), "ip {args:?}: {}", text(&o.stderr));
+        };
+        ip(&["netns", "add", &na]);
+        ip(&["netns", "add", &nb]);
+        // Removed when this process exits: the remover waits on a pipe only it holds.
+        let remover = Command::new("sh")
+            .arg("-c")
+            .arg(r#"read _; ip netns del "$0"; ip netns del "$1""#)
+            .args([&na, &nb])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        ip(&[
+            "-n", &na, "link", "add", &va, "type", "veth", "peer", "name", &vb, "netns", &nb,
+        ]);
+        for (ns, dev, addr) in [(&na, &va, "10.77.0.1/24"), (&nb, &vb, "10.77.0.2/24")] {
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+            ip(&["-n", ns, "addr", "add", addr, "dev", dev]);
+            ip(&["-n", ns, "link", "set", dev, "up"]);
+        }
+        let a = start_host_on("nsa", "10.77.0.1", &va, None, Some(&na));
+        let b = start_host_on("nsb", "10.77.0.2", &vb, None, Some(&nb));
+        // A fresh veth pair takes a moment to be up, and the ports follow their interfaces:
+        // programs that look for an active port (libfabric's verbs provider) start after.
+        for h in [&a, &b] {
+            let t0 = Instant::now();
+            while !port_active(h) {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(20),
+                    "the port of {} did not become active",
+                    h.dir.display()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Some(NetnsHosts {
+            a,
+            b,
+            _remover: remover,
+        })
+    })
+    .as_ref()
+}
+
+/// Whether port 1 of the host's device is Active (state 4).
+fn port_active(h: &Host) -> bool {
+    softib::Context::open_at(&h.dir)
+        .and_then(|mut c| c.devices())
+        .is_ok_and(|d| {
+            d.first()
+                .and_then(|d| d.ports.first())
+                .is_some_and(|p| p.state == 4)
+        })
+}
+
+/// See [`netns_hosts`].
+pub struct NetnsHosts {
+    pub a: Host,
+    pub b: Host,
+    _remover: Child,
 }
 
 impl Host {
@@ -170,7 +288,14 @@ impl Run {
         let debug = host
             .dir
             .join(format!("ld-{}", N.fetch_add(1, Ordering::Relaxed)));
-        let mut c = Command::new(SOFTIB);
+        let mut c = match &host.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(SOFTIB);
+                c
+            }
+            None => Command::new(SOFTIB),
+        };
         c.args(["run", "--host"])
             .arg(&host.dir)
             .arg("--")

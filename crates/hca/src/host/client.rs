@@ -134,6 +134,9 @@ impl Owned {
             if let Some(h) = hca(devs, *d) {
                 let _ = h.destroy_qp(*qpn);
             }
+            if let Some(dev) = devs.get_mut(*d as usize) {
+                dev.forget_qp(*qpn);
+            }
         }
         for (d, srq) in &self.srqs {
             if let Some(h) = hca(devs, *d) {

@@ -9,11 +9,14 @@
 //! A REQ for a service nobody listens on is rejected here and now (REJ, InvalidServiceID),
 //! as the kernel's CM does; a SIDR_REQ gets a SIDR_REP saying the same. A message that names
 //! no known connection goes to every agent of the port, whose machines answer as the spec
-//! says (a DREP for a stray DREQ) or drop it.
+//! says (a DREP for a stray DREQ) or drop it; when no agent is there to hear it (the process
+//! that owned the connection has exited), the daemon answers it itself as the kernel's CM,
+//! which outlives its processes, would ([`CmRoutes::answer_unclaimed`]): otherwise the peer's
+//! DREQ goes unanswered through every retry.
 
 use std::collections::BTreeMap;
 
-use softib_wire::mad::cm::{Message, MessageKind, Rej, RejectReason, SidrRep};
+use softib_wire::mad::cm::{private_len, Drep, Message, MessageKind, Rej, RejectReason, SidrRep};
 use softib_wire::mad::MAD_LEN;
 
 /// Connections remembered per host; beyond this the table starts again (old connections'
@@ -129,12 +132,36 @@ impl CmRoutes {
             Message::SidrRep(x) => owner(x.request_id),
         }
     }
+
+    /// The answer to a CM MAD no agent of the port took, as a CM that has no such
+    /// connection gives it: a DREQ gets a DREP (IBA §12.9.8.4, so that the peer leaves
+    /// DreqSent at once), a REP a REJ with InvalidCommID (§12.6.5). Everything else is
+    /// dropped: nothing waits for an answer to it.
+    pub fn answer_unclaimed(mad: &[u8]) -> Option<Box<[u8; MAD_LEN]>> {
+        let (header, m) = Message::parse(mad).ok()?;
+        let answer = match m {
+            Message::Dreq(dreq) => Message::Drep(Drep {
+                local_comm_id: dreq.remote_comm_id,
+                remote_comm_id: dreq.local_comm_id,
+                private_data: [0; private_len::DREP],
+            }),
+            Message::Rep(rep) => Message::Rej(Rej::new(
+                0,
+                rep.local_comm_id,
+                MessageKind::Rep,
+                RejectReason::InvalidCommId,
+            )),
+            _ => return None,
+        };
+        Some(Box::new(answer.emit(header.tid)))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use softib_wire::mad::cm::{self, private_len, Rtu};
+    use softib_wire::mad::cm::{self, Dreq, Rep, Rtu};
+    use softib_wire::{Guid, Psn, QKey, Qpn};
 
     fn rtu(local: u32, remote: u32) -> [u8; MAD_LEN] {
         Message::Rtu(Rtu {
@@ -185,5 +212,62 @@ mod tests {
         assert!(r.listen(0, cm::service_id(cm::PortSpace::Tcp, 7174), 3, true));
         assert!(!r.listen(0, cm::service_id(cm::PortSpace::Tcp, 7174), 4, true));
         assert_eq!(r.route(0, 1, &req), Route::To(3));
+    }
+
+    /// The owner of a connection exited without tearing it down (perftest's ib_atomic_lat
+    /// server returns from main after its last handshake): the peer's DREQ finds no agent,
+    /// and the daemon answers it with the DREP, naming the connection as the DREQ did.
+    #[test]
+    fn a_dreq_nobody_takes_gets_a_drep_and_a_stray_rep_a_rej() {
+        let mut r = CmRoutes::default();
+        let dreq = Message::Dreq(Dreq {
+            local_comm_id: 0x51,
+            remote_comm_id: 0x77,
+            remote_qpn: Qpn::new(0x12),
+            private_data: [0; private_len::DREQ],
+        })
+        .emit(0xAB);
+        let drep_of = |mad: &[u8]| {
+            let answer = CmRoutes::answer_unclaimed(mad).expect("a DREQ is answered");
+            match Message::parse(&answer[..]) {
+                Ok((h, Message::Drep(d))) => (h.tid, d.local_comm_id, d.remote_comm_id),
+                other => panic!("not a DREP: {other:?}"),
+            }
+        };
+        // The agent that owned connection 0x77 went away: its DREQ goes to whoever is left.
+        r.note_sent(0, 1, &rtu(0x77, 0x51), 3);
+        r.forget(3);
+        assert_eq!(r.route(0, 1, &dreq), Route::All);
+        assert_eq!(drep_of(&dreq), (0xAB, 0x77, 0x51));
+
+        let rep = Message::Rep(Rep {
+            local_comm_id: 0x99,
+            remote_comm_id: 0x42,
+            local_qkey: QKey(0),
+            local_qpn: Qpn::new(0x20),
+            local_eecn: 0,
+            starting_psn: Psn::new(1),
+            responder_resources: 1,
+            initiator_depth: 1,
+            target_ack_delay: 0,
+            failover_accepted: 1,
+            end_to_end_flow_control: true,
+            rnr_retry_count: 7,
+            srq: false,
+            vendor_id: 0,
+            local_ca_guid: Guid(1),
+            private_data: [0; private_len::REP],
+        })
+        .emit(5);
+        let answer = CmRoutes::answer_unclaimed(&rep).expect("a REP is answered");
+        let Ok((_, Message::Rej(j))) = Message::parse(&answer[..]) else {
+            panic!("not a REJ");
+        };
+        assert_eq!(
+            (j.remote_comm_id, j.reason, j.message_rejected),
+            (0x99, RejectReason::InvalidCommId, MessageKind::Rep)
+        );
+        assert!(CmRoutes::answer_unclaimed(&rtu(1, 2)).is_none(), "an RTU");
+        assert!(CmRoutes::answer_unclaimed(&[0u8; 12]).is_none(), "junk");
     }
 }

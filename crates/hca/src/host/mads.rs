@@ -106,6 +106,11 @@ pub(super) fn dispatch_mad(h: &mut Host, clients: &mut BTreeMap<u64, Client>, de
     }
     if !claimed {
         h.unclaimed_mads += 1;
+        if m.qp == MadQp::Gsi && class == Some(mad::MgmtClass::ComMgt) {
+            if let Some(answer) = super::cm_routes::CmRoutes::answer_unclaimed(&m.mad) {
+                answer_cm(&mut h.devs, dev, &m, &answer);
+            }
+        }
     }
 }
 

@@ -280,6 +280,43 @@ pub fn ip_of(gid: &Gid) -> IpAddr {
     }
 }
 
+/// The group an IPv4 multicast GID names on RoCEv2 (`::ffff:a.b.c.d`, a.b.c.d in
+/// 224.0.0.0/4: the kernel's `cma_iboe_set_mgid` for RoCEv2), if `gid` is one.
+pub fn ipv4_group(gid: &Gid) -> Option<std::net::Ipv4Addr> {
+    gid.to_ipv4()
+        .map(std::net::Ipv4Addr::from)
+        .filter(std::net::Ipv4Addr::is_multicast)
+}
+
+/// The MGID the engine files RoCEv2 IPv4 group `group` under: `ff0e::ffff:a.b.c.d`, the
+/// kernel's RoCE (v1) mapping of the same group. The engine's multicast table takes only
+/// GIDs whose first byte is 0xFF, and a RoCEv2 group's GID (`::ffff:a.b.c.d`) is not one.
+pub fn engine_mgid(group: std::net::Ipv4Addr) -> Gid {
+    let mut g = [0u8; 16];
+    g[0] = 0xff;
+    g[1] = 0x0e;
+    g[10] = 0xff;
+    g[11] = 0xff;
+    g[12..].copy_from_slice(&group.octets());
+    Gid(g)
+}
+
+/// The GRH area of a datagram that arrived for a multicast group: a GRH (the IPv6 layout)
+/// from the sender's GID to the group's engine MGID, which the engine looks the group up by.
+pub fn group_grh_area(from: SocketAddr, mgid: Gid, udp_payload_len: usize) -> [u8; 40] {
+    let mut area = [0u8; 40];
+    Ipv6Repr {
+        traffic_class: 0,
+        flow_label: 0,
+        next_header: PROTOCOL_UDP,
+        hop_limit: 64,
+        src: gid_of(from.ip()).0,
+        dst: mgid.0,
+    }
+    .emit(&mut area, 8 + udp_payload_len);
+    area
+}
+
 /// The UDP source port rdma-core/rxe derive from a flow label or the QP numbers
 /// (`rdma_get_udp_sport`): a value in 0xC000..=0xFFFF.
 pub fn udp_source_port(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
@@ -357,6 +394,19 @@ mod tests {
             .step_by(2)
             .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
             .collect()
+    }
+
+    #[test]
+    fn an_ipv4_group_gid_maps_to_an_engine_mgid_and_back() {
+        let g = gid_of(IpAddr::from([239, 1, 2, 3]));
+        let group = ipv4_group(&g).unwrap();
+        assert_eq!(group, std::net::Ipv4Addr::new(239, 1, 2, 3));
+        let m = engine_mgid(group);
+        assert_eq!(m.0[..2], [0xff, 0x0e]);
+        assert_eq!(m.0[12..], [239, 1, 2, 3]);
+        assert!(ipv4_group(&gid_of(IpAddr::from([10, 0, 0, 1]))).is_none());
+        let area = group_grh_area(SocketAddr::from(([10, 0, 0, 1], 4791)), m, 100);
+        assert_eq!(area[24..40], m.0);
     }
 
     #[test]

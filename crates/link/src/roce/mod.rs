@@ -39,7 +39,7 @@ mod tests;
 
 use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use softib_engine::verbs::{AsyncEvent, QpState, QpType};
 use softib_engine::{AttrMask, Hca, Instant, Memory, QpAttr, RxMeta, Transmit, VerbsError};
@@ -464,7 +464,32 @@ impl<M: Memory> RoceCa<M> {
     /// Identification its index names first) and, if it passes, handed to the engine. What
     /// fails is counted by reason and returned.
     pub fn handle_datagram(&mut self, now: Instant, d: &Incoming<'_>) -> Result<(), RoceDrop> {
-        let checked = self.check(d);
+        self.handle(now, d, None)
+    }
+
+    /// A datagram arrived on the socket of IPv4 multicast group `group` (which the kernel
+    /// tells apart from the device's unicast traffic only by the socket): as
+    /// [`RoceCa::handle_datagram`], with the group's MGID in the GRH the engine sees, so that
+    /// it reaches the QPs attached to the group.
+    pub fn handle_group_datagram(
+        &mut self,
+        now: Instant,
+        d: &Incoming<'_>,
+        group: std::net::Ipv4Addr,
+    ) -> Result<(), RoceDrop> {
+        self.handle(now, d, Some(group))
+    }
+
+    fn handle(
+        &mut self,
+        now: Instant,
+        d: &Incoming<'_>,
+        group: Option<std::net::Ipv4Addr>,
+    ) -> Result<(), RoceDrop> {
+        // The ICRC covers the destination address: the group's, for a group's datagram.
+        let to = group.map_or(self.config.addr.ip(), IpAddr::V4);
+        let mgid = group.map(framing::engine_mgid);
+        let checked = self.check(d, to);
         let body = match checked {
             Ok(body) => body,
             Err(reason) => {
@@ -478,10 +503,10 @@ impl<M: Memory> RoceCa<M> {
         // Only UD receives (and UD multicast) use the GRH area: RC and UC skip building it.
         let ud = Opcode(body[0]).transport() == Transport::Ud;
         let meta = RxMeta {
-            grh: if ud {
-                framing::grh_area(d.from, self.config.addr, d.data.len())
-            } else {
-                None
+            grh: match (ud, mgid) {
+                (true, Some(m)) => Some(framing::group_grh_area(d.from, m, d.data.len())),
+                (true, None) => framing::grh_area(d.from, self.config.addr, d.data.len()),
+                (false, _) => None,
             },
             // RoCE has no SL on the wire. A UD completion's SL says what the GRH area holds
             // instead, as ConnectX reports it (bit 3: a UDP header, bits 2:0: 1 IPv6, 2 IPv4),
@@ -587,7 +612,7 @@ impl<M: Memory> RoceCa<M> {
     /// The transport bytes of a datagram that passes, or why it does not: the cheap checks
     /// first — its length, address family, opcode, and the engine's screen of its BTH (a
     /// flood of junk costs no CRC) — the ICRC last.
-    fn check<'d>(&mut self, d: &Incoming<'d>) -> Result<&'d [u8], RoceDrop> {
+    fn check<'d>(&mut self, d: &Incoming<'d>, to: IpAddr) -> Result<&'d [u8], RoceDrop> {
         if d.data.len() < BTH_LEN + ICRC_LEN {
             return Err(RoceDrop::TooShort);
         }
@@ -607,7 +632,7 @@ impl<M: Memory> RoceCa<M> {
         }
         framing::open_from(
             d.from,
-            self.config.addr,
+            SocketAddr::new(to, self.config.addr.port()),
             d.data,
             d.index,
             self.config.senders,

@@ -2,7 +2,7 @@
 //! receive queues, address handles, and a UD QP's multicast groups.
 
 use softib_engine::{AddressVector, AhHandle, AttrMask, PdHandle, QpAttr, QpInitAttr, SrqHandle};
-use softib_proto::Response;
+use softib_proto::{ErrorKind, Response};
 use softib_wire::{Gid, Lid, Qpn};
 
 use super::{destroy_owned, Handled};
@@ -51,9 +51,12 @@ pub(super) fn query_qp(h: &mut Host, c: &mut Client, dev: u32, qpn: Qpn) -> Hand
 
 /// `DestroyQp` of one of the client's QPs.
 pub(super) fn destroy_qp(h: &mut Host, c: &mut Client, dev: u32, qpn: Qpn) -> Handled {
-    destroy_owned(h, &mut c.owned.qps, dev, qpn, "QP", |hca| {
+    let done = destroy_owned(h, &mut c.owned.qps, dev, qpn, "QP", |hca| {
         hca.destroy_qp(qpn)
-    })
+    })?;
+    // Its multicast groups (the engine detached it with the QP).
+    h.dev(dev)?.forget_qp(qpn);
+    Ok(done)
 }
 
 /// `CreateSrq` in one of the client's PDs.
@@ -120,17 +123,25 @@ pub(super) fn attach_mcast(
     gid: Gid,
     lid: Lid,
 ) -> Handled {
-    let hca = h.dev(dev)?.hca_mut();
     owns(&c.owned.qps, dev, qpn, "QP")?;
-    hca.attach_mcast(qpn, gid, lid)?;
+    let d = h.dev(dev)?;
+    let mgid = d
+        .join_group(gid, qpn)
+        .map_err(|e| super::refused(ErrorKind::Invalid, e.to_string()))?;
+    if let Err(e) = d.hca_mut().attach_mcast(qpn, mgid, lid) {
+        d.leave_group(gid, qpn);
+        return Err(e.into());
+    }
     Ok(Response::Ok)
 }
 
 /// `DetachMcast`: one of the client's QPs leaves group `gid`.
 pub(super) fn detach_mcast(h: &mut Host, c: &mut Client, dev: u32, qpn: Qpn, gid: Gid) -> Handled {
-    let hca = h.dev(dev)?.hca_mut();
     owns(&c.owned.qps, dev, qpn, "QP")?;
-    hca.detach_mcast(qpn, gid)?;
+    let d = h.dev(dev)?;
+    let mgid = d.group_mgid(gid);
+    d.hca_mut().detach_mcast(qpn, mgid)?;
+    d.leave_group(gid, qpn);
     Ok(Response::Ok)
 }
 
