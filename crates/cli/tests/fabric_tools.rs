@@ -777,3 +777,40 @@ fn switches_and_hosts_run_as_separate_processes_and_find_each_other() {
         let _ = c.wait();
     }
 }
+
+/// `cmd` (softib's arguments) with its stdout a pipe whose reader is already gone, as
+/// under `| head` once head has read its lines: exit status and stderr.
+fn with_stdout_closed(cmd: &[&str]) -> (Option<i32>, String) {
+    let (reader, writer) = rustix::pipe::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(SOFTIB)
+        .args(cmd)
+        .stdout(std::process::Stdio::from(writer))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    (out.status.code(), text(&out.stderr))
+}
+
+#[test]
+fn a_reader_that_goes_away_ends_a_listing_quietly() {
+    // A fabric directory with a host whose daemon does not run: `status` lists it as
+    // unreachable, with nobody to read the line.
+    let dir = std::env::temp_dir().join(format!("softib-it-epipe-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("hosts/node1")).unwrap();
+    let d = dir.to_str().unwrap();
+    for cmd in [
+        &["fabric", "status", "--dir", d][..],
+        &["fabric", "gen", "--hosts", "504", "fat-tree"],
+        &["env"],
+        &["ib_send_bw", "--help"],
+    ] {
+        let (code, stderr) = with_stdout_closed(cmd);
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+            "softib {cmd:?} with a closed stdout: {stderr}"
+        );
+        assert_eq!(code, Some(0), "softib {cmd:?}: {stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
