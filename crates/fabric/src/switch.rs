@@ -31,8 +31,8 @@
 //! Not done: SL-to-VL mapping, partition enforcement, flow control and credits.
 
 use softib_wire::crc::{self, VCRC_LEN};
-use softib_wire::mad::smp;
-use softib_wire::{Lid, LrhPacket, LrhRepr};
+use softib_wire::mad::{self, smp, status, Method, MgmtClass, MAD_LEN};
+use softib_wire::{Lid, LrhPacket, LrhRepr, QKey, Qpn};
 
 use crate::sma::{DrAction, Outgoing, Sma, SmaConfig, SmiOutput};
 use crate::smp_packet;
@@ -169,6 +169,24 @@ switch_drops! {
     NoRoute => "no_route",
     /// The egress port is not Active (data) or its link is not up (VL15).
     EgressNotActive => "egress_not_active",
+    /// A GMP for the switch that gets no response (a response, not parseable).
+    GmpConsumed => "gmp_consumed",
+}
+
+/// The kernel MAD layer's answer to a request no agent takes (ib_mad's unmatched response):
+/// a Get or Set comes back as GetResp with UNSUPPORTED_METHOD_ATTR; anything else gets none.
+pub fn unmatched_response(header: &mad::Repr, request: &[u8; MAD_LEN]) -> Option<[u8; MAD_LEN]> {
+    if !matches!(header.method, Method::Get | Method::Set) {
+        return None;
+    }
+    let mut out = *request;
+    let mut h = header.response(status::UNSUPPORTED_METHOD_ATTR);
+    h.method = Method::GetResp;
+    if header.mgmt_class == MgmtClass::SubnDirectedRoute {
+        h.status |= status::DIRECTION;
+    }
+    h.emit(&mut mad::Packet::new_unchecked(&mut out[..]));
+    Some(out)
 }
 
 /// What to do with a packet the switch received.
@@ -296,7 +314,7 @@ impl Switch {
         if lrh.vl == smp_packet::VL15 {
             self.handle_vl15(in_port, &lrh, packet)
         } else {
-            self.handle_data(in_port, &lrh)
+            self.handle_data(in_port, &lrh, packet)
         }
     }
 
@@ -359,7 +377,7 @@ impl Switch {
         }
     }
 
-    fn handle_data(&mut self, in_port: u8, lrh: &LrhRepr) -> SwitchAction {
+    fn handle_data(&mut self, in_port: u8, lrh: &LrhRepr, packet: &[u8]) -> SwitchAction {
         if !self.sma.note_data_received(in_port) {
             return self.drop_packet(SwitchDrop::IngressNotActive);
         }
@@ -371,7 +389,7 @@ impl Switch {
                 self.port_counters(in_port).rcv_switch_relay_errors += 1;
                 self.drop_packet(reason)
             }
-            Ok(0) => SwitchAction::Local,
+            Ok(0) => self.local_gmp(packet),
             Ok(out_port) => {
                 if self.sma.port_state(out_port) != Some(softib_wire::mad::attr::PortState::Active)
                 {
@@ -382,6 +400,56 @@ impl Switch {
                 SwitchAction::Forward { out_port }
             }
         }
+    }
+
+    /// A data packet for the switch itself: a GMP to QP1 gets its answer from the switch's
+    /// GSI — the PMA's for PerfMgt; for a Get or Set of a class no agent here serves,
+    /// UNSUPPORTED_METHOD_ATTR (what the kernel's MAD layer answers for an agent nobody
+    /// registered). Anything else is [`SwitchAction::Local`].
+    fn local_gmp(&mut self, packet: &[u8]) -> SwitchAction {
+        let Ok(p) = smp_packet::parse_mad(packet) else {
+            return SwitchAction::Local;
+        };
+        if p.addr.dest_qpn != Qpn::GSI {
+            return SwitchAction::Local;
+        }
+        let header = match mad::Repr::parse(&mad::Packet::new_unchecked(&p.mad[..])) {
+            Ok(h) => h,
+            Err(_) => return SwitchAction::Local,
+        };
+        let response = if header.mgmt_class == MgmtClass::PerfMgt {
+            pma::answer(&mut self.counters, &p.mad)
+        } else {
+            unmatched_response(&header, &p.mad)
+        };
+        let Some(response) = response else {
+            return self.drop_packet(SwitchDrop::GmpConsumed);
+        };
+        let to = p.addr.slid;
+        let out_port = match self.route(to) {
+            Ok(0) | Err(_) => {
+                return self.drop_packet(SwitchDrop::NoRoute);
+            }
+            Ok(port) => port,
+        };
+        if !self.sma.link_is_up(out_port) {
+            self.port_counters(out_port).xmit_discards += 1;
+            return self.drop_packet(SwitchDrop::EgressNotActive);
+        }
+        let packet = smp_packet::emit_mad(
+            &smp_packet::MadAddress {
+                vl: p.addr.vl,
+                sl: p.addr.sl,
+                dlid: to,
+                slid: p.addr.dlid,
+                dest_qpn: p.addr.src_qpn,
+                src_qpn: Qpn::GSI,
+                qkey: QKey::GSI,
+            },
+            &response,
+        );
+        self.count_xmit(out_port, ((packet.len() - VCRC_LEN) / 4) as u16);
+        SwitchAction::Transmit { out_port, packet }
     }
 
     /// A multicast data packet: every Active port of the MLID's MFT entry but the ingress port.
@@ -435,6 +503,8 @@ impl Switch {
         }
     }
 }
+
+mod pma;
 
 #[cfg(test)]
 mod tests;
