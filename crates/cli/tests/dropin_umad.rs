@@ -266,6 +266,35 @@ fn the_real_diagnostics_find_the_switched_fabric_the_file_describes() {
             && trace.ends_with("To ca {0xe41d2d0300c00030} portnum 1 lid 4-4 \"node4 mlx4_0\"\n"),
         "{trace}"
     );
+    // A switch's PMA (port 0, for every port): the counters of sw1's port to sw2, which the
+    // SMPs above crossed; cleared by -x -r; and ibqueryerrors reads every port of the fabric.
+    let count = |pq: &str, name: &str| -> u64 {
+        pq.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim_start_matches('.').parse().unwrap())
+            .unwrap_or_else(|| panic!("no {name} in:\n{pq}"))
+    };
+    let pq = real(&f, "node2", "perfquery 5 35");
+    assert!(
+        pq.starts_with("# Port counters: Lid 5 port 35 (CapMask: 0x300)\n")
+            && count(&pq, "PortXmitPkts:") > 0,
+        "{pq}"
+    );
+    let all = real(&f, "node2", "perfquery -x -a 5");
+    assert!(
+        all.contains("PortSelect:......................255\n"),
+        "{all}"
+    );
+    real(&f, "node2", "perfquery -x -r 5 35");
+    let pq = real(&f, "node2", "perfquery -x 5 35");
+    assert_eq!(count(&pq, "PortXmitData:"), 0, "{pq}");
+    let errors = real(&f, "node2", "ibqueryerrors");
+    assert!(
+        errors.contains("## Summary: 6 nodes checked, 0 bad nodes found\n")
+            && errors
+                .contains("##          76 ports checked, 0 ports have errors beyond threshold\n"),
+        "{errors}"
+    );
 }
 
 #[test]

@@ -14,7 +14,9 @@
 //! 4. otherwise (data): the ingress port must be Active — or Armed, which a data packet turns
 //!    Active (IBA §7.2) — the DLID must be unicast and not 0, and the LFT must hold a port for
 //!    it (LID ≤ LinearFDBTop, entry ≠ 255): else the packet is dropped and counted in
-//!    PortRcvSwitchRelayErrors. Entry 0 means the switch itself ([`SwitchAction::Local`]).
+//!    PortRcvSwitchRelayErrors. Entry 0 means the switch itself: a GMP to its QP1 is
+//!    answered by its GSI (the PMA, `pma`, for PerfMgt; UNSUPPORTED_METHOD_ATTR for a Get or
+//!    Set of any other class), anything else is [`SwitchAction::Local`].
 //!    A packet goes back out of its ingress port only when the LFT says so. The egress port must
 //!    be Active, else PortXmitDiscards;
 //! 5. a data packet whose DLID is multicast (0xC000..=0xFFFE) is replicated (IBA §18.2.4.2):
