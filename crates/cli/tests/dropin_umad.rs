@@ -316,6 +316,15 @@ fn a_query_nobody_answers_times_out_and_ibping_reaches_its_server() {
     assert_eq!(out.status.code(), Some(255), "{said}");
     assert!(said.contains("_do_madrpc failed; dport (Lid 99)"), "{said}");
     assert!(t0.elapsed() < Duration::from_secs(30));
+    // A request of a class no agent on node3 registered (ibping's, with no server there yet)
+    // is answered at once with UNSUPPORTED_METHOD_ATTR, as by the kernel's MAD layer.
+    let out = f.exec("node2", &["/usr/sbin/ibping", "-d", "-c", "1", "3"]);
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        said.contains("MAD completed with error status 0xc; dport (Lid 3)")
+            && !said.contains("_do_madrpc failed"),
+        "{said}"
+    );
     // A vendor-class agent (ibping's, with its OUI) answers requests; the client's
     // responses come back to it by TID.
     let mut server = Command::new(SOFTIB)

@@ -33,7 +33,7 @@
 //! Not done: SL-to-VL mapping, partition enforcement, flow control and credits.
 
 use softib_wire::crc::{self, VCRC_LEN};
-use softib_wire::mad::{self, smp, status, Method, MgmtClass, MAD_LEN};
+use softib_wire::mad::{self, smp, MgmtClass};
 use softib_wire::{Lid, LrhPacket, LrhRepr, QKey, Qpn};
 
 use crate::sma::{DrAction, Outgoing, Sma, SmaConfig, SmiOutput};
@@ -173,22 +173,6 @@ switch_drops! {
     EgressNotActive => "egress_not_active",
     /// A GMP for the switch that gets no response (a response, not parseable).
     GmpConsumed => "gmp_consumed",
-}
-
-/// The kernel MAD layer's answer to a request no agent takes (ib_mad's unmatched response):
-/// a Get or Set comes back as GetResp with UNSUPPORTED_METHOD_ATTR; anything else gets none.
-pub fn unmatched_response(header: &mad::Repr, request: &[u8; MAD_LEN]) -> Option<[u8; MAD_LEN]> {
-    if !matches!(header.method, Method::Get | Method::Set) {
-        return None;
-    }
-    let mut out = *request;
-    let mut h = header.response(status::UNSUPPORTED_METHOD_ATTR);
-    h.method = Method::GetResp;
-    if header.mgmt_class == MgmtClass::SubnDirectedRoute {
-        h.status |= status::DIRECTION;
-    }
-    h.emit(&mut mad::Packet::new_unchecked(&mut out[..]));
-    Some(out)
 }
 
 /// What to do with a packet the switch received.
@@ -415,14 +399,10 @@ impl Switch {
         if p.addr.dest_qpn != Qpn::GSI {
             return SwitchAction::Local;
         }
-        let header = match mad::Repr::parse(&mad::Packet::new_unchecked(&p.mad[..])) {
-            Ok(h) => h,
-            Err(_) => return SwitchAction::Local,
-        };
-        let response = if header.mgmt_class == MgmtClass::PerfMgt {
+        let response = if p.mad[1] == u8::from(MgmtClass::PerfMgt) {
             pma::answer(&mut self.counters, &p.mad)
         } else {
-            unmatched_response(&header, &p.mad)
+            mad::unmatched_response(&p.mad)
         };
         let Some(response) = response else {
             return self.drop_packet(SwitchDrop::GmpConsumed);

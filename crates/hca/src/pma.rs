@@ -118,6 +118,9 @@ pub fn answer<M: Memory>(
     }
     let raw = ca.hca().counters(port).copied().unwrap_or_default();
     let mut data = [0u8; perf::DATA_LEN];
+    if req.header.base_version != 1 || req.header.class_version != perf::CLASS_VERSION {
+        return Some(respond(&req, status::BAD_VERSION, &data));
+    }
     let status = match (req.header.method, req.header.attr_id) {
         (Method::Get, AttrId::CLASS_PORT_INFO) => {
             // CapabilityMask: extended width counters supported (perfquery -x works).

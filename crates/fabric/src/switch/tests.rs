@@ -8,7 +8,7 @@ use softib_wire::mad::attr::{
     LinearForwardingTable, MulticastForwardingTable, NodeInfo, PortInfo, PortPhysicalState,
     PortState, SmpAttribute,
 };
-use softib_wire::mad::{status, AttrId, Method};
+use softib_wire::mad::{status, AttrId, Method, MAD_LEN};
 
 const TOPO_B: &str = include_str!("../../tests/data/topoB.net");
 
