@@ -809,3 +809,50 @@ fn the_real_opensm_routes_a_fat_tree_with_ftree_and_updn() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `softib fabric cable END ACTION` on the fabric `f`.
+fn cable(f: &Fabric, end: &str, action: &str) {
+    let out = Command::new(SOFTIB)
+        .args(["fabric", "cable", end, action, "--dir"])
+        .arg(&f.dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[test]
+fn a_cable_pulled_and_put_back_is_trapped_and_the_real_opensm_sweeps_on_it() {
+    if !have("/usr/sbin/opensm", "opensm") {
+        return;
+    }
+    let f = Fabric::up("topologies/topoB.net", "umad-trap", &["--no-sm"]);
+    // -s 0: no periodic sweeps at all. Only the switches' traps can make opensm look again.
+    let mut sm = opensm_with(
+        &f,
+        "node1",
+        "/usr/sbin/opensm",
+        &["-g", "0xe41d2d0300c00001", "-s", "0"],
+        "real-opensm.log",
+    );
+    f.wait_all_active(4, Duration::from_secs(30));
+    cable(&f, "node3:1", "pull");
+    wait_status(&f, "node3's port down", Duration::from_secs(20), |s| {
+        s.contains("node3        mlx4_0  port 1 Down")
+    });
+    cable(&f, "node3:1", "plug");
+    // The link trains to Init; sw2's Trap 128 makes opensm sweep and bring it Active.
+    wait_status(
+        &f,
+        "node3's port Active again",
+        Duration::from_secs(30),
+        |s| s.contains("node3        mlx4_0  port 1 Active lid 3 sm 1"),
+    );
+    stop(sm.0.take().unwrap());
+    let log = std::fs::read_to_string(f.dir.join("real-opensm.log")).unwrap();
+    assert!(
+        log.contains(
+            "Received Generic Notice type:1 num:128 (Link state change) Producer:2 (Switch) from LID:6"
+        ),
+        "{log}"
+    );
+}

@@ -461,6 +461,13 @@ impl Switch {
         SwitchAction::Replicate { out_ports }
     }
 
+    /// The next trap the switch's SMA raised (Trap 128 when a port went down or came up), as
+    /// a packet to transmit LID-routed to the master SM; `None` when there is none.
+    pub fn poll_trap(&mut self) -> Option<SwitchAction> {
+        let trap = self.sma.poll_trap()?;
+        Some(self.transmit(trap))
+    }
+
     /// Sends a directed-route SMP from the SM running on this switch (its port 0): returns the
     /// packet to transmit, or `ToSm` with the answer when the route has no hops (the switch's
     /// own SMA answers it).

@@ -161,6 +161,20 @@ pub fn opensm(args: &[String]) -> Result<u8> {
             Duration::from_millis(50),
         )?;
         for g in gmps {
+            if g.qp == softib::MadQp::Smi {
+                // A trap: Link State Changed (128) or Local Changes (144), on which opensm
+                // sweeps (its sweep_on_trap).
+                let trap = u16::from_be_bytes([g.mad[64 + 4], g.mad[64 + 5]]);
+                if g.mad[64] & 0x80 != 0 && matches!(trap, 128 | 144) {
+                    log_line(
+                        &mut log,
+                        0x01,
+                        &format!("Received Generic Notice num:{trap} from LID:{}", g.slid.0),
+                    );
+                    sm.request_sweep();
+                }
+                continue;
+            }
             if let Some(resp) = sm.handle_sa(g.slid, &g.mad) {
                 // A table larger than one MAD goes as the RMPP segments the SA made, in order.
                 agent.respond(&mut ctx, &g, &resp)?;

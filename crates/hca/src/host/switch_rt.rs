@@ -96,6 +96,15 @@ impl SwitchRt {
         while let Some(e) = self.sw.sma_mut().poll_event() {
             crate::device::apply_sma_event(&mut self.cables, e, std_now);
         }
+        // Traps to the master SM (a port went down or came up): it sweeps on them.
+        while let Some(action) = self.sw.poll_trap() {
+            if let SwitchAction::Transmit { out_port, packet } = action {
+                if let Some(Some(c)) = self.cables.get_mut(usize::from(out_port)) {
+                    sb.send(c, &packet)?;
+                    busy = true;
+                }
+            }
+        }
         Ok(busy)
     }
 
