@@ -24,7 +24,7 @@ pub(super) fn answer(ports: &mut [Counts], request: &[u8; MAD_LEN]) -> Option<[u
     }
     let mut data = [0u8; perf::DATA_LEN];
     if req.header.base_version != 1 || req.header.class_version != perf::CLASS_VERSION {
-        return Some(respond(&req, status::BAD_VERSION, &data));
+        return Some(req.response_mad(status::BAD_VERSION, &data));
     }
     let status = match (req.header.method, req.header.attr_id) {
         (Method::Get, AttrId::CLASS_PORT_INFO) => {
@@ -36,10 +36,10 @@ pub(super) fn answer(ports: &mut [Counts], request: &[u8; MAD_LEN]) -> Option<[u
         }
         (Method::Get | Method::Set, AttrId::PORT_COUNTERS) => {
             let Ok(q) = PortCounters::parse(req.data) else {
-                return Some(respond(&req, status::INVALID_ATTR_VALUE, &data));
+                return Some(req.response_mad(status::INVALID_ATTR_VALUE, &data));
             };
             let Some(selected) = select(ports, q.port_select) else {
-                return Some(respond(&req, status::INVALID_ATTR_VALUE, &data));
+                return Some(req.response_mad(status::INVALID_ATTR_VALUE, &data));
             };
             if req.header.method == Method::Set {
                 for c in selected.iter_mut() {
@@ -66,10 +66,10 @@ pub(super) fn answer(ports: &mut [Counts], request: &[u8; MAD_LEN]) -> Option<[u
         }
         (Method::Get | Method::Set, AttrId::PORT_COUNTERS_EXTENDED) => {
             let Ok(q) = PortCountersExtended::parse(req.data) else {
-                return Some(respond(&req, status::INVALID_ATTR_VALUE, &data));
+                return Some(req.response_mad(status::INVALID_ATTR_VALUE, &data));
             };
             let Some(selected) = select(ports, q.port_select) else {
-                return Some(respond(&req, status::INVALID_ATTR_VALUE, &data));
+                return Some(req.response_mad(status::INVALID_ATTR_VALUE, &data));
             };
             if req.header.method == Method::Set {
                 for c in selected.iter_mut() {
@@ -96,7 +96,7 @@ pub(super) fn answer(ports: &mut [Counts], request: &[u8; MAD_LEN]) -> Option<[u
         (Method::Get | Method::Set, _) => status::UNSUPPORTED_METHOD_ATTR,
         _ => status::UNSUPPORTED_METHOD,
     };
-    Some(respond(&req, status, &data))
+    Some(req.response_mad(status, &data))
 }
 
 /// The counters PortSelect names: one port, or every port for 0xFF; `None` for a port the
@@ -162,13 +162,6 @@ fn clear_ext(c: &mut Counts, mask: u16) {
             *counter = 0;
         }
     }
-}
-
-fn respond(req: &perf::Repr<'_>, status: u16, data: &[u8; perf::DATA_LEN]) -> [u8; MAD_LEN] {
-    let resp = req.response(status, data);
-    let mut out = [0u8; MAD_LEN];
-    resp.emit(&mut perf::Packet::new_unchecked(&mut out[..]));
-    out
 }
 
 #[cfg(test)]
