@@ -24,7 +24,12 @@
 #        series dropin.process.*);
 # ipoib  iperf3 (one TCP stream) between two hosts' ib0 on the softib fabric (topoA, a network
 #        namespace per host) beside iperf3 over a veth pair with ib0's MTU (issue 10: a figure,
-#        no target).
+#        no target);
+# sm     an SM's time from its start to SUBNET UP in its log on the 504-host fat tree
+#        (`softib fabric gen --hosts 504 fat-tree`, 46 switches): Debian's opensm on softib
+#        (softib fabric up --no-sm, opensm through the drop-in libibumad.so.3) beside the same
+#        opensm on ibsim (umad2sim), and softib's own opensm on softib (issue 20: figures, no
+#        target).
 #
 # Every figure is the median of --runs runs (3; --quick: 1) with min and max. It prints one
 # table (figure, softib, peer, ratio, target from issue 7, met) and writes it as JSON to
@@ -36,7 +41,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 RUNS=3
 QUICK=0
-ONLY=intra,inter,scale,ipoib,dropin
+ONLY=intra,inter,scale,ipoib,dropin,sm
 MTUS="1500 9000"
 DATAPATHS="daemon process"
 INSTALL=1
@@ -69,7 +74,7 @@ while [ $# -gt 0 ]; do
 done
 want() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 for p in ${ONLY//,/ }; do
-  case $p in intra|inter|scale|ipoib|dropin) ;; *) echo "--only: unknown phase $p" >&2; exit 2 ;; esac
+  case $p in intra|inter|scale|ipoib|dropin|sm) ;; *) echo "--only: unknown phase $p" >&2; exit 2 ;; esac
 done
 [ "$(id -u)" = 0 ] || { echo "bench/run.sh needs root (network namespaces, veth)" >&2; exit 2; }
 
@@ -682,6 +687,73 @@ if want ipoib; then
     "$S" fabric down --dir "$FD" > /dev/null 2>&1
   fi
   row "ipoib iperf3 TCP over ib0 (MTU ${IBMTU:-?})" MiB/s ipoib.iperf3.tcp "iperf3 TCP over veth, same MTU" ipoib.veth.iperf3.tcp - -
+fi
+
+if want sm; then
+  log "sm: 504-host fat tree"
+  FT=$W/ft504.net
+  "$S" fabric gen --hosts 504 fat-tree > "$FT"
+  SMG=0x0000000000200001   # host1 port 1
+  # The drop-in libibumad.so.3 for Debian's opensm, written out from the build beside $S_ORIG
+  # (the private copy of the binary has no build beside it).
+  "$S_ORIG" install-libs "$W/lib" > /dev/null && export SOFTIB_LIB_DIR=$W/lib
+  # opensm buffers its log unless told not to: SUBNET UP would show only when it exits.
+  echo "force_log_flush TRUE" > "$W/osm.conf"
+  UMAD2SIM=/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so
+  # Seconds from starting "$@" (an SM writing its log to $SMLOG) to SUBNET UP in that log.
+  until_up() {
+    local t0 t1 pid
+    rm -f "$SMLOG"
+    t0=$(date +%s.%N)
+    "$@" > "$SMLOG.out" 2>&1 & pid=$!
+    while ! grep -q 'SUBNET UP' "$SMLOG" 2>/dev/null; do
+      if ! kill -0 $pid 2>/dev/null || [ "$(echo "$(date +%s.%N) - $t0 > 300" | bc)" = 1 ]; then
+        kill $pid 2>/dev/null; wait $pid 2>/dev/null; return 1
+      fi
+      sleep 0.02
+    done
+    t1=$(date +%s.%N)
+    kill $pid 2>/dev/null; wait $pid 2>/dev/null
+    echo "$t1 - $t0" | bc
+  }
+  for r in $(seq 1 "$RUNS"); do
+    log "sm run $r/$RUNS"
+    for who in sm.real_opensm.softib sm.softib_opensm.softib; do
+      next
+      FD=$W/sm-fabric
+      if "$S" fabric up "$FT" --dir "$FD" --no-sm > "$L-up.txt" 2>&1; then
+        SMLOG=$L-sm.log
+        if [ $who = sm.real_opensm.softib ]; then
+          v=$(until_up "$S" fabric exec host1 --dir "$FD" -- /usr/sbin/opensm -F "$W/osm.conf" -g $SMG -s 0 -f "$SMLOG")
+        else
+          v=$(until_up "$S" fabric exec host1 --dir "$FD" -- "$S" opensm -g $SMG -f "$SMLOG")
+        fi
+        rec_num $who s "$v" "no SUBNET UP within 300 s: $(tail -2 "$SMLOG.out" 2>/dev/null | tr '\n' ' ')"
+      else
+        rec_err $who s "fabric up: $(tail -2 "$L-up.txt" | tr '\n' ' ')"
+      fi
+      "$S" fabric down --dir "$FD" > /dev/null 2>&1
+      show $who
+    done
+    next
+    if command -v ibsim > /dev/null && [ -e $UMAD2SIM ]; then
+      export IBSIM_SOCKNAME=softibbench$$
+      mkdir -p "$L-cache"
+      ibsim -s -n "$FT" > "$L-ibsim.txt" 2>&1 & ip=$!
+      sleep 1
+      SMLOG=$L-sm.log
+      v=$(cd "$L-cache" && OSM_CACHE_DIR=$L-cache OSM_TMP_DIR=$L-cache LD_PRELOAD=$UMAD2SIM SIM_HOST=host1 \
+        until_up /usr/sbin/opensm -F "$W/osm.conf" -g $SMG -s 0 -f "$SMLOG")
+      kill $ip 2>/dev/null; wait $ip 2>/dev/null
+      unset IBSIM_SOCKNAME
+      rec_num sm.real_opensm.ibsim s "$v" "no SUBNET UP within 300 s on ibsim: $(tail -2 "$SMLOG.out" 2>/dev/null | tr '\n' ' ')"
+    else
+      rec_err sm.real_opensm.ibsim s "ibsim is not installed (apt-get install ibsim-utils libumad2sim0)"
+    fi
+    show sm.real_opensm.ibsim
+  done
+  row "sm Debian opensm start to SUBNET UP, 504-host fat tree, on softib" s sm.real_opensm.softib "the same opensm on ibsim" sm.real_opensm.ibsim - -
+  row "sm softib's opensm start to SUBNET UP, same fabric" s sm.softib_opensm.softib "Debian's opensm on softib" sm.real_opensm.softib - -
 fi
 
 T_END=$(date +%s.%N)

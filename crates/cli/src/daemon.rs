@@ -198,7 +198,7 @@ pub fn daemon(a: &DaemonArgs) -> Result<u8> {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        println!(
+        note!(
             "softibd running, pid {pid}, runtime directory {}",
             dir.display()
         );
@@ -318,10 +318,10 @@ pub fn link(cmd: LinkCommand) -> Result<u8> {
         LinkCommand::Faults { dev } => {
             let idx = ctx.device_index(&dev)?;
             for (port, spec, st) in ctx.faults(idx)? {
-                println!(
+                outln!(
                     "link {dev}/{port} fault {spec}  lost {} duplicated {} reordered {} corrupted {} delayed {}",
                     st.lost, st.duplicated, st.reordered, st.corrupted, st.delayed
-                );
+                )?;
             }
             Ok(exit::OK)
         }

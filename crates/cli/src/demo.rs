@@ -86,7 +86,7 @@ fn style(code: &str, text: &str) -> String {
 }
 
 fn banner(text: &str) {
-    println!("\n{}", style("1", &format!("== {text}")));
+    note!("\n{}", style("1", &format!("== {text}")));
 }
 
 fn prompt(host: &str) -> String {
@@ -111,7 +111,7 @@ impl Demo {
     /// Runs a tool as `host`, echoing the command line like a shell session; returns its
     /// exit code.
     fn run(&self, host: &str, tool: &str, args: &[&str]) -> Result<i32> {
-        println!("{} {tool} {}", prompt(host), args.join(" "));
+        note!("{} {tool} {}", prompt(host), args.join(" "));
         let status = self
             .command(host, tool, args)
             .status()
@@ -147,13 +147,13 @@ impl Demo {
         let mut sargs: Vec<&str> = args.to_vec();
         sargs.extend(["-p", &port]);
         let log = format!("{tool}-server.txt");
-        println!("{} {tool} {} &", prompt("test214"), args.join(" "));
+        note!("{} {tool} {} &", prompt("test214"), args.join(" "));
         let idx = self.spawn("test214", tool, &sargs, &log)?;
         // The server listens once it has checked its port; give it the moment it needs.
         std::thread::sleep(Duration::from_millis(300));
         let mut cargs = sargs.clone();
         cargs.push("127.0.0.1");
-        println!("{} {tool} {} 127.0.0.1", prompt("test213"), args.join(" "));
+        note!("{} {tool} {} 127.0.0.1", prompt("test213"), args.join(" "));
         let code = self
             .command("test213", tool, &cargs)
             .status()
@@ -172,8 +172,8 @@ impl Demo {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        println!("{}", style("2", "(server output on test214:)"));
-        print!(
+        note!("{}", style("2", "(server output on test214:)"));
+        note_part!(
             "{}",
             std::fs::read_to_string(self.dir.join(&log)).unwrap_or_default()
         );
@@ -185,7 +185,7 @@ impl Demo {
 
     /// Runs `cmd` as `host` inside the host's network namespace (`softib` is this binary).
     fn must_ns(&self, host: &str, cmd: &[&str]) -> Result<()> {
-        println!("{} {}", prompt(host), cmd.join(" "));
+        note!("{} {}", prompt(host), cmd.join(" "));
         let ns = crate::fabric::netns_name(&self.dir, host);
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &ns]);
@@ -240,7 +240,7 @@ impl Demo {
             .output()
             .is_ok_and(|o| o.status.success());
         if !ping {
-            println!(
+            note!(
                 "{}",
                 style(
                     "2",
@@ -316,7 +316,7 @@ pub fn run(args: &DemoArgs) -> Result<u8> {
     std::fs::write(&topo, TOPO_A)?;
 
     banner("Two hosts, test213 and test214, each with a dual-port MT4099 (mlx4_0), cabled back to back: port 1 <-> port 1, port 2 <-> port 2");
-    print!(
+    note_part!(
         "{}",
         TOPO_A
             .lines()
@@ -324,10 +324,10 @@ pub fn run(args: &DemoArgs) -> Result<u8> {
             .collect::<Vec<_>>()
             .join("\n")
     );
-    println!();
+    note!();
     let topo_s = topo.display().to_string();
     let dir_s = dir.display().to_string();
-    println!(
+    note!(
         "{} softib fabric run {topo_s} --dir {dir_s} &",
         style("2", "$")
     );
@@ -358,12 +358,12 @@ pub fn run(args: &DemoArgs) -> Result<u8> {
         "ib_send_bw",
         &["-a", "-c", "UD", "-d", "mlx4_0", "-i", "2", "127.0.0.1"],
     )?;
-    println!("{}", style("2", &format!("(exit code {code})")));
+    note!("{}", style("2", &format!("(exit code {code})")));
 
     banner("Start opensm on each subnet (port 1 and port 2 of test213)");
     for (guid, n) in [("0xe41d2d0300b47d01", 1), ("0xe41d2d0300b47d02", 2)] {
         let logf = format!("{dir_s}/opensm-{n}.log");
-        println!("{} opensm -g {guid} -f {logf} &", prompt("test213"));
+        note!("{} opensm -g {guid} -f {logf} &", prompt("test213"));
         let i = demo.spawn(
             "test213",
             "opensm",
@@ -375,7 +375,7 @@ pub fn run(args: &DemoArgs) -> Result<u8> {
     }
     demo.wait_active(Duration::from_secs(20))?;
     for n in [1, 2] {
-        print!(
+        note_part!(
             "{}",
             std::fs::read_to_string(dir.join(format!("opensm-{n}.stdout"))).unwrap_or_default()
         );
@@ -400,7 +400,7 @@ pub fn run(args: &DemoArgs) -> Result<u8> {
     demo.ipoib()?;
 
     if args.keep {
-        println!(
+        note!(
             "\nThe fabric keeps running: `softib fabric exec test213 --dir {dir_s} -- ibstat`; \
              stop it with `softib fabric down --dir {dir_s}`."
         );

@@ -192,14 +192,14 @@ fn shell_quote(s: &str) -> String {
 pub fn env(a: &EnvArgs) -> Result<u8> {
     let dir = lib_dir()?;
     let host = a.host.clone().unwrap_or_else(softib::runtime_dir);
-    println!(
+    outln!(
         "export LD_LIBRARY_PATH={}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}",
         shell_quote(&dir.to_string_lossy())
-    );
-    println!(
+    )?;
+    outln!(
         "export SOFTIB_RUNTIME_DIR={}",
         shell_quote(&host.to_string_lossy())
-    );
+    )?;
     Ok(exit::OK)
 }
 
@@ -225,9 +225,9 @@ pub fn install_libs(dir: &Path) -> Result<u8> {
         let _ = std::fs::remove_file(&dev);
         std::os::unix::fs::symlink(lib, &dev)
             .with_context(|| format!("linking {}", dev.display()))?;
-        println!("{}", dst.display());
+        note!("{}", dst.display());
     }
-    println!(
+    note!(
         "run a program on softib with: LD_LIBRARY_PATH={} SOFTIB_RUNTIME_DIR=<host dir> PROG",
         dir.display()
     );

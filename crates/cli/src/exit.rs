@@ -3,6 +3,32 @@
 use std::io;
 use std::process::ExitCode;
 
+/// `println!` that returns the write's error instead of panicking: a listing stops at a
+/// closed stdout (`softib fabric status | head`), and [`finish`] makes that a quiet exit.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout(), $($t)*)
+    }};
+}
+
+/// `println!` for what an action reports about itself: a closed stdout loses the line but does
+/// not stop the action half done (`softib fabric up` still starts its SM).
+macro_rules! note {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
+/// [`note!`] without the newline.
+macro_rules! note_part {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($t)*);
+    }};
+}
+
 /// The tool ran and found nothing wrong.
 pub const OK: u8 = 0;
 /// The tool ran but what it examined has problems (e.g. malformed packets in a capture).

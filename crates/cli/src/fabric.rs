@@ -173,7 +173,7 @@ pub fn run(cmd: FabricCommand) -> Result<u8> {
             let mut ctx = softib::Context::open_at(&host_dir(&dir, &node))
                 .with_context(|| format!("host {node} of the fabric at {}", dir.display()))?;
             ctx.set_port_enabled(0, port, c.action == "plug")?;
-            println!(
+            note!(
                 "{node} port {port}: cable {}",
                 if c.action == "plug" {
                     "plugged in"
@@ -319,7 +319,7 @@ fn up(a: &UpArgs) -> Result<u8> {
     if a.netns {
         create_netns(&dir, &hosts)?;
     }
-    println!(
+    note!(
         "fabric up: {} hosts, {} switches, {} cables in {} (daemon pid {pid})",
         hosts.len(),
         topo.nodes().len() - hosts.len(),
@@ -343,7 +343,7 @@ fn up(a: &UpArgs) -> Result<u8> {
             .port_guid(port)
             .ok_or_else(|| anyhow!("--sm {node}:{port}: no such port"))?;
         let sm_pid = start_sm(&dir, &node, guid.0, &[])?.id();
-        println!(
+        note!(
             "opensm started on {node} port {port} (guid 0x{:016x}, pid {sm_pid})",
             guid.0
         );
@@ -577,8 +577,8 @@ fn status(dir: &Path) -> Result<u8> {
     hosts.sort();
     let pid = read_pid(&dir.join("daemon.pid"));
     match pid {
-        Some(p) if pid_alive(p) => println!("fabric daemon: pid {p}, directory {}", dir.display()),
-        _ => println!("fabric daemon: not running, directory {}", dir.display()),
+        Some(p) if pid_alive(p) => outln!("fabric daemon: pid {p}, directory {}", dir.display())?,
+        _ => outln!("fabric daemon: not running, directory {}", dir.display())?,
     }
     for h in hosts {
         match softib::Context::open_at(&host_dir(dir, &h)) {
@@ -597,10 +597,10 @@ fn status(dir: &Path) -> Result<u8> {
                             )
                         })
                         .collect();
-                    println!("{h:<12} {}  {}", d.name, ports.join(", "));
+                    outln!("{h:<12} {}  {}", d.name, ports.join(", "))?;
                 }
             }
-            Err(e) => println!("{h:<12} unreachable: {e}"),
+            Err(e) => outln!("{h:<12} unreachable: {e}")?,
         }
     }
     Ok(exit::OK)
@@ -608,7 +608,7 @@ fn status(dir: &Path) -> Result<u8> {
 
 fn down(dir: &Path) -> Result<u8> {
     if !dir.exists() {
-        println!("no fabric at {}", dir.display());
+        note!("no fabric at {}", dir.display());
         return Ok(exit::OK);
     }
     let mut pids = Vec::new();
@@ -643,7 +643,7 @@ fn down(dir: &Path) -> Result<u8> {
         }
     }
     std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
-    println!(
+    note!(
         "fabric down: {} process(es) stopped, {} removed",
         pids.len(),
         dir.display()

@@ -119,9 +119,14 @@ fn add(a: &IfArgs) -> Result<u8> {
     let timeout = Duration::from_secs(10);
     match state::wait_up(&a.ifname, &mut child, timeout)? {
         Startup::Up(s) => {
-            println!(
+            note!(
                 "{}: IPoIB on {} port {} (P_Key 0x{:04x}), {}, pid {}",
-                s.ifname, s.dev, s.port, s.pkey, s.state, s.pid
+                s.ifname,
+                s.dev,
+                s.port,
+                s.pkey,
+                s.state,
+                s.pid
             );
             Ok(exit::OK)
         }
@@ -148,21 +153,21 @@ fn del(ifname: &str) -> Result<u8> {
     if s.killed {
         eprintln!("{ifname}: pid {} did not stop within 5 s; killed", s.pid);
     }
-    println!("{ifname}: removed");
+    note!("{ifname}: removed");
     Ok(exit::OK)
 }
 
 fn show(json: bool) -> Result<u8> {
     let all = state::list();
     if json {
-        println!("{}", serde_json::to_string_pretty(&all)?);
+        outln!("{}", serde_json::to_string_pretty(&all)?)?;
         return Ok(exit::OK);
     }
     for s in &all {
-        println!("{s}");
+        outln!("{s}")?;
     }
     if all.is_empty() {
-        println!("no IPoIB interfaces (add one with `softib ipoib add ib0 --dev DEV --port N`)");
+        outln!("no IPoIB interfaces (add one with `softib ipoib add ib0 --dev DEV --port N`)")?;
     }
     Ok(exit::OK)
 }

@@ -3,10 +3,11 @@
 //! This crate only parses arguments, calls the libraries and formats output; it holds no
 //! protocol logic of its own (that lives in `softib-wire` and the crates above it).
 
+#[macro_use]
+mod exit;
 mod daemon;
 mod demo;
 mod dropin;
-mod exit;
 mod fabric;
 mod ipoib;
 mod pcap;
@@ -108,7 +109,7 @@ fn install_links(dir: &std::path::Path) -> anyhow::Result<u8> {
             .with_context(|| format!("linking {}", link.display()))?;
         made += 1;
     }
-    println!("{made} links to {} in {}", exe.display(), dir.display());
+    note!("{made} links to {} in {}", exe.display(), dir.display());
     Ok(exit::OK)
 }
 

@@ -266,6 +266,35 @@ fn the_real_diagnostics_find_the_switched_fabric_the_file_describes() {
             && trace.ends_with("To ca {0xe41d2d0300c00030} portnum 1 lid 4-4 \"node4 mlx4_0\"\n"),
         "{trace}"
     );
+    // A switch's PMA (port 0, for every port): the counters of sw1's port to sw2, which the
+    // SMPs above crossed; cleared by -x -r; and ibqueryerrors reads every port of the fabric.
+    let count = |pq: &str, name: &str| -> u64 {
+        pq.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim_start_matches('.').parse().unwrap())
+            .unwrap_or_else(|| panic!("no {name} in:\n{pq}"))
+    };
+    let pq = real(&f, "node2", "perfquery 5 35");
+    assert!(
+        pq.starts_with("# Port counters: Lid 5 port 35 (CapMask: 0x300)\n")
+            && count(&pq, "PortXmitPkts:") > 0,
+        "{pq}"
+    );
+    let all = real(&f, "node2", "perfquery -x -a 5");
+    assert!(
+        all.contains("PortSelect:......................255\n"),
+        "{all}"
+    );
+    real(&f, "node2", "perfquery -x -r 5 35");
+    let pq = real(&f, "node2", "perfquery -x 5 35");
+    assert_eq!(count(&pq, "PortXmitData:"), 0, "{pq}");
+    let errors = real(&f, "node2", "ibqueryerrors");
+    assert!(
+        errors.contains("## Summary: 6 nodes checked, 0 bad nodes found\n")
+            && errors
+                .contains("##          76 ports checked, 0 ports have errors beyond threshold\n"),
+        "{errors}"
+    );
 }
 
 #[test]
@@ -287,6 +316,15 @@ fn a_query_nobody_answers_times_out_and_ibping_reaches_its_server() {
     assert_eq!(out.status.code(), Some(255), "{said}");
     assert!(said.contains("_do_madrpc failed; dport (Lid 99)"), "{said}");
     assert!(t0.elapsed() < Duration::from_secs(30));
+    // A request of a class no agent on node3 registered (ibping's, with no server there yet)
+    // is answered at once with UNSUPPORTED_METHOD_ATTR, as by the kernel's MAD layer.
+    let out = f.exec("node2", &["/usr/sbin/ibping", "-d", "-c", "1", "3"]);
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        said.contains("MAD completed with error status 0xc; dport (Lid 3)")
+            && !said.contains("_do_madrpc failed"),
+        "{said}"
+    );
     // A vendor-class agent (ibping's, with its OUI) answers requests; the client's
     // responses come back to it by TID.
     let mut server = Command::new(SOFTIB)
@@ -770,4 +808,51 @@ fn the_real_opensm_routes_a_fat_tree_with_ftree_and_updn() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `softib fabric cable END ACTION` on the fabric `f`.
+fn cable(f: &Fabric, end: &str, action: &str) {
+    let out = Command::new(SOFTIB)
+        .args(["fabric", "cable", end, action, "--dir"])
+        .arg(&f.dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[test]
+fn a_cable_pulled_and_put_back_is_trapped_and_the_real_opensm_sweeps_on_it() {
+    if !have("/usr/sbin/opensm", "opensm") {
+        return;
+    }
+    let f = Fabric::up("topologies/topoB.net", "umad-trap", &["--no-sm"]);
+    // -s 0: no periodic sweeps at all. Only the switches' traps can make opensm look again.
+    let mut sm = opensm_with(
+        &f,
+        "node1",
+        "/usr/sbin/opensm",
+        &["-g", "0xe41d2d0300c00001", "-s", "0"],
+        "real-opensm.log",
+    );
+    f.wait_all_active(4, Duration::from_secs(30));
+    cable(&f, "node3:1", "pull");
+    wait_status(&f, "node3's port down", Duration::from_secs(20), |s| {
+        s.contains("node3        mlx4_0  port 1 Down")
+    });
+    cable(&f, "node3:1", "plug");
+    // The link trains to Init; sw2's Trap 128 makes opensm sweep and bring it Active.
+    wait_status(
+        &f,
+        "node3's port Active again",
+        Duration::from_secs(30),
+        |s| s.contains("node3        mlx4_0  port 1 Active lid 3 sm 1"),
+    );
+    stop(sm.0.take().unwrap());
+    let log = std::fs::read_to_string(f.dir.join("real-opensm.log")).unwrap();
+    assert!(
+        log.contains(
+            "Received Generic Notice type:1 num:128 (Link state change) Producer:2 (Switch) from LID:6"
+        ),
+        "{log}"
+    );
 }

@@ -48,8 +48,9 @@
 //! stands by and polls the new master.
 //!
 //! Not done: LMC > 0, M_Key protection, P_Key tables, acting on SMInfo Sets sent to this SM
-//! (HANDOVER to a standby: it takes over only when the master stops answering), traps (the
-//! runtime calls [`SubnetManager::request_sweep`] for one).
+//! (HANDOVER to a standby: it takes over only when the master stops answering), TrapRepress
+//! (the runtime calls [`SubnetManager::request_sweep`] for a trap 128 or 144 and answers
+//! none).
 //!
 //! This file is the sweep's state machine and election (about 1,400 lines, one concept:
 //! the order of an SM's steps); routing (`sm/routing.rs`) and multicast (`sm/mcast.rs`)

@@ -52,7 +52,8 @@
 //! PortInfo.M_KeyViolations and [`SmaCounters::m_key_violations`], and reported to the master
 //! SM (PortInfo.MasterSMLID, when set) with a Bad M_Key trap: a LID-routed SubnTrap(Notice) of
 //! trap number 256 naming the requester's LID, the method, attribute and M_Key it used
-//! ([`Sma::poll_trap`]; IBA §14.2.4.3, §14.2.5.1). Not done: the M_Key lease timer (it needs
+//! ([`Sma::poll_trap`]; IBA §14.2.4.3, §14.2.5.1). A switch whose port goes Down or comes up
+//! to Init sends the master SM Trap 128, Link State Changed, the same way. Not done: the M_Key lease timer (it needs
 //! time; the lease period is stored but never expires) and resending a trap until the SM
 //! answers with TrapRepress (each is sent once).
 //!
@@ -933,10 +934,25 @@ impl Sma {
         }
     }
 
+    /// A switch port's PortState went from Down to Init or back (IBA §14.2.5.4
+    /// PortStateChange): SwitchInfo says so, and the master SM hears it at once by Trap 128,
+    /// Link State Changed (§14.2.5.1 table 132: IsGeneric, Type 1 urgent, ProducerType 2
+    /// switch, DataDetails the switch's LID, as opensm's `ntc_128`), on which it sweeps.
     fn note_port_state_change(&mut self) {
-        if let Some(sw) = self.switch.as_mut() {
-            sw.info.port_state_change = true;
-        }
+        let Some(sw) = self.switch.as_mut() else {
+            return;
+        };
+        sw.info.port_state_change = true;
+        let Some(own) = self.ports.first().map(|p| p.info.lid) else {
+            return;
+        };
+        let mut d = [0u8; DATA_LEN];
+        d[0] = 0x80 | 1;
+        d[3] = 2;
+        d[4..6].copy_from_slice(&128u16.to_be_bytes());
+        d[6..8].copy_from_slice(&own.0.to_be_bytes());
+        d[10..12].copy_from_slice(&own.0.to_be_bytes());
+        self.queue_trap(0, 0, d);
     }
 
     /// IBA §14.2.4: see the module docs.
@@ -977,16 +993,9 @@ impl Sma {
     /// Queues Trap 256, Bad M_Key (IBA §14.2.5.1 table 133, as opensm's `ntc_256` lays it
     /// out), for the master SM of `key_port`, if the port knows one and supports traps.
     fn bad_m_key_trap(&mut self, in_port: u8, key_port: u8, request: &smp::Repr) {
-        let Some(port) = self.ports.get(usize::from(key_port)) else {
+        let Some(own) = self.ports.get(usize::from(key_port)).map(|p| p.info.lid) else {
             return;
         };
-        let info = &port.info;
-        if info.master_sm_lid.0 == 0
-            || info.capability_mask & capability_mask::IS_TRAP_SUPPORTED == 0
-        {
-            return;
-        }
-        let (sm, own, m_key) = (info.master_sm_lid, info.lid, info.m_key);
         let mut d = [0u8; DATA_LEN];
         // IsGeneric, Type 2 (security); ProducerType 1 (CA) or 2 (switch); TrapNumber 256.
         d[0] = 0x80 | 2;
@@ -1001,6 +1010,24 @@ impl Sma {
         d[18..20].copy_from_slice(&request.header.attr_id.0.to_be_bytes());
         d[20..24].copy_from_slice(&request.header.attr_mod.to_be_bytes());
         d[24..32].copy_from_slice(&request.m_key.to_be_bytes());
+        self.queue_trap(in_port, key_port, d);
+    }
+
+    /// Queues a SubnTrap(Notice) with `notice` for the master SM that the PortInfo of
+    /// `key_port` names, if it names one, the port has a LID and supports traps: LID-routed,
+    /// from a CA out of `in_port`, from a switch by its LFT.
+    fn queue_trap(&mut self, in_port: u8, key_port: u8, notice: [u8; DATA_LEN]) {
+        let Some(port) = self.ports.get(usize::from(key_port)) else {
+            return;
+        };
+        let info = &port.info;
+        if info.master_sm_lid.0 == 0
+            || info.lid.0 == 0
+            || info.capability_mask & capability_mask::IS_TRAP_SUPPORTED == 0
+        {
+            return;
+        }
+        let (sm, own, m_key) = (info.master_sm_lid, info.lid, info.m_key);
         self.trap_tid = self.trap_tid.wrapping_add(1);
         let smp = smp::Repr::new(
             Method::Trap,
@@ -1009,9 +1036,8 @@ impl Sma {
             0,
             m_key,
             None,
-            d,
+            notice,
         );
-        // A CA sends it out of the port the SMP came in on; a switch routes it by its LFT.
         let out_port = if self.is_switch() {
             self.lft_port(sm).unwrap_or(0)
         } else {

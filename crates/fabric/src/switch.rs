@@ -14,7 +14,9 @@
 //! 4. otherwise (data): the ingress port must be Active — or Armed, which a data packet turns
 //!    Active (IBA §7.2) — the DLID must be unicast and not 0, and the LFT must hold a port for
 //!    it (LID ≤ LinearFDBTop, entry ≠ 255): else the packet is dropped and counted in
-//!    PortRcvSwitchRelayErrors. Entry 0 means the switch itself ([`SwitchAction::Local`]).
+//!    PortRcvSwitchRelayErrors. Entry 0 means the switch itself: a GMP to its QP1 is
+//!    answered by its GSI (the PMA, `pma`, for PerfMgt; UNSUPPORTED_METHOD_ATTR for a Get or
+//!    Set of any other class), anything else is [`SwitchAction::Local`].
 //!    A packet goes back out of its ingress port only when the LFT says so. The egress port must
 //!    be Active, else PortXmitDiscards;
 //! 5. a data packet whose DLID is multicast (0xC000..=0xFFFE) is replicated (IBA §18.2.4.2):
@@ -31,8 +33,8 @@
 //! Not done: SL-to-VL mapping, partition enforcement, flow control and credits.
 
 use softib_wire::crc::{self, VCRC_LEN};
-use softib_wire::mad::smp;
-use softib_wire::{Lid, LrhPacket, LrhRepr};
+use softib_wire::mad::{self, smp, MgmtClass};
+use softib_wire::{Lid, LrhPacket, LrhRepr, QKey, Qpn};
 
 use crate::sma::{DrAction, Outgoing, Sma, SmaConfig, SmiOutput};
 use crate::smp_packet;
@@ -169,6 +171,8 @@ switch_drops! {
     NoRoute => "no_route",
     /// The egress port is not Active (data) or its link is not up (VL15).
     EgressNotActive => "egress_not_active",
+    /// A GMP for the switch that gets no response (a response, not parseable).
+    GmpConsumed => "gmp_consumed",
 }
 
 /// What to do with a packet the switch received.
@@ -296,7 +300,7 @@ impl Switch {
         if lrh.vl == smp_packet::VL15 {
             self.handle_vl15(in_port, &lrh, packet)
         } else {
-            self.handle_data(in_port, &lrh)
+            self.handle_data(in_port, &lrh, packet)
         }
     }
 
@@ -359,7 +363,7 @@ impl Switch {
         }
     }
 
-    fn handle_data(&mut self, in_port: u8, lrh: &LrhRepr) -> SwitchAction {
+    fn handle_data(&mut self, in_port: u8, lrh: &LrhRepr, packet: &[u8]) -> SwitchAction {
         if !self.sma.note_data_received(in_port) {
             return self.drop_packet(SwitchDrop::IngressNotActive);
         }
@@ -371,7 +375,7 @@ impl Switch {
                 self.port_counters(in_port).rcv_switch_relay_errors += 1;
                 self.drop_packet(reason)
             }
-            Ok(0) => SwitchAction::Local,
+            Ok(0) => self.local_gmp(packet),
             Ok(out_port) => {
                 if self.sma.port_state(out_port) != Some(softib_wire::mad::attr::PortState::Active)
                 {
@@ -382,6 +386,52 @@ impl Switch {
                 SwitchAction::Forward { out_port }
             }
         }
+    }
+
+    /// A data packet for the switch itself: a GMP to QP1 gets its answer from the switch's
+    /// GSI — the PMA's for PerfMgt; for a Get or Set of a class no agent here serves,
+    /// UNSUPPORTED_METHOD_ATTR (what the kernel's MAD layer answers for an agent nobody
+    /// registered). Anything else is [`SwitchAction::Local`].
+    fn local_gmp(&mut self, packet: &[u8]) -> SwitchAction {
+        let Ok(p) = smp_packet::parse_mad(packet) else {
+            return SwitchAction::Local;
+        };
+        if p.addr.dest_qpn != Qpn::GSI {
+            return SwitchAction::Local;
+        }
+        let response = if p.mad[1] == u8::from(MgmtClass::PerfMgt) {
+            pma::answer(&mut self.counters, &p.mad)
+        } else {
+            mad::unmatched_response(&p.mad)
+        };
+        let Some(response) = response else {
+            return self.drop_packet(SwitchDrop::GmpConsumed);
+        };
+        let to = p.addr.slid;
+        let out_port = match self.route(to) {
+            Ok(0) | Err(_) => {
+                return self.drop_packet(SwitchDrop::NoRoute);
+            }
+            Ok(port) => port,
+        };
+        if !self.sma.link_is_up(out_port) {
+            self.port_counters(out_port).xmit_discards += 1;
+            return self.drop_packet(SwitchDrop::EgressNotActive);
+        }
+        let packet = smp_packet::emit_mad(
+            &smp_packet::MadAddress {
+                vl: p.addr.vl,
+                sl: p.addr.sl,
+                dlid: to,
+                slid: p.addr.dlid,
+                dest_qpn: p.addr.src_qpn,
+                src_qpn: Qpn::GSI,
+                qkey: QKey::GSI,
+            },
+            &response,
+        );
+        self.count_xmit(out_port, ((packet.len() - VCRC_LEN) / 4) as u16);
+        SwitchAction::Transmit { out_port, packet }
     }
 
     /// A multicast data packet: every Active port of the MLID's MFT entry but the ingress port.
@@ -411,6 +461,13 @@ impl Switch {
         SwitchAction::Replicate { out_ports }
     }
 
+    /// The next trap the switch's SMA raised (Trap 128 when a port went down or came up), as
+    /// a packet to transmit LID-routed to the master SM; `None` when there is none.
+    pub fn poll_trap(&mut self) -> Option<SwitchAction> {
+        let trap = self.sma.poll_trap()?;
+        Some(self.transmit(trap))
+    }
+
     /// Sends a directed-route SMP from the SM running on this switch (its port 0): returns the
     /// packet to transmit, or `ToSm` with the answer when the route has no hops (the switch's
     /// own SMA answers it).
@@ -435,6 +492,8 @@ impl Switch {
         }
     }
 }
+
+mod pma;
 
 #[cfg(test)]
 mod tests;

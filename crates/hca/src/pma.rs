@@ -118,6 +118,9 @@ pub fn answer<M: Memory>(
     }
     let raw = ca.hca().counters(port).copied().unwrap_or_default();
     let mut data = [0u8; perf::DATA_LEN];
+    if req.header.base_version != 1 || req.header.class_version != perf::CLASS_VERSION {
+        return Some(req.response_mad(status::BAD_VERSION, &data));
+    }
     let status = match (req.header.method, req.header.attr_id) {
         (Method::Get, AttrId::CLASS_PORT_INFO) => {
             // CapabilityMask: extended width counters supported (perfquery -x works).
@@ -130,7 +133,7 @@ pub fn answer<M: Memory>(
             if req.header.method == Method::Set {
                 match PortCounters::parse(req.data) {
                     Ok(set) => baselines.clear(port, raw, &selected(set.counter_select)),
-                    Err(_) => return Some(respond(&req, status::INVALID_ATTR_VALUE, &data)),
+                    Err(_) => return Some(req.response_mad(status::INVALID_ATTR_VALUE, &data)),
                 }
             }
             let c = baselines.since(port, raw);
@@ -153,7 +156,7 @@ pub fn answer<M: Memory>(
             if req.header.method == Method::Set {
                 match PortCountersExtended::parse(req.data) {
                     Ok(set) => baselines.clear(port, raw, &selected_ext(set.counter_select)),
-                    Err(_) => return Some(respond(&req, status::INVALID_ATTR_VALUE, &data)),
+                    Err(_) => return Some(req.response_mad(status::INVALID_ATTR_VALUE, &data)),
                 }
             }
             let c = baselines.since(port, raw);
@@ -173,14 +176,7 @@ pub fn answer<M: Memory>(
         (Method::Get | Method::Set, _) => status::UNSUPPORTED_METHOD_ATTR,
         _ => status::UNSUPPORTED_METHOD,
     };
-    Some(respond(&req, status, &data))
-}
-
-fn respond(req: &perf::Repr<'_>, status: u16, data: &[u8; perf::DATA_LEN]) -> [u8; MAD_LEN] {
-    let resp = req.response(status, data);
-    let mut out = [0u8; MAD_LEN];
-    resp.emit(&mut perf::Packet::new_unchecked(&mut out[..]));
-    out
+    Some(req.response_mad(status, &data))
 }
 
 #[cfg(test)]

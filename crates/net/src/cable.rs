@@ -287,8 +287,11 @@ impl Cable {
         session.copy_from_slice(&bytes[8..16]);
         let session = u64::from_be_bytes(session);
         let mut event = None;
-        if self.peer_session.is_some_and(|s| s != session) {
-            // The peer restarted: the link it had with us is gone; train again.
+        let peer_retrains = self.state == PhysState::LinkUp && bytes[5] & FLAG_HEARD_YOU == 0;
+        if self.peer_session.is_some_and(|s| s != session) || peer_retrains {
+            // The peer restarted, or its end went down and trains again (a cable pulled and
+            // put back before this end judged it silent): the link it had with us is gone, as
+            // on a real link, where both ends retrain; train again.
             let old = self.state;
             self.state = PhysState::Polling;
             self.forget_peer();
@@ -434,6 +437,29 @@ mod tests {
         let events = run(&mut a, &mut b, &mut now, Duration::from_millis(10), 10);
         assert!(events.contains(&('a', CableEvent::Up)), "{events:?}");
         assert!(events.contains(&('b', CableEvent::Up)), "{events:?}");
+    }
+
+    #[test]
+    fn a_cable_put_back_before_the_peer_noticed_takes_both_ends_down_and_up() {
+        let mut now = Instant::now();
+        let (mut a, mut b) = pair(now);
+        run(&mut a, &mut b, &mut now, Duration::from_millis(10), 10);
+        assert_eq!(b.state(), PhysState::LinkUp);
+        // Pulled and plugged at once: b has not been silent for LINK_TIMEOUT, yet a's
+        // training beacons tell it that the link went down.
+        assert_eq!(a.set_enabled(false, now), Some(CableEvent::Down));
+        a.set_enabled(true, now);
+        let events = run(&mut a, &mut b, &mut now, Duration::from_millis(10), 10);
+        assert_eq!(
+            events.iter().filter(|(n, _)| *n == 'b').collect::<Vec<_>>(),
+            [&('b', CableEvent::Down), &('b', CableEvent::Up)],
+            "{events:?}"
+        );
+        assert!(events.contains(&('a', CableEvent::Up)), "{events:?}");
+        assert_eq!(
+            (a.state(), b.state()),
+            (PhysState::LinkUp, PhysState::LinkUp)
+        );
     }
 
     #[test]

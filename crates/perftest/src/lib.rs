@@ -18,6 +18,24 @@
 //! Active, what the HCA dropped; the GID a RoCE port sends from). Their exchange messages
 //! differ (rdma-core's pingpong has its own text format) and stay apart.
 
+/// `print!` that does not panic when stdout is gone (`ib_send_bw ... | head`): the output is
+/// lost, the run goes on, so the peer waiting on the other end of the exchange is not left
+/// hanging by a process that died mid-test.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($t)*);
+    }};
+}
+
+/// `println!` as [`out!`] is `print!`.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
 pub mod args;
 pub mod exchange;
 pub mod oob;

@@ -51,7 +51,7 @@ pub fn main(test: Test, mode: Mode, argv: &[String]) -> u8 {
     let args = match PerftestArgs::parse_from(test, mode, argv) {
         Ok(Parsed::Run(a)) => a,
         Ok(Parsed::Help(text)) | Ok(Parsed::Version(text)) => {
-            print!("{text}");
+            out!("{text}");
             return 0;
         }
         Err(e) => {
@@ -113,7 +113,7 @@ fn mtu_bytes(m: Mtu) -> u64 {
 
 fn run(mut args: PerftestArgs) -> Result<()> {
     for n in &args.notices {
-        println!("{n}");
+        outln!("{n}");
     }
     let mut ctx = Context::open()?;
     let devs = ctx.devices()?;
@@ -153,9 +153,7 @@ fn run(mut args: PerftestArgs) -> Result<()> {
     if !port.link_layer_ib && args.gid_index.is_none() {
         // RoCE needs a GID: the device's own address.
         let pick = crate::port::roce_gid_index(&port);
-        println!(
-            " (softib) RoCE: using GID index {pick}, the device's address (-x chooses another)"
-        );
+        outln!(" (softib) RoCE: using GID index {pick}, the device's address (-x chooses another)");
         args.gid_index = Some(pick);
     }
     let local_mtu = args
@@ -167,7 +165,7 @@ fn run(mut args: PerftestArgs) -> Result<()> {
 
     // Out-of-band connection.
     let mut ex = if server {
-        println!("{}", report::WAITING_FOR_CLIENT.trim_start_matches('\n'));
+        outln!("{}", report::WAITING_FOR_CLIENT.trim_start_matches('\n'));
         let _ = std::io::stdout().flush();
         let l = ExchangeListener::bind(std::net::SocketAddr::from(([0, 0, 0, 0], args.port)))?;
         l.accept(None, args.timeout)?
@@ -182,7 +180,7 @@ fn run(mut args: PerftestArgs) -> Result<()> {
     let mtu_enum = ex.exchange_mtu(&remote, mtu_enum)?;
     let mtu = exchange::mtu_bytes(mtu_enum).map_or(local_mtu, u64::from);
     for n in args.apply_mtu(mtu)? {
-        println!("{n}");
+        outln!("{n}");
     }
     let format = Negotiation::between(&mine, &remote);
     let max_rd = i32::from(dev.attr.max_qp_rd_atom);
@@ -190,9 +188,7 @@ fn run(mut args: PerftestArgs) -> Result<()> {
     if let Some(remote_rd) = ex.negotiate(format, &params)? {
         if let Some(o) = args.out_reads {
             if i64::from(o) > i64::from(remote_rd) {
-                println!(
-                    " out_reads is greater than remote max_qp_rd_atom, setting to {remote_rd}"
-                );
+                outln!(" out_reads is greater than remote max_qp_rd_atom, setting to {remote_rd}");
                 args.out_reads = Some(remote_rd.max(1) as u32);
             }
         }
@@ -244,21 +240,21 @@ fn run(mut args: PerftestArgs) -> Result<()> {
         inline,
         out_reads,
     );
-    print!("{}", banner.render());
+    out!("{}", banner.render());
     let mut remotes = Vec::new();
     for d in &dests {
         remotes.push(ex.hand_shake(d)?);
     }
     l.connect(&args, mtu, &dests, &remotes, out_reads)?;
     for d in &dests {
-        print!("{}", address_lines(Side::Local, args.test, d));
+        out!("{}", address_lines(Side::Local, args.test, d));
     }
     let mut remotes2 = Vec::new();
     for d in &dests {
         remotes2.push(ex.hand_shake(d)?);
     }
     for r in &remotes2 {
-        print!("{}", address_lines(Side::Remote, args.test, r));
+        out!("{}", address_lines(Side::Remote, args.test, r));
     }
     ex.hand_shake(&dests[0])?;
     let unit = if args.report_gbits {
@@ -267,8 +263,8 @@ fn run(mut args: PerftestArgs) -> Result<()> {
         BwUnit::MiB
     };
     match args.mode {
-        Mode::Bw => print!("{}", report::bw_table_header(BannerStyle::V6, unit)),
-        Mode::Lat => print!("{}", report::lat_table_header()),
+        Mode::Bw => out!("{}", report::bw_table_header(BannerStyle::V6, unit)),
+        Mode::Lat => out!("{}", report::lat_table_header()),
     }
     let _ = std::io::stdout().flush();
     let mut json = Vec::new();
@@ -293,14 +289,14 @@ fn run(mut args: PerftestArgs) -> Result<()> {
             }
             Mode::Lat => {
                 if let Some(stats) = l.lat(&args, size, &remotes, &mut ex, &dests[0])? {
-                    print!("{}", stats.row());
+                    out!("{}", stats.row());
                     json.push(stats.json(&banner));
                 }
             }
         }
         let _ = std::io::stdout().flush();
     }
-    print!("{}", report::RESULT_LINE);
+    out!("{}", report::RESULT_LINE);
     if one_way_rdma && !args.is_server() {
         ex.hand_shake(&dests[0])?;
         ex.exchange_bw_reports(&remote, &last_report.unwrap_or_default())?;
@@ -715,7 +711,7 @@ impl Local {
             // even with -a), then print its numbers.
             ex.hand_shake(mine)?;
             let theirs = ex.exchange_bw_reports(remote_version, &exchange::BwReport::default())?;
-            print!("{}", report::bw_row(&theirs, None, unit));
+            out!("{}", report::bw_row(&theirs, None, unit));
             return Ok(Some(theirs));
         }
         let origin = Instant::now();
@@ -764,7 +760,7 @@ impl Local {
                     r.duration_mode = true;
                     r.iters = done - window.1;
                     r.bytes = if args.test == Test::Atomic { 8 } else { size };
-                    print!("{}", report::bw_row(&r.compute(unit)?, None, unit));
+                    out!("{}", report::bw_row(&r.compute(unit)?, None, unit));
                     let _ = std::io::Write::flush(&mut std::io::stdout());
                     window = (Instant::now(), done);
                 }
@@ -891,15 +887,15 @@ impl Local {
         if reports_go_across {
             let theirs = ex.exchange_bw_reports(remote_version, &rep)?;
             if args.duplex && args.report_both {
-                print!("{}", report::bw_row(&rep, None, unit));
-                print!("{}", report::bw_row(&theirs, None, unit));
+                out!("{}", report::bw_row(&rep, None, unit));
+                out!("{}", report::bw_row(&theirs, None, unit));
             } else if args.duplex {
-                print!("{}", report::bw_row(&rep, Some(&theirs), unit));
+                out!("{}", report::bw_row(&rep, Some(&theirs), unit));
             } else {
-                print!("{}", report::bw_row(&rep, None, unit));
+                out!("{}", report::bw_row(&rep, None, unit));
             }
         } else {
-            print!("{}", report::bw_row(&rep, None, unit));
+            out!("{}", report::bw_row(&rep, None, unit));
         }
         if send && all {
             ex.hand_shake(mine)?;

@@ -19,7 +19,7 @@ use anyhow::{anyhow, bail, Result};
 use softib::mad::{MadAgent, MadDest, Response, SmpDest};
 use softib::{Context, Mad, MadQp};
 use softib_fabric::SmpMachine;
-use softib_wire::mad::{smp, AttrId, MAD_LEN};
+use softib_wire::mad::{smp, AttrId, Method, MAD_LEN};
 
 use crate::exit;
 
@@ -103,7 +103,8 @@ fn diag_result(r: Result<String, softib_diag::device::DiagError>, tool: &str) ->
 /// One turn of driving `m` (the SM, a discovery crawl) through `agent`: sends what the machine
 /// has, waits for responses or its next deadline (at most `max_wait`), and feeds them in. The
 /// machine keeps its own transactions; the agent only carries its SMPs. Returns the GMPs that
-/// arrived meanwhile (SA requests, for the SM's SA).
+/// arrived meanwhile (SA requests, for the SM's SA) and the traps (SubnTrap SMPs, for the
+/// SM to sweep on).
 fn smp_round(
     ctx: &mut Context,
     agent: &mut MadAgent,
@@ -125,11 +126,11 @@ fn smp_round(
     let mut gmps = Vec::new();
     for mad in agent.recv(ctx, wait)? {
         match mad.qp {
-            MadQp::Smi => {
-                if let Ok(r) = smp::Repr::parse(&smp::Packet::new_unchecked(&mad.mad[..])) {
-                    m.handle_response(origin.elapsed(), &r);
-                }
-            }
+            MadQp::Smi => match smp::Repr::parse(&smp::Packet::new_unchecked(&mad.mad[..])) {
+                Ok(r) if r.header.method == Method::Trap => gmps.push(mad),
+                Ok(r) => m.handle_response(origin.elapsed(), &r),
+                Err(_) => {}
+            },
             MadQp::Gsi => gmps.push(mad),
         }
     }

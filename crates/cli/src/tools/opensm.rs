@@ -62,7 +62,7 @@ pub fn opensm(args: &[String]) -> Result<u8> {
         );
         let log = std::env::temp_dir().join(format!("softib-opensm-{}.out", std::process::id()));
         let child = crate::fabric::spawn_detached(&child_args, &log, &[])?;
-        println!("opensm: running in the background, pid {}", child.id());
+        note!("opensm: running in the background, pid {}", child.id());
         return Ok(exit::OK);
     }
 
@@ -98,20 +98,20 @@ pub fn opensm(args: &[String]) -> Result<u8> {
         .map_or(0, |p| p.port_guid.0);
     let log_path = log_file.unwrap_or_else(|| "/var/log/opensm.log".into());
     let mut log = open_log(&log_path, erase)?;
-    println!("-------------------------------------------------");
-    println!("OpenSM 3.3.23 (softib)");
-    println!("Command Line Arguments:");
-    println!(" Guid <0x{port_guid:016x}>");
+    note!("-------------------------------------------------");
+    note!("OpenSM 3.3.23 (softib)");
+    note!("Command Line Arguments:");
+    note!(" Guid <0x{port_guid:016x}>");
     if priority != 0 {
-        println!(" Priority = {priority}");
+        note!(" Priority = {priority}");
     }
     if erase {
-        println!(" Creating new log file");
+        note!(" Creating new log file");
     }
-    println!(" sweep interval = {sweep}");
-    println!(" Log File: {log_path}");
-    println!("-------------------------------------------------");
-    println!("OpenSM 3.3.23 (softib)\n");
+    note!(" sweep interval = {sweep}");
+    note!(" Log File: {log_path}");
+    note!("-------------------------------------------------");
+    note!("OpenSM 3.3.23 (softib)\n");
     let _ = std::io::stdout().flush();
 
     let mut agent = MadAgent::open_sm(&mut ctx, 0, port)?;
@@ -161,6 +161,20 @@ pub fn opensm(args: &[String]) -> Result<u8> {
             Duration::from_millis(50),
         )?;
         for g in gmps {
+            if g.qp == softib::MadQp::Smi {
+                // A trap: Link State Changed (128) or Local Changes (144), on which opensm
+                // sweeps (its sweep_on_trap).
+                let trap = u16::from_be_bytes([g.mad[64 + 4], g.mad[64 + 5]]);
+                if g.mad[64] & 0x80 != 0 && matches!(trap, 128 | 144) {
+                    log_line(
+                        &mut log,
+                        0x01,
+                        &format!("Received Generic Notice num:{trap} from LID:{}", g.slid.0),
+                    );
+                    sm.request_sweep();
+                }
+                continue;
+            }
             if let Some(resp) = sm.handle_sa(g.slid, &g.mad) {
                 // A table larger than one MAD goes as the RMPP segments the SA made, in order.
                 agent.respond(&mut ctx, &g, &resp)?;
@@ -180,7 +194,7 @@ pub fn opensm(args: &[String]) -> Result<u8> {
             }
         }
         while let Some(c) = sm.poll_console() {
-            println!("{c}\n");
+            note!("{c}\n");
             let _ = std::io::stdout().flush();
         }
         if once && sm.is_subnet_up() {
@@ -189,7 +203,7 @@ pub fn opensm(args: &[String]) -> Result<u8> {
     }
     let _ = ctx.set_sm(0, port, None);
     log_line(&mut log, 0x80, "Exiting SM");
-    println!("Exiting SM");
+    note!("Exiting SM");
     Ok(exit::OK)
 }
 

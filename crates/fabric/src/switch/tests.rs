@@ -8,7 +8,7 @@ use softib_wire::mad::attr::{
     LinearForwardingTable, MulticastForwardingTable, NodeInfo, PortInfo, PortPhysicalState,
     PortState, SmpAttribute,
 };
-use softib_wire::mad::{status, AttrId, Method};
+use softib_wire::mad::{status, AttrId, Method, MAD_LEN};
 
 const TOPO_B: &str = include_str!("../../tests/data/topoB.net");
 
@@ -389,7 +389,7 @@ fn an_sm_on_the_switch() {
 fn not_a_switch_config() {
     let t = Topology::parse(TOPO_B).unwrap();
     assert!(Switch::from_node(t.node_by_id("node1").unwrap()).is_none());
-    assert_eq!(SwitchDrop::ALL.len(), 12);
+    assert_eq!(SwitchDrop::ALL.len(), 13);
     assert_eq!(SwitchDrop::NoRoute.name(), "no_route");
 }
 
@@ -420,4 +420,76 @@ proptest! {
         let smp = smp::Repr::parse(&smp::Packet::new_unchecked(&bytes[..])).unwrap();
         let _ = sw.handle_packet(port, &smp_packet::emit(Lid(dlid), Lid(1), &smp));
     }
+}
+
+/// A GMP from QP 1 of LID 1 (behind port 1) to the switch's LID 5, QP 1.
+fn gmp_to_switch(mad: &[u8; MAD_LEN]) -> Vec<u8> {
+    smp_packet::emit_mad(
+        &smp_packet::MadAddress {
+            vl: 0,
+            sl: 0,
+            dlid: Lid(5),
+            slid: Lid(1),
+            dest_qpn: Qpn::GSI,
+            src_qpn: Qpn::GSI,
+            qkey: QKey::GSI,
+        },
+        mad,
+    )
+}
+
+/// The MAD the switch sent back towards LID 1, by port 1.
+fn answer_of(action: SwitchAction) -> [u8; MAD_LEN] {
+    let SwitchAction::Transmit { out_port, packet } = action else {
+        panic!("no answer: {action:?}");
+    };
+    assert_eq!(out_port, 1);
+    let p = smp_packet::parse_mad(&packet).unwrap();
+    assert_eq!(
+        (p.addr.dlid, p.addr.slid, p.addr.dest_qpn, p.addr.src_qpn),
+        (Lid(1), Lid(5), Qpn::GSI, Qpn::GSI)
+    );
+    p.mad
+}
+
+#[test]
+fn port_0_answers_perf_mgt_for_every_port_and_the_spec_status_for_other_classes() {
+    use softib_wire::mad::perf;
+    let mut sw = sw1();
+    // Traffic through port 35 first.
+    assert_eq!(
+        sw.handle_packet(1, &packet_to(3)),
+        SwitchAction::Forward { out_port: 35 }
+    );
+    let mut data = [0u8; perf::DATA_LEN];
+    data[1] = 35;
+    let mut mad = [0u8; MAD_LEN];
+    perf::Repr::request(Method::Get, 9, AttrId::PORT_COUNTERS, 0, &data)
+        .emit(&mut perf::Packet::new_unchecked(&mut mad[..]));
+    let resp = answer_of(sw.handle_packet(1, &gmp_to_switch(&mad)));
+    let r = perf::Repr::parse(&perf::Packet::new_checked(&resp[..]).unwrap()).unwrap();
+    assert_eq!(
+        (r.header.method, r.header.status, r.header.tid),
+        (Method::GetResp, status::SUCCESS, 9)
+    );
+    let pc = perf::PortCounters::parse(r.data).unwrap();
+    assert_eq!((pc.port_select, pc.port_xmit_pkts), (35, 1));
+    // SubnAdm is no switch's: a Get comes back unsupported; a response gets nothing.
+    let mut sa = mad;
+    sa[1] = u8::from(MgmtClass::SubnAdm);
+    sa[2] = 2;
+    let resp = answer_of(sw.handle_packet(1, &gmp_to_switch(&sa)));
+    let h = mad::Repr::parse(&mad::Packet::new_unchecked(&resp[..])).unwrap();
+    assert_eq!(
+        (h.mgmt_class, h.method, h.status),
+        (
+            MgmtClass::SubnAdm,
+            Method::GetResp,
+            status::UNSUPPORTED_METHOD_ATTR
+        )
+    );
+    assert_eq!(
+        sw.handle_packet(1, &gmp_to_switch(&resp)),
+        SwitchAction::Drop(SwitchDrop::GmpConsumed)
+    );
 }

@@ -1,6 +1,7 @@
 //! MADs for a host's local agents: a response goes to the agent whose request it answers
 //! (by TID), SMPs and SA requests to the SM, PerfMgt requests to the PMA, the rest to every
-//! agent on the port.
+//! agent on the port; a GMP Get or Set with no agent on its port at all is answered
+//! UNSUPPORTED_METHOD_ATTR, as by the kernel.
 
 use std::collections::BTreeMap;
 
@@ -15,7 +16,7 @@ use crate::device::Device;
 use crate::ib::MadIn;
 
 /// MADs queued for an agent that does not read them are dropped beyond this.
-const MAX_QUEUED_MADS: usize = 4096;
+pub(super) const MAX_QUEUED_MADS: usize = 4096;
 /// Outstanding requests remembered per host; beyond this the oldest are forgotten (their
 /// responses then go to every agent on the port, which filter by TID).
 const MAX_TIDS: usize = 64 * 1024;
@@ -86,7 +87,7 @@ pub(super) fn dispatch_mad(h: &mut Host, clients: &mut BTreeMap<u64, Client>, de
                 }
             }
             Route::Answer(answer) => {
-                answer_cm(&mut h.devs, dev, &m, &answer);
+                answer_gmp(&mut h.devs, dev, &m, &answer);
                 return;
             }
             Route::All => {}
@@ -106,10 +107,20 @@ pub(super) fn dispatch_mad(h: &mut Host, clients: &mut BTreeMap<u64, Client>, de
     }
     if !claimed {
         h.unclaimed_mads += 1;
-        if m.qp == MadQp::Gsi && class == Some(mad::MgmtClass::ComMgt) {
-            if let Some(answer) = super::cm_routes::CmRoutes::answer_unclaimed(&m.mad) {
-                answer_cm(&mut h.devs, dev, &m, &answer);
-            }
+        // A CM MAD for a connection nobody has is answered as a CM without it would; any
+        // other request for a class no agent registered as the kernel's MAD layer answers
+        // it, so that the asker learns it at once instead of timing out. (With an agent on
+        // the port, its library decides: the daemon does not know which classes it took.)
+        let cm = m.qp == MadQp::Gsi && class == Some(mad::MgmtClass::ComMgt);
+        let answer = if cm {
+            super::cm_routes::CmRoutes::answer_unclaimed(&m.mad).map(|a| *a)
+        } else if m.qp == MadQp::Gsi {
+            mad::unmatched_response(&m.mad)
+        } else {
+            None
+        };
+        if let Some(answer) = answer {
+            answer_gmp(&mut h.devs, dev, &m, &answer);
         }
     }
 }
@@ -128,8 +139,9 @@ fn queue(c: &mut Client, m: Mad) -> bool {
     true
 }
 
-/// Sends the daemon's own answer to a CM MAD back where it came from.
-fn answer_cm(devs: &mut [Device], dev: u32, m: &MadIn, answer: &[u8; mad::MAD_LEN]) {
+/// Sends the daemon's own answer to a GMP (a CM MAD, a request nobody takes) back where it
+/// came from.
+fn answer_gmp(devs: &mut [Device], dev: u32, m: &MadIn, answer: &[u8; mad::MAD_LEN]) {
     let Some(d) = devs.get_mut(dev as usize) else {
         return;
     };

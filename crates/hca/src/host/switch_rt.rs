@@ -2,8 +2,9 @@
 //! the switchboard) forwarded by the LFT its SMA holds, link state handed to the SMA, and the
 //! SMA's port changes applied to the cables.
 //!
-//! No SM or GMP agent runs inside a soft switch: what the switch would deliver locally is
-//! dropped, as are SMPs for an SM.
+//! No SM runs inside a soft switch: SMPs for an SM are dropped. GMPs for the switch are
+//! answered by the switch itself (its PMA, [`Switch::handle_packet`]'s `Transmit`); what else
+//! it would deliver locally is dropped.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -94,6 +95,15 @@ impl SwitchRt {
         }
         while let Some(e) = self.sw.sma_mut().poll_event() {
             crate::device::apply_sma_event(&mut self.cables, e, std_now);
+        }
+        // Traps to the master SM (a port went down or came up): it sweeps on them.
+        while let Some(action) = self.sw.poll_trap() {
+            if let SwitchAction::Transmit { out_port, packet } = action {
+                if let Some(Some(c)) = self.cables.get_mut(usize::from(out_port)) {
+                    sb.send(c, &packet)?;
+                    busy = true;
+                }
+            }
         }
         Ok(busy)
     }

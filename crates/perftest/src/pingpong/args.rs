@@ -210,7 +210,7 @@ fn usage_error(prog: &str, t: Transport, msg: &str) -> Parsed {
     if !msg.is_empty() {
         eprintln!("{prog}: {msg}");
     }
-    print!("{}", usage(prog, t));
+    out!("{}", usage(prog, t));
     Parsed::Exit(1)
 }
 
@@ -383,7 +383,7 @@ pub(super) fn parse(prog: &str, t: Transport, argv: &[String]) -> Parsed {
                 _ => return bad("timeout in seconds"),
             },
             Opt::Help => {
-                print!("{}", usage(prog, t));
+                out!("{}", usage(prog, t));
                 return Parsed::Exit(0);
             }
             Opt::Refused(why) => {

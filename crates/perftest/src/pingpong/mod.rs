@@ -274,14 +274,14 @@ fn run(t: Transport, a: &Args) -> Result<u8> {
         psn: random_psn(),
         gid,
     };
-    println!("{}", address_line(t, true, &mine));
+    outln!("{}", address_line(t, true, &mine));
     let _ = std::io::stdout().flush();
 
     let remote = match &a.server {
         Some(host) => client_exchange(a, host, &mine)?,
         None => server_exchange(a, &mut pp, &mine)?,
     };
-    println!("{}", address_line(t, false, &remote));
+    outln!("{}", address_line(t, false, &remote));
     let _ = std::io::stdout().flush();
     let client = a.server.is_some();
     if client {
@@ -359,7 +359,7 @@ fn run(t: Transport, a: &Args) -> Result<u8> {
         }
     }
     let elapsed = start.elapsed();
-    print!("{}", result_lines(a.size, a.iters, elapsed));
+    out!("{}", result_lines(a.size, a.iters, elapsed));
     let mut code = 0;
     if !client && a.chk {
         let off = if t == Transport::Ud { GRH_BYTES } else { 0 };
@@ -368,7 +368,7 @@ fn run(t: Transport, a: &Args) -> Result<u8> {
             return fail("Couldn't read the receive buffer");
         }
         for p in invalid_pages(&data) {
-            println!("invalid data in page {p}");
+            outln!("invalid data in page {p}");
             // Upstream exits 0 regardless; a check that cannot fail the run is no check.
             code = 1;
         }

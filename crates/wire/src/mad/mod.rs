@@ -868,6 +868,25 @@ pub fn parse(bytes: &[u8]) -> Result<Body<'_>> {
     Body::parse(bytes)
 }
 
+/// The answer of a MAD layer to a request no agent takes (Linux `ib_mad`'s unmatched
+/// response, as the kernel sends it): a Get or Set comes back as GetResp with
+/// UNSUPPORTED_METHOD_ATTR (and the D bit for a directed-route SMP), the rest of the MAD as it
+/// came; any other method gets no answer (`None`, also for bytes that are no MAD header).
+pub fn unmatched_response(request: &[u8; MAD_LEN]) -> Option<[u8; MAD_LEN]> {
+    let header = Repr::parse(&Packet::new_unchecked(&request[..])).ok()?;
+    if !matches!(header.method, Method::Get | Method::Set) {
+        return None;
+    }
+    let mut h = header.response(status::UNSUPPORTED_METHOD_ATTR);
+    h.method = Method::GetResp;
+    if header.mgmt_class == MgmtClass::SubnDirectedRoute {
+        h.status |= status::DIRECTION;
+    }
+    let mut out = *request;
+    h.emit(&mut Packet::new_unchecked(&mut out[..]));
+    Some(out)
+}
+
 /// Copies as much of `src` as fits into `dst` and zeroes the rest of `dst`.
 pub(crate) fn copy_padded(dst: &mut [u8], src: &[u8]) {
     let n = src.len().min(dst.len());
@@ -878,6 +897,39 @@ pub(crate) fn copy_padded(dst: &mut [u8], src: &[u8]) {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn a_get_or_set_nobody_takes_comes_back_unsupported_and_nothing_else_does() {
+        let mut mad = [0u8; MAD_LEN];
+        Repr::request(MgmtClass::SubnAdm, 2, Method::Set, 0x55, AttrId(0x11), 3)
+            .emit(&mut Packet::new_unchecked(&mut mad[..]));
+        mad[100] = 0xab;
+        let r = unmatched_response(&mad).unwrap();
+        let h = Repr::parse(&Packet::new_unchecked(&r[..])).unwrap();
+        assert_eq!(
+            (h.method, h.status, h.tid, h.attr_id, h.class_version),
+            (
+                Method::GetResp,
+                status::UNSUPPORTED_METHOD_ATTR,
+                0x55,
+                AttrId(0x11),
+                2
+            )
+        );
+        assert_eq!(r[100], 0xab, "the rest as it came");
+        mad[3] = u8::from(Method::GetResp);
+        assert_eq!(unmatched_response(&mad), None);
+        mad[3] = u8::from(Method::Send);
+        assert_eq!(unmatched_response(&mad), None);
+        mad[1] = u8::from(MgmtClass::SubnDirectedRoute);
+        mad[3] = u8::from(Method::Get);
+        let r = unmatched_response(&mad).unwrap();
+        let h = Repr::parse(&Packet::new_unchecked(&r[..])).unwrap();
+        assert_eq!(
+            h.status,
+            status::UNSUPPORTED_METHOD_ATTR | status::DIRECTION
+        );
+    }
     use proptest::prelude::*;
 
     // A SubnGet(NodeInfo) header as opensm's first discovery SMP carries it: class 0x81,

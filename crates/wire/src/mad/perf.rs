@@ -151,6 +151,14 @@ impl<'a> Repr<'a> {
         }
     }
 
+    /// The 256 bytes of the PerfGetResp to this request, with `status` and `data`.
+    pub fn response_mad(&self, status: u16, data: &[u8]) -> [u8; super::MAD_LEN] {
+        let mut out = [0u8; super::MAD_LEN];
+        self.response(status, data)
+            .emit(&mut Packet::new_unchecked(&mut out[..]));
+        out
+    }
+
     /// Parses a PMA MAD.
     pub fn parse<T: AsRef<[u8]> + ?Sized>(packet: &Packet<&'a T>) -> Result<Repr<'a>> {
         packet.check_len()?;

@@ -333,6 +333,26 @@ mod tests {
     }
 
     #[test]
+    fn an_agent_that_never_reads_loses_its_newest_mads_and_blocks_nobody() {
+        let mut t = TestHost::new();
+        let (a, b) = (t.client(), t.client());
+        t.ok(a, open(1, false));
+        t.ok(b, open(1, false));
+        // A asks and asks and never reads its answers.
+        let max = crate::host::mads::MAX_QUEUED_MADS as u64;
+        for tid in 0..max + 10 {
+            t.ok(a, get_node_info(tid));
+            t.dispatch_mads();
+        }
+        assert_eq!(t.clients[&a].mads.len() as u64, max);
+        assert_eq!(tids(&t, a).last(), Some(&(max - 1)), "the newest are lost");
+        // B is answered all the same.
+        t.ok(b, get_node_info(0xb0));
+        t.dispatch_mads();
+        assert_eq!(tids(&t, b), [0xb0]);
+    }
+
+    #[test]
     fn recv_mads_waits_for_a_mad() {
         let mut t = TestHost::new();
         let a = t.client();
