@@ -3,6 +3,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod junk;
+pub mod rc_pair;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
