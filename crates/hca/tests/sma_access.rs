@@ -320,6 +320,79 @@ fn ud_qp(
     (qpn, cq, ah, sge)
 }
 
+/// An RC QP on port 1 of `ctx`'s device with P_Key index `pkey_index` and remote WRITE
+/// allowed, in INIT: (QPN, CQ, the keys of `buf`).
+fn rc_qp(
+    ctx: &mut Context,
+    buf: &softib::Buffer,
+    pkey_index: u16,
+) -> (Qpn, CqHandle, softib::MrKeys) {
+    let pd = ctx.alloc_pd(0).unwrap();
+    let cq = ctx.create_cq(0, 16).unwrap();
+    let access = AccessFlags::LOCAL_WRITE.with(AccessFlags::REMOTE_WRITE);
+    let mr = ctx.reg_mr(0, pd, buf, 0, buf.len(), access).unwrap();
+    let qpn = ctx
+        .create_qp(0, common::qp_init(QpType::Rc, pd, cq, 16, true))
+        .unwrap();
+    let init = QpAttr {
+        qp_state: QpState::Init,
+        pkey_index,
+        port_num: 1,
+        qp_access_flags: AccessFlags::REMOTE_WRITE,
+        ..QpAttr::default()
+    };
+    let mask = AttrMask::STATE
+        .with(AttrMask::PKEY_INDEX)
+        .with(AttrMask::PORT)
+        .with(AttrMask::ACCESS_FLAGS);
+    ctx.modify_qp(0, qpn, &init, mask).unwrap();
+    (qpn, cq, mr)
+}
+
+/// Brings RC QP `qpn` to RTS towards QP `remote` at `peer_lid`, with a short local ACK
+/// timeout (timeout 8: about 1 ms) and two retries, so that a partition that drops its
+/// packets fails it quickly with RETRY_EXC_ERR.
+fn rc_connect(ctx: &mut Context, qpn: Qpn, remote: Qpn, peer_lid: Lid) {
+    let rtr = QpAttr {
+        qp_state: QpState::Rtr,
+        path_mtu: softib::Mtu::Mtu1024,
+        dest_qp_num: remote,
+        rq_psn: softib::Psn::new(100),
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 1,
+        ah_attr: AddressVector {
+            dlid: peer_lid,
+            port_num: 1,
+            ..AddressVector::default()
+        },
+        ..QpAttr::default()
+    };
+    let mask = AttrMask::STATE
+        .with(AttrMask::AV)
+        .with(AttrMask::PATH_MTU)
+        .with(AttrMask::DEST_QPN)
+        .with(AttrMask::RQ_PSN)
+        .with(AttrMask::MAX_DEST_RD_ATOMIC)
+        .with(AttrMask::MIN_RNR_TIMER);
+    ctx.modify_qp(0, qpn, &rtr, mask).unwrap();
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        sq_psn: softib::Psn::new(100),
+        timeout: 8,
+        retry_cnt: 2,
+        rnr_retry: 0,
+        max_rd_atomic: 1,
+        ..QpAttr::default()
+    };
+    let mask = AttrMask::STATE
+        .with(AttrMask::SQ_PSN)
+        .with(AttrMask::TIMEOUT)
+        .with(AttrMask::RETRY_CNT)
+        .with(AttrMask::RNR_RETRY)
+        .with(AttrMask::MAX_QP_RD_ATOMIC);
+    ctx.modify_qp(0, qpn, &rts, mask).unwrap();
+}
+
 const QKEY: u32 = 0x1111_1111;
 
 fn pkey_drops(ctx: &mut Context) -> u64 {
@@ -380,14 +453,15 @@ fn partitions_the_sm_writes_are_enforced_on_the_data_path() {
     }
     let (buf_a, buf_b) = (a.alloc_buffer(4096).unwrap(), b.alloc_buffer(4096).unwrap());
     // IBA §10.9.1.2: same partition and at least one full member.
-    for (ia, ib, accepted) in [
+    const CASES: [(u16, u16, bool); 6] = [
         (1, 1, true),  // full ↔ full
         (1, 2, true),  // full → limited
         (2, 1, true),  // limited → full
         (2, 2, false), // limited ↔ limited
         (1, 3, false), // another partition
         (0, 1, false), // the default partition to a member of 0x0002
-    ] {
+    ];
+    for (ia, ib, accepted) in CASES {
         let case = format!("P_Key index {ia} to {ib}");
         let (qa, cq_a, ah_a, sge) = ud_qp(&mut a, &buf_a, ia, Lid(2));
         let (qb, cq_b, _, _) = ud_qp(&mut b, &buf_b, ib, Lid(1));
@@ -429,6 +503,67 @@ fn partitions_the_sm_writes_are_enforced_on_the_data_path() {
         } else {
             assert!(got.is_empty(), "{case}: delivered {got:?}");
             assert_eq!((dropped, landed), (1, [0u8; 8]), "{case}");
+        }
+    }
+
+    // The same matrix for RC (IBA §10.9.3: each end checks the other's packets against its
+    // own partition): A's QP uses P_Key index `ia`, B's `ib`, and A WRITEs 8 bytes into B's
+    // buffer. Where the partition lets them through, the WRITE completes and the bytes land;
+    // where it does not, B drops every request (counted as `pkey_mismatch`, nothing written)
+    // and A's retries run out: RETRY_EXC_ERR, never a hang and never the data.
+    for (ia, ib, accepted) in CASES {
+        let case = format!("RC, P_Key index {ia} to {ib}");
+        let (qa, cq_a, mr_a) = rc_qp(&mut a, &buf_a, ia);
+        let (qb, _cq_b, mr_b) = rc_qp(&mut b, &buf_b, ib);
+        rc_connect(&mut a, qa, qb, Lid(2));
+        rc_connect(&mut b, qb, qa, Lid(1));
+        let dropped_before = pkey_drops(&mut b);
+        buf_b.write(2048, &[0u8; 8]);
+        buf_a.write(0, b"rc-in-or");
+        a.post_send(
+            0,
+            qa,
+            vec![SendWr {
+                wr_id: 9,
+                opcode: WrOpcode::RdmaWrite(softib::RemoteAddr {
+                    addr: mr_b.addr + 2048,
+                    rkey: softib::RKey(mr_b.rkey),
+                }),
+                sg_list: vec![Sge {
+                    addr: mr_a.addr,
+                    length: 8,
+                    lkey: mr_a.lkey,
+                }],
+                flags: SendFlags::SIGNALED,
+                inline_data: None,
+                ud: None,
+            }],
+        )
+        .unwrap();
+        // Three tries of about a millisecond each when dropped; far less than this either way.
+        let done = a.poll_cq(0, cq_a, 1, Duration::from_secs(10)).unwrap();
+        assert_eq!(
+            done.len(),
+            1,
+            "{case}: the WRITE neither completed nor failed"
+        );
+        let mut landed = [0u8; 8];
+        buf_b.read(2048, &mut landed);
+        let dropped = pkey_drops(&mut b) - dropped_before;
+        if accepted {
+            assert_eq!(
+                (done[0].status, &landed, dropped),
+                (WcStatus::Success, b"rc-in-or", 0),
+                "{case}"
+            );
+        } else {
+            assert_eq!(
+                (done[0].status, landed),
+                (WcStatus::RetryExcErr, [0u8; 8]),
+                "{case}"
+            );
+            // The first try and its two retries, each dropped at B.
+            assert_eq!(dropped, 3, "{case}");
         }
     }
 }

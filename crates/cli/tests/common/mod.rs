@@ -2,6 +2,9 @@
 //! and taken down when it ends, and small helpers.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod junk;
+pub mod rc_pair;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};

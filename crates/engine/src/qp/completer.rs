@@ -335,6 +335,14 @@ impl Qp {
                     w.acked(),
                     w.npkts()
                 );
+                ensure!(
+                    w.sent() <= w.sent_max() && w.sent_max() <= w.npkts(),
+                    "what an acknowledgement may reach (the most PSNs ever sent) is at least what is sent now, at most the WQE",
+                    "WQE {i}: sent {}, most ever sent {}, npkts {}",
+                    w.sent(),
+                    w.sent_max(),
+                    w.npkts()
+                );
                 outstanding |= w.acked() < w.sent();
             }
         }

@@ -27,6 +27,8 @@ pub(crate) struct SendWqe {
     npkts: u32,
     seg: u32,
     sent: u32,
+    /// The most of its PSNs ever transmitted: `sent` goes back on a rewind, this does not.
+    sent_max: u32,
     acked: u32,
     read_restart: u32,
     status: Option<WcStatus>,
@@ -46,6 +48,7 @@ impl SendWqe {
             npkts: 0,
             seg: 0,
             sent: 0,
+            sent_max: 0,
             acked: 0,
             read_restart: 0,
             status,
@@ -88,6 +91,12 @@ impl SendWqe {
     #[inline]
     pub fn sent(&self) -> u32 {
         self.sent
+    }
+    /// How many of its PSNs have ever been transmitted, before a rewind too: how far an
+    /// acknowledgement may reach.
+    #[inline]
+    pub fn sent_max(&self) -> u32 {
+        self.sent_max
     }
     /// How many of its PSNs are acknowledged (READ: response packets received in order).
     #[inline]
@@ -393,6 +402,7 @@ impl SendQueue {
         } else {
             w.sent += 1;
         }
+        w.sent_max = w.sent_max.max(w.sent);
         if w.is_read() {
             w.read_restart = w.acked;
         }
@@ -441,11 +451,16 @@ impl SendQueue {
                 }
                 break;
             }
+            // Every PSN it names that was ever transmitted, before a rewind too (IBA
+            // §9.7.5.1.1): an ACK that comes after the timer sent the requester back
+            // acknowledges what the responder has, which is not sent again. Never one not yet
+            // transmitted (no responder can have it).
             let n = (psn.diff(first) + 1).min(w.npkts as i32) as u32;
-            let n = n.min(w.sent);
+            let n = n.min(w.sent_max);
             if n > w.acked {
                 self.progress += u64::from(n - w.acked);
                 w.acked = n;
+                w.sent = w.sent.max(n);
             }
             if w.acked == w.npkts {
                 w.status = Some(WcStatus::Success);
@@ -675,6 +690,7 @@ mod tests {
             w.npkts = *npkts;
             w.seg = 1024;
             w.sent = *sent;
+            w.sent_max = *sent;
             w.acked = *acked;
             qp.sq.next_psn = qp.sq.next_psn.add(*npkts);
             qp.sq.wqes.push_back(w);
@@ -784,6 +800,15 @@ mod tests {
             broken(&qp),
             Some("only an RC QP in RTS or SQD runs the local ACK or RNR timer")
         );
+        for (sent, sent_max) in [(3, 2), (4, 5)] {
+            qp = rc_with(&[(write(), 4, sent, 1)]);
+            qp.sq.wqes[0].sent_max = sent_max;
+            assert_eq!(
+                broken(&qp),
+                Some("what an acknowledgement may reach (the most PSNs ever sent) is at least what is sent now, at most the WQE"),
+                "sent {sent}, most ever sent {sent_max}"
+            );
+        }
     }
 
     #[test]

@@ -501,6 +501,49 @@ fn a_window_smaller_than_the_ack_interval_does_not_wait_for_the_timer() {
     assert_eq!(asked.last(), Some(&99));
 }
 
+#[test]
+fn an_ack_that_comes_after_the_timeout_acknowledges_what_was_sent_before_the_rewind() {
+    // A round trip longer than the local ACK timeout (a receiver whose socket holds a
+    // flood's backlog delays every packet): the timer fires, the requester goes back to the
+    // first unacknowledged PSN with half the window, and then the ACK of the whole first
+    // window arrives. It acknowledges every PSN it names that was transmitted (IBA
+    // §9.7.5.1.1), the ones sent before the rewind too: the WRITE completes then, and only
+    // what the rewind had already resent is sent twice. Counting only what had been sent
+    // again since the rewind made the requester resend everything the responder had.
+    let mut p = Pair::new();
+    p.latency = Duration::from_micros(50_000);
+    let (qa, _qb) = p.connect(QpType::Rc);
+    let len = 128 * 1024; // the whole PSN window at MTU 1024
+    let data = pattern(15, len);
+    p.a.fill(BUF, &data);
+    let sge = p.a.sge(BUF, len as u32);
+    p.a.post(
+        qa,
+        1,
+        WrOpcode::RdmaWrite(p.b.remote(BUF + 0x8_0000)),
+        vec![sge],
+    );
+    // The timeout (67 ms) resends the first half of the window; the ACK of all 128 PSNs
+    // comes back at 100 ms.
+    p.drive_for(Duration::from_micros(100_001));
+    assert_eq!(
+        p.a.completions()
+            .iter()
+            .map(|w| (w.wr_id, w.status))
+            .collect::<Vec<_>>(),
+        vec![(1, WcStatus::Success)],
+        "the ACK of the first window completes the WRITE"
+    );
+    p.drive();
+    assert_eq!(p.b.bytes(BUF + 0x8_0000, len), data);
+    assert_eq!(
+        p.sent_a,
+        128 + 64,
+        "only what the timeout resent is sent twice"
+    );
+    assert_eq!(p.b.hca.drops().get(DropReason::RcDuplicate), 64);
+}
+
 // ---- NAK codes, completion statuses, states and async events -------------------------------------
 
 /// What a responder error leaves behind.
