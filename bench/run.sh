@@ -131,9 +131,9 @@ mkdir -p "$W/logs"
 # Run a private copy: a cargo build elsewhere replacing target/release/softib mid-run would
 # leave the daemons and the tools speaking different protocol versions.
 cp "$S" "$W/softib" || { echo "cannot copy $S" >&2; exit 2; }
-# and the drop-in library it runs programs on (softib run finds it beside the binary)
-DROPIN_LIB=$(ls -t "$(dirname "$S")/deps/libibverbs.so" "$(dirname "$S")/libibverbs.so" 2>/dev/null | head -1)
-[ -n "$DROPIN_LIB" ] && cp "$DROPIN_LIB" "$W/libibverbs.so"
+# and the drop-in libraries it runs programs on (libibverbs, librdmacm, libibumad), written out
+# from the build beside the binary: the private copy has no build beside it.
+"$S" install-libs "$W/lib" > /dev/null 2>&1 && export SOFTIB_LIB_DIR=$W/lib
 S_ORIG=$S
 S=$W/softib
 gcc -O2 -o "$W/memcpy_bw" "$ROOT/bench/memcpy_bw.c" || { echo "cannot compile memcpy_bw.c" >&2; exit 2; }
@@ -448,7 +448,7 @@ if want dropin; then
   sib "$NSA" "$D" link add rxe0 type rxe netdev lo --addr 127.0.0.2
   sib "$NSA" "$D" link add rxe1 type rxe netdev lo --addr 127.0.0.3
   P=("$NSA" "$D" rxe1 "$NSA" "$D" rxe0 127.0.0.1)
-  [ -f "$W/libibverbs.so" ] || echo "no drop-in library beside $S_ORIG: every dropin run fails" >&2
+  [ -f "$W/lib/libibverbs.so.1" ] || echo "no drop-in libraries beside $S_ORIG: every dropin run fails" >&2
   for r in $(seq 1 "$RUNS"); do
     log "dropin run $r/$RUNS"
     for dp in $DATAPATHS; do
@@ -694,9 +694,6 @@ if want sm; then
   FT=$W/ft504.net
   "$S" fabric gen --hosts 504 fat-tree > "$FT"
   SMG=0x0000000000200001   # host1 port 1
-  # The drop-in libibumad.so.3 for Debian's opensm, written out from the build beside $S_ORIG
-  # (the private copy of the binary has no build beside it).
-  "$S_ORIG" install-libs "$W/lib" > /dev/null && export SOFTIB_LIB_DIR=$W/lib
   # opensm buffers its log unless told not to: SUBNET UP would show only when it exits.
   echo "force_log_flush TRUE" > "$W/osm.conf"
   UMAD2SIM=/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so

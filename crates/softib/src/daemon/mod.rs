@@ -212,6 +212,10 @@ pub(crate) struct Session {
     /// The eventfd the program's `async_fd` watches ([`Session::attach_async_fd`]): the
     /// process engines add to it too, for the events they raise.
     async_bell: Option<std::os::fd::OwnedFd>,
+    /// On the process data path, the memory files handed over with `attach_shared`, by
+    /// handle (a copy of the descriptor, where the program has the file, its length): a
+    /// region in one is a buffer the engine maps, which its peers reach by reference.
+    attached: BTreeMap<u64, (std::os::fd::OwnedFd, u64, usize)>,
 }
 
 impl Session {
@@ -256,6 +260,7 @@ impl Session {
             posts: Posting::new(env_off("SOFTIB_SUBMIT_RING")),
             process: provider::wanted()?.then(BTreeMap::new),
             async_bell: None,
+            attached: BTreeMap::new(),
         })
     }
 
@@ -302,7 +307,13 @@ impl Session {
             addr,
         };
         match self.conn.call_with_fds(&req, &[fd])? {
-            Response::Handle(h) => Ok(h),
+            Response::Handle(h) => {
+                if self.process.is_some() {
+                    self.attached
+                        .insert(h, (fd.try_clone_to_owned()?, addr, len));
+                }
+                Ok(h)
+            }
             _ => Err(Error::Unexpected("not a handle")),
         }
     }
@@ -385,12 +396,15 @@ impl Session {
         map: Option<&SharedRegion>,
     ) -> Result<MrKeys> {
         if let Some(e) = self.engine(dev)? {
-            let own = match map {
-                Some(m) => Some((
+            let own = match (map, self.attached.get(&buffer)) {
+                (Some(m), _) => Some((
                     SharedRegion::from_fd(m.fd().try_clone_to_owned()?, m.len())?,
                     m.addr(),
                 )),
-                None => None,
+                (None, Some((fd, at, len))) => {
+                    Some((SharedRegion::from_fd(fd.try_clone()?, *len)?, *at))
+                }
+                (None, None) => None,
             };
             return e.reg_mr(&mut self.conn, pd, own, addr, len, access);
         }
