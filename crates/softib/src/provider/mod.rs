@@ -74,7 +74,9 @@ pub struct ProcessCounters {
 /// Whether RC QPs may reach other processes' engines through rings (`SOFTIB_PEER_RINGS=0`
 /// keeps every packet on the kernel's path, for comparison and tests).
 fn rings_wanted() -> bool {
-    std::env::var("SOFTIB_PEER_RINGS").map_or(true, |v| v != "0")
+    // Read once: it is asked on every UD post.
+    static WANTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WANTED.get_or_init(|| std::env::var("SOFTIB_PEER_RINGS").map_or(true, |v| v != "0"))
 }
 
 /// The most UD destinations an engine asks the daemon about; beyond, UD goes through the
@@ -507,37 +509,28 @@ impl Engine {
     /// Before UD WRs go out: every destination (device address, QP) of theirs the daemon was
     /// not asked about yet is asked about once ([`Engine::ask_ring`]); those another
     /// process's engine on this daemon holds are reached through a ring from then on. A
-    /// destination asked about while the rings change is asked about again later.
-    fn ud_rings(&self, conn: &mut Conn, wrs: &[SendWr]) {
-        if !rings_wanted() || wrs.iter().all(|w| w.ud.is_none()) {
-            return;
+    /// destination asked about while the rings change is asked about again later. Only the
+    /// destinations to ask about leave the lock (none, but on a first send).
+    fn ud_rings_to_ask(st: &mut Station, wrs: &[SendWr]) -> Vec<(softib_wire::Gid, Qpn)> {
+        let mut ask = Vec::new();
+        if !rings_wanted() {
+            return ask;
         }
-        let ask: Vec<(softib_wire::Gid, Qpn)> = {
-            let mut st = self.lock();
-            let mut ask = Vec::new();
-            for ud in wrs.iter().filter_map(|w| w.ud.as_ref()) {
-                let Some(grh) = st.ca.hca().ah_av(ud.ah).and_then(|av| av.grh) else {
-                    continue;
-                };
-                let ip = softib_link::roce::framing::ip_of(&grh.dgid);
-                let key = (ip, ud.remote_qpn);
-                if ud.remote_qpn == Qpn::MULTICAST
-                    || st.ud_asked.contains(&key)
-                    || st.ud_asked.len() >= MAX_UD_ASKED
-                {
-                    continue;
-                }
-                st.ud_asked.insert(key);
-                ask.push((grh.dgid, ud.remote_qpn));
+        for ud in wrs.iter().filter_map(|w| w.ud.as_ref()) {
+            let Some(grh) = st.ca.hca().ah_av(ud.ah).and_then(|av| av.grh) else {
+                continue;
+            };
+            let key = (softib_link::roce::framing::ip_of(&grh.dgid), ud.remote_qpn);
+            if ud.remote_qpn == Qpn::MULTICAST
+                || st.ud_asked.contains(&key)
+                || st.ud_asked.len() >= MAX_UD_ASKED
+            {
+                continue;
             }
-            ask
-        };
-        for (dgid, dqpn) in ask {
-            if self.ask_ring(conn, dgid, dqpn) {
-                let ip = softib_link::roce::framing::ip_of(&dgid);
-                self.lock().ca.set_ud_local(ip, dqpn, true);
-            }
+            st.ud_asked.insert(key);
+            ask.push((grh.dgid, ud.remote_qpn));
         }
+        ask
     }
 
     /// Asks the daemon for rings to the engine that holds QP `dqpn` at `dgid`, and takes them
@@ -678,8 +671,19 @@ impl Engine {
 
     /// `ibv_post_send`: the WRs go into the engine and their packets out at once.
     pub(crate) fn post_send(&self, conn: &mut Conn, qpn: Qpn, wrs: Vec<SendWr>) -> Result<()> {
-        self.ud_rings(conn, &wrs);
         let mut st = self.lock();
+        let ask = Self::ud_rings_to_ask(&mut st, &wrs);
+        if !ask.is_empty() {
+            // The daemon is asked without the engine's lock (the progress thread runs on).
+            drop(st);
+            for (dgid, dqpn) in ask {
+                if self.ask_ring(conn, dgid, dqpn) {
+                    let ip = softib_link::roce::framing::ip_of(&dgid);
+                    self.lock().ca.set_ud_local(ip, dqpn, true);
+                }
+            }
+            st = self.lock();
+        }
         let mut r = Ok(());
         for (i, wr) in wrs.into_iter().enumerate() {
             if let Err(e) = st.ca.hca_mut().post_send(qpn, wr) {
