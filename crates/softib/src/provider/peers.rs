@@ -523,6 +523,13 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    /// Where A's records go (B's device address), and the UDP source A sends them from.
+    const TO: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 3));
+    const FROM: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+        std::net::Ipv4Addr::new(127, 0, 0, 2),
+        50000,
+    ));
+
     fn pair() -> (Peers, Peers) {
         pair_of(std::process::id(), std::process::id())
     }
@@ -549,8 +556,7 @@ mod tests {
     #[test]
     fn a_datagram_reaches_the_peer_with_its_sender() {
         let (mut a, mut b) = pair();
-        let to: IpAddr = "127.0.0.3".parse().unwrap();
-        let from: SocketAddr = "127.0.0.2:50000".parse().unwrap();
+        let (to, from) = (TO, FROM);
         assert!(a.reaches(to, Qpn::new(70)));
         assert!(!a.reaches(to, Qpn::new(140)));
         assert!(a.send(to, Qpn::new(70), from, b"head", (5, None), |b| {
@@ -577,8 +583,7 @@ mod tests {
     #[test]
     fn a_whole_datagram_of_any_length_goes_through() {
         let (mut a, mut b) = pair();
-        let to: IpAddr = "127.0.0.3".parse().unwrap();
-        let from: SocketAddr = "127.0.0.2:50000".parse().unwrap();
+        let (to, from) = (TO, FROM);
         // Headers with 4 KiB of inline data in them: no payload by reference.
         let whole: Vec<u8> = (0..4096 + 16).map(|i| i as u8).collect();
         assert!(a.send(to, Qpn::new(64), from, &whole, (0, None), |_| true));
@@ -591,8 +596,7 @@ mod tests {
     #[test]
     fn a_full_ring_holds_packets_back_in_order_and_a_gone_peer_loses_them() {
         let (mut a, mut b) = pair();
-        let to: IpAddr = "127.0.0.3".parse().unwrap();
-        let from: SocketAddr = "127.0.0.2:50000".parse().unwrap();
+        let (to, from) = (TO, FROM);
         let big = vec![0u8; 60 * 1024];
         // More than the ring holds: the rest waits in the backlog.
         let n = softib_proto::PEER_RING_BYTES / big.len() + 8;
@@ -637,8 +641,7 @@ mod tests {
     #[test]
     fn a_large_payload_in_a_buffer_goes_by_reference_and_is_read_from_its_mapping() {
         let (mut a, mut b) = pair();
-        let to: IpAddr = "127.0.0.3".parse().unwrap();
-        let from: SocketAddr = "127.0.0.2:50000".parse().unwrap();
+        let (to, from) = (TO, FROM);
         let data: Vec<u8> = (0..3 * BUFFER_REFERENCE_MIN + 5)
             .map(|i| (i * 7) as u8)
             .collect();
@@ -722,8 +725,7 @@ mod tests {
     #[test]
     fn a_large_payload_elsewhere_is_read_from_the_senders_memory() {
         let (mut a, mut b) = pair();
-        let to: IpAddr = "127.0.0.3".parse().unwrap();
-        let from: SocketAddr = "127.0.0.2:50000".parse().unwrap();
+        let (to, from) = (TO, FROM);
         let data: Vec<u8> = (0..PROCESS_REFERENCE_MIN + 5)
             .map(|i| (i * 7) as u8)
             .collect();
@@ -789,8 +791,7 @@ mod tests {
             .map(|i| (i * 3) as u8)
             .collect();
         let (_map, at) = buffer(&data, 0);
-        let to: IpAddr = "127.0.0.3".parse().unwrap();
-        let from: SocketAddr = "127.0.0.2:50000".parse().unwrap();
+        let (to, from) = (TO, FROM);
         assert!(a.send(
             to,
             Qpn::new(64),
