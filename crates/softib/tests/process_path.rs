@@ -16,7 +16,7 @@ use softib::{
 use softib_engine::QPN_BLOCK;
 
 mod common;
-use common::{all, connect, loopback_pair};
+use common::{all, connect, loopback_pair, with_pair, Pair};
 
 /// Every test of this binary runs on the process path (the variable is read when a context
 /// opens; all tests set the same value).
@@ -38,40 +38,6 @@ fn done(cq: &CompletionQueue, wr_id: u64, opcode: WcOpcode) -> u32 {
         "{wc:?}"
     );
     wc.byte_len
-}
-
-/// Two contexts of one embedded daemon (on `rxe0` and `rxe1`), each with a PD, a CQ, an
-/// 8 KiB buffer registered for everything and an RC QP, the QPs connected to each other
-/// (what the test needs of them; B's device too).
-struct RcPair<'a> {
-    b: &'a Device,
-    cq_a: &'a CompletionQueue,
-    cq_b: &'a CompletionQueue,
-    mr_a: &'a softib::MemoryRegion<'a>,
-    mr_b: &'a softib::MemoryRegion<'a>,
-    qp_a: &'a softib::QueuePair,
-    qp_b: &'a softib::QueuePair,
-}
-
-fn with_rc_pair(test: impl FnOnce(&RcPair<'_>)) {
-    let (_hca, a, b) = loopback_pair();
-    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
-    let (buf_a, buf_b) = (a.alloc_buffer(8192).unwrap(), b.alloc_buffer(8192).unwrap());
-    let mr_a = pd_a.register(&buf_a, all()).unwrap();
-    let mr_b = pd_b.register(&buf_b, all()).unwrap();
-    let qp_a = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 16).unwrap();
-    let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 16).unwrap();
-    connect(&qp_a, &qp_b);
-    test(&RcPair {
-        b: &b,
-        cq_a: &cq_a,
-        cq_b: &cq_b,
-        mr_a: &mr_a,
-        mr_b: &mr_b,
-        qp_a: &qp_a,
-        qp_b: &qp_b,
-    });
 }
 
 #[test]
@@ -210,49 +176,54 @@ fn rc_send_write_read_and_atomics_move_every_byte() {
 #[test]
 fn ud_sends_arrive_whole() {
     process_path();
-    let (_hca, a, b) = loopback_pair();
-    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
-    let (buf_a, buf_b) = (a.alloc_buffer(8192).unwrap(), b.alloc_buffer(8192).unwrap());
-    let mr_a = pd_a.register(&buf_a, all()).unwrap();
-    let mr_b = pd_b.register(&buf_b, all()).unwrap();
-    let qp_a = pd_a.create_qp(QpType::Ud, &cq_a, &cq_a, 16).unwrap();
-    let qp_b = pd_b.create_qp(QpType::Ud, &cq_b, &cq_b, 16).unwrap();
-    connect(&qp_a, &qp_b);
-    let eb = qp_b.endpoint().unwrap();
-    for i in 0..8u64 {
-        let data = pattern(i as u8, 100 + 100 * i as usize);
-        buf_a.write(0, &data);
-        // The receive buffer begins with the 40-byte GRH area.
-        qp_b.recv(&mr_b, 0, 4096, 100 + i).unwrap();
-        qp_a.send(&mr_a, 0, data.len(), Some(&eb), i).unwrap();
-        done(&cq_a, i, WcOpcode::Send);
-        assert_eq!(
-            done(&cq_b, 100 + i, WcOpcode::Recv) as usize,
-            40 + data.len()
+    with_pair(QpType::Ud, |p| {
+        let Pair {
+            a,
+            b,
+            buf_a,
+            buf_b,
+            cq_a,
+            cq_b,
+            mr_a,
+            mr_b,
+            qp_a,
+            qp_b,
+        } = *p;
+        let eb = qp_b.endpoint().unwrap();
+        for i in 0..8u64 {
+            let data = pattern(i as u8, 100 + 100 * i as usize);
+            buf_a.write(0, &data);
+            // The receive buffer begins with the 40-byte GRH area.
+            qp_b.recv(mr_b, 0, 4096, 100 + i).unwrap();
+            qp_a.send(mr_a, 0, data.len(), Some(&eb), i).unwrap();
+            done(cq_a, i, WcOpcode::Send);
+            assert_eq!(
+                done(cq_b, 100 + i, WcOpcode::Recv) as usize,
+                40 + data.len()
+            );
+            let mut got = vec![0u8; data.len()];
+            buf_b.read(40, &mut got);
+            assert!(got == data, "UD SEND {i}");
+        }
+        // Through the ring between the two engines: the daemon was asked once, at the first
+        // send to B's QP.
+        let (ca, cb) = (
+            a.process_counters().unwrap().unwrap(),
+            b.process_counters().unwrap().unwrap(),
         );
-        let mut got = vec![0u8; data.len()];
-        buf_b.read(40, &mut got);
-        assert!(got == data, "UD SEND {i}");
-    }
-    // Through the ring between the two engines: the daemon was asked once, at the first
-    // send to B's QP.
-    let (ca, cb) = (
-        a.process_counters().unwrap().unwrap(),
-        b.process_counters().unwrap().unwrap(),
-    );
-    assert_eq!(
-        (ca.peers, ca.ring_sent, cb.ring_received),
-        (1, 8, 8),
-        "{ca:?} {cb:?}"
-    );
+        assert_eq!(
+            (ca.peers, ca.ring_sent, cb.ring_received),
+            (1, 8, 8),
+            "{ca:?} {cb:?}"
+        );
+    });
 }
 
 #[test]
 fn completion_channels_are_signalled_by_the_engine_itself() {
     process_path();
-    with_rc_pair(|p| {
-        let RcPair {
+    with_pair(QpType::Rc, |p| {
+        let Pair {
             b,
             cq_a,
             cq_b,

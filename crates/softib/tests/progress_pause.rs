@@ -8,7 +8,7 @@ use std::time::Duration;
 use softib::{QpType, WcStatus};
 
 mod common;
-use common::{all, connect, loopback_pair};
+use common::{with_pair, Pair};
 
 /// The states (`/proc` one-letter codes) of this process's progress threads.
 fn progress_threads() -> Vec<char> {
@@ -23,33 +23,33 @@ fn progress_threads() -> Vec<char> {
 #[test]
 fn progress_threads_park_for_a_pause_and_carry_on_after_it() {
     std::env::set_var("SOFTIB_DATAPATH", "process");
-    let (_hca, a, b) = loopback_pair();
-    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (cq_a, cq_b) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
-    let (buf_a, buf_b) = (a.alloc_buffer(4096).unwrap(), b.alloc_buffer(4096).unwrap());
-    let mr_a = pd_a.register(&buf_a, all()).unwrap();
-    let mr_b = pd_b.register(&buf_b, all()).unwrap();
-    let qp_a = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 4).unwrap();
-    let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 4).unwrap();
-    connect(&qp_a, &qp_b);
-    {
-        let pause = softib::pause_progress(Duration::from_secs(5)).expect("every thread parks");
-        assert_eq!(pause.threads(), 2, "one per engine");
-        assert!(
-            softib::pause_progress(Duration::from_millis(10)).is_none(),
-            "one pause at a time"
-        );
-        // Parked: asleep on the condition variable, not spinning.
-        std::thread::sleep(Duration::from_millis(20));
-        let states = progress_threads();
-        assert!(
-            states.len() == 2 && states.iter().all(|&c| c == 'S'),
-            "{states:?}"
-        );
-    }
-    // After it, B's progress thread answers a WRITE again (no thread of B polls).
-    qp_a.write(&mr_a, 0, 100, mr_b.addr(), mr_b.rkey(), 7)
-        .unwrap();
-    let wc = cq_a.wait(Duration::from_secs(10)).unwrap();
-    assert_eq!((wc.wr_id, wc.status), (7, WcStatus::Success), "{wc:?}");
+    with_pair(QpType::Rc, |p| {
+        let Pair {
+            cq_a,
+            mr_a,
+            mr_b,
+            qp_a,
+            ..
+        } = *p;
+        {
+            let pause = softib::pause_progress(Duration::from_secs(5)).expect("every thread parks");
+            assert_eq!(pause.threads(), 2, "one per engine");
+            assert!(
+                softib::pause_progress(Duration::from_millis(10)).is_none(),
+                "one pause at a time"
+            );
+            // Parked: asleep on the condition variable, not spinning.
+            std::thread::sleep(Duration::from_millis(20));
+            let states = progress_threads();
+            assert!(
+                states.len() == 2 && states.iter().all(|&c| c == 'S'),
+                "{states:?}"
+            );
+        }
+        // After it, B's progress thread answers a WRITE again (no thread of B polls).
+        qp_a.write(mr_a, 0, 100, mr_b.addr(), mr_b.rkey(), 7)
+            .unwrap();
+        let wc = cq_a.wait(Duration::from_secs(10)).unwrap();
+        assert_eq!((wc.wr_id, wc.status), (7, WcStatus::Success), "{wc:?}");
+    });
 }
