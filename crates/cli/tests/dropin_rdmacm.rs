@@ -7,7 +7,7 @@ mod dropin;
 
 use std::time::{Duration, Instant};
 
-use dropin::{have, hosts, port, Done, Run};
+use dropin::{build_c, have, hosts, port, Done, Run};
 
 /// Runs `server` on host B and then `client` on host A, and waits for both.
 fn pair(server: &[&str], client: &[&str]) -> (Done, Done) {
@@ -271,6 +271,49 @@ fn an_idle_listener_does_not_wake_its_cm_thread() {
     let s = s.wait();
     ours(&s);
     ours(&c);
+}
+
+/// Tearing down as programs do: the server's DREQ leaves the client's QP as it was (rdma-core
+/// does not touch it on DISCONNECTED: a program may have destroyed it with ibv_destroy_qp
+/// while its id still points at it, as rping does); a CM thread left waiting
+/// on a channel the main thread destroys keeps waiting rather than failing (rping exits with
+/// its CM thread in rdma_get_cm_event); an event queued for an id destroyed before anyone
+/// took it goes with the id.
+#[test]
+fn teardown_leaves_the_qp_and_a_destroyed_channel_alone() {
+    if !have("cc", "gcc") || !std::path::Path::new("/usr/include/rdma/rdma_cma.h").exists() {
+        assert!(
+            std::env::var_os("CI").is_none_or(|v| v != "true"),
+            "no C compiler or rdma_cma.h under CI=true: .ci/run installs gcc and librdmacm-dev"
+        );
+        eprintln!("skipped: needs gcc and librdmacm-dev");
+        return;
+    }
+    let exe = build_c(
+        &hosts().a.dir.join("cm"),
+        "cm_teardown",
+        &["rdmacm", "ibverbs"],
+    );
+    let p = port().to_string();
+    let b = hosts().b.addr;
+    let s = Run::start(&hosts().b, &[&exe, "server", b, &p], &[]);
+    let c = client_once_listening(&[&exe, "client", b, &p], &[]);
+    let s = s.wait();
+    ours(&s);
+    ours(&c);
+    assert!(s.stdout.contains("ok server"), "{}", s.stdout);
+    for step in [
+        "ok DISCONNECTED leaves the QP as it was",
+        "ok a thread waiting on a destroyed channel keeps waiting",
+        "ok an event queued for a destroyed id is dropped with it",
+    ] {
+        assert!(
+            c.stdout.contains(step),
+            "{step}:\n{}\n{}",
+            c.stdout,
+            c.stderr
+        );
+    }
 }
 
 /// udaddy (RDMA_PS_UDP): the client's rdma_connect is a SIDR_REQ, the server's rdma_accept

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use dropin::{have, hosts, our_library, pair, port, readelf, text, Run, SOFTIB};
+use dropin::{build_c, have, hosts, our_library, pair, port, readelf, text, Run, SOFTIB};
 
 /// The table the library is built from: (node, symbol).
 fn exports() -> BTreeSet<(String, String)> {
@@ -368,30 +368,10 @@ fn a_c_program_built_against_debians_headers_covers_the_rest() {
         return;
     }
     let h = hosts();
-    // Linked against the library `softib install-libs` writes, as a program built on a
-    // machine with only softib would be.
     let work = h.a.dir.join("c");
+    let exe_s = build_c(&work, "verbs_check", &["ibverbs"]);
     let libs = work.join("lib");
-    let o = Command::new(SOFTIB)
-        .arg("install-libs")
-        .arg(&libs)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "install-libs: {}", text(&o.stderr));
     assert!(libs.join("libibverbs.so.1").exists() && libs.join("libibverbs.so").exists());
-    let exe = work.join("verbs_check");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/dropin/verbs_check.c");
-    let o = Command::new("cc")
-        .args(["-Wall", "-Werror", "-O1", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .arg("-L")
-        .arg(&libs)
-        .args(["-libverbs", "-lpthread"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "cc: {}", text(&o.stderr));
-    let exe_s = exe.to_string_lossy().into_owned();
     // Registered memory moved onto a memory file the daemon maps (the default), and reached
     // by cross-memory attach (SOFTIB_SHARE_MR=0): the same program passes either way.
     let process = Run::start(&h.a, &[&exe_s, "rxe0", "1"], &[("SOFTIB_SHARE_MR", "0")]).wait();

@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_int};
 
-use softib_verbs_abi::rdma_cm::{event, RdmaCmEvent, RdmaEventChannel};
+use softib_verbs_abi::rdma_cm::{event, RdmaCmEvent, RdmaCmId, RdmaEventChannel};
 
 use crate::agent::{self, Channel, EventBox};
 use crate::{ffi, ffi_ptr};
@@ -84,32 +84,85 @@ pub unsafe extern "C" fn rdma_get_cm_event(
         // SAFETY: the caller passes a live channel.
         let fd = unsafe { (*channel).fd };
         loop {
-            let mut byte = 0u8;
-            // SAFETY: one byte into a live local, from the channel's pipe.
-            let n = unsafe { libc::read(fd, (&mut byte as *mut u8).cast(), 1) };
-            if n == 1 {
-                break;
+            read_byte(fd)?;
+            let taken = agent::with(|st| {
+                Ok(match st.channels.get_mut(&(channel as usize)) {
+                    None => Taken::ChannelGone,
+                    Some(ch) => match ch.queue.pop_front() {
+                        Some(ev) => Taken::Event(ev),
+                        None => Taken::Withdrawn,
+                    },
+                })
+            })?;
+            match taken {
+                Taken::Event(ev) => {
+                    // SAFETY: `ev` is a live EventBox whose first field is the C event; `out`
+                    // is writable (checked non-null; the caller's contract).
+                    unsafe { *out = ev.cast::<RdmaCmEvent>() };
+                    return Ok(());
+                }
+                // Its id was destroyed before anyone took it: wait for the next one.
+                Taken::Withdrawn => {}
+                Taken::ChannelGone => wait_on_destroyed_channel(),
             }
-            let e = std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO);
-            if n < 0 && e == libc::EINTR {
-                continue;
-            }
-            return Err(if n == 0 { libc::ENODEV } else { e });
         }
-        let ev = agent::with(|st| {
-            let ch = st
-                .channels
-                .get_mut(&(channel as usize))
-                .ok_or(libc::EINVAL)?;
-            ch.queue.pop_front().ok_or(libc::EAGAIN)
-        })?;
-        // SAFETY: `ev` is a live EventBox whose first field is the C event; `out` is
-        // writable (checked non-null; the caller's contract).
-        unsafe { *out = ev.cast::<RdmaCmEvent>() };
-        Ok(())
     })
+}
+
+/// One byte of a channel's pipe: an event was queued (or the fd is non-blocking: EAGAIN).
+fn read_byte(fd: c_int) -> Result<(), c_int> {
+    loop {
+        let mut byte = 0u8;
+        // SAFETY: one byte into a live local, from the channel's pipe.
+        let n = unsafe { libc::read(fd, (&mut byte as *mut u8).cast(), 1) };
+        if n == 1 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO);
+        if n < 0 && e == libc::EINTR {
+            continue;
+        }
+        return Err(if n == 0 { libc::ENODEV } else { e });
+    }
+}
+
+/// What `rdma_get_cm_event` found after a byte of the pipe.
+enum Taken {
+    Event(*mut EventBox),
+    /// The event the byte stood for went with its id (`withdraw`).
+    Withdrawn,
+    /// Another thread destroyed the channel while this one waited on it.
+    ChannelGone,
+}
+
+/// A thread that waited on a channel another thread destroyed waits on, as a read of the
+/// kernel's rdma_cm file does: no event can come any more, and an error would make programs
+/// that leave their CM thread blocked at exit (rping) fail at the end of a clean run. Its
+/// fd may already be another file's, so it is not read again.
+fn wait_on_destroyed_channel() -> ! {
+    loop {
+        std::thread::park();
+    }
+}
+
+/// Frees the events queued on `channel` for `id` that nobody took yet: after
+/// `rdma_destroy_id` they would name freed memory (the kernel's rdma_cm drops an id's
+/// unreported events with it). Their bytes stay in the pipe; `rdma_get_cm_event` skips them.
+pub fn withdraw(st: &mut agent::State, channel: *mut RdmaEventChannel, id: *mut RdmaCmId) {
+    let Some(ch) = st.channels.get_mut(&(channel as usize)) else {
+        return;
+    };
+    ch.queue.retain(|&ev| {
+        // SAFETY: queued events are live boxes this library leaked and nobody took.
+        if unsafe { (*ev).ev.id } != id {
+            return true;
+        }
+        // SAFETY: as above; removed from the queue here, so freed once.
+        drop(unsafe { Box::from_raw(ev) });
+        false
+    });
 }
 
 /// `rdma_ack_cm_event`: frees the event.

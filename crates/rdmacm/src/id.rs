@@ -213,6 +213,8 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut RdmaCmId) -> c_int {
             }
             qp::release_own(&state);
             crate::sync::free_request_event(state.c);
+            // SAFETY: the id's C struct, freed below.
+            crate::event::withdraw(st, unsafe { (*state.c).channel }, id);
             if state.sync {
                 // SAFETY: the id's C struct; a synchronous id's channel is its own.
                 let _ = crate::event::destroy_channel(st, unsafe { (*state.c).channel });
@@ -1053,7 +1055,9 @@ pub fn on_cm_event(st: &mut State, ev: CmEvent<Peer>) {
                 return;
             };
             let Some(s) = st.ids.get(&key) else { return };
-            qp::to_error(s);
+            // The QP is left as it is, as rdma-core leaves it: the program moves it with
+            // rdma_disconnect, and may already have destroyed it with ibv_destroy_qp (rping
+            // does, after its own rdma_disconnect) while the id still points at it.
             let e = new_event(s.c, event::DISCONNECTED, 0);
             // SAFETY: the id's C struct.
             let channel = unsafe { (*s.c).channel };

@@ -17,6 +17,33 @@ pub const SOFTIB: &str = env!("CARGO_BIN_EXE_softib");
 /// How long any one program may run.
 pub const BOUND: Duration = Duration::from_secs(90);
 
+/// Builds `tests/dropin/NAME.c` into `dir/NAME`, linked with `-lLIB` for each of `libs`
+/// against the libraries `softib install-libs` writes into `dir/lib`, as a program built on a
+/// machine with only softib would be. Its path.
+pub fn build_c(dir: &Path, name: &str, libs: &[&str]) -> String {
+    let lib_dir = dir.join("lib");
+    let o = Command::new(SOFTIB)
+        .arg("install-libs")
+        .arg(&lib_dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "install-libs: {}", text(&o.stderr));
+    let exe = dir.join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/dropin/{name}.c"));
+    let o = Command::new("cc")
+        .args(["-Wall", "-Werror", "-O1", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-L")
+        .arg(&lib_dir)
+        .args(libs.iter().map(|l| format!("-l{l}")))
+        .arg("-lpthread")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "cc {name}.c: {}", text(&o.stderr));
+    exe.to_string_lossy().into_owned()
+}
+
 /// A host: its runtime directory and its device's address.
 pub struct Host {
     pub dir: PathBuf,
