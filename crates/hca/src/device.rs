@@ -401,6 +401,29 @@ impl Device {
         Ok(done)
     }
 
+    /// The faults set on a RoCE device's egress (the default for an IB device, whose ports
+    /// have their own: [`Device::faults`]).
+    pub fn roce_faults(&self) -> FaultSpec {
+        match self {
+            Device::Ib(_) => FaultSpec::default(),
+            Device::Roce(d) => d.faults.spec(),
+        }
+    }
+
+    /// Writes a packet a process engine on this device captured (seen at `at`) to the
+    /// running capture.
+    pub fn capture_from_engine(&mut self, at: std::time::SystemTime, packet: &[u8]) {
+        let slot = match self {
+            Device::Ib(d) => &mut d.capture,
+            Device::Roce(d) => &mut d.capture,
+        };
+        if let Some(w) = slot {
+            if w.write_at(at, packet).is_err() {
+                *slot = None;
+            }
+        }
+    }
+
     /// Packets captured so far by a running capture.
     pub fn captured(&mut self) -> Option<u64> {
         let w = match self {

@@ -11,6 +11,7 @@ use rustix::net::sockopt;
 
 pub mod batch;
 pub mod cable;
+pub mod counters;
 pub mod devns;
 pub mod fault;
 pub mod fdpass;

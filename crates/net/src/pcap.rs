@@ -36,9 +36,12 @@ impl PcapWriter {
 
     /// Appends one packet, stamped now.
     pub fn write(&mut self, packet: &[u8]) -> io::Result<()> {
-        let t = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
+        self.write_at(SystemTime::now(), packet)
+    }
+
+    /// Writes one packet seen at `at` (by another process, which said when).
+    pub fn write_at(&mut self, at: SystemTime, packet: &[u8]) -> io::Result<()> {
+        let t = at.duration_since(UNIX_EPOCH).unwrap_or_default();
         let len = u32::try_from(packet.len()).unwrap_or(u32::MAX);
         self.out.write_all(&(t.as_secs() as u32).to_le_bytes())?;
         self.out.write_all(&t.subsec_micros().to_le_bytes())?;

@@ -46,7 +46,7 @@ pub use types::{
 };
 
 /// The protocol version; bumped on any incompatible change.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 
 /// The record bytes of each ring between two process engines ([`Event::Ring`]). Large
 /// payloads travel by reference (the records hold headers), so this holds perftest's default
@@ -82,6 +82,29 @@ pub fn parse_hand_on(record: &[u8]) -> Option<(std::net::SocketAddr, &[u8])> {
     };
     let port = u16::from_be_bytes([addr[16], addr[17]]);
     Some((std::net::SocketAddr::new(ip, port), data))
+}
+
+/// The record bytes of a process engine's capture ring ([`Event::Capture`]): a turn's
+/// worth of datagrams at full size, drained by the daemon's every turn.
+pub const CAPTURE_RING_BYTES: usize = 4 << 20;
+
+/// What comes before the packet in a capture ring's record: when the datagram was seen
+/// (microseconds since the Unix epoch, little-endian). The packet is the IP packet as the
+/// wire carried it.
+pub fn capture_prefix(at: std::time::SystemTime) -> [u8; 8] {
+    let micros = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
+    micros.to_le_bytes()
+}
+
+/// When a capture record's packet was seen, and the packet; `None` when the record is
+/// shorter than its time.
+pub fn parse_capture_record(record: &[u8]) -> Option<(std::time::SystemTime, &[u8])> {
+    let (at, packet) = record.split_at_checked(8)?;
+    let micros = u64::from_le_bytes(at.try_into().ok()?);
+    let at = std::time::UNIX_EPOCH.checked_add(std::time::Duration::from_micros(micros))?;
+    Some((at, packet))
 }
 
 /// The daemon's control socket, in its runtime directory.

@@ -469,13 +469,20 @@ pub enum Request {
         dev: u32,
     },
     /// The process data path: the client's engine on device `dev` opens its event channel.
-    /// Two descriptors travel with the request: the daemon's end of a unix stream socket
+    /// Three descriptors travel with the request: the daemon's end of a unix stream socket
     /// pair, on which the daemon pushes [`Event`]s (framed as requests are, with their
-    /// descriptors), and the engine's doorbell, an eventfd that peers write after they put
-    /// packets into a ring to this engine while it is not polling ([`Request::RingTo`]).
+    /// descriptors); the engine's doorbell, an eventfd that peers write after they put
+    /// packets into a ring to this engine while it is not polling ([`Request::RingTo`]); and
+    /// the engine's counters, a `softib_net::counters::CounterPage` of `counters` entries
+    /// named `port.*` (PortCounters), `drop.*` (drops by reason) and `fault.*` (what the
+    /// device's faults did to its packets), which the daemon adds to the device's own.
+    /// The daemon answers after pushing the device's faults and capture as they are now
+    /// ([`Event::Faults`], [`Event::Capture`]) when either is set.
     OpenEvents {
         /// Device index.
         dev: u32,
+        /// The counter page's entries.
+        counters: u32,
     },
     /// The process data path, intra-host: the client's RC QP on device `dev` got a path to
     /// QP `dqpn` at `dgid`. When that QP belongs to another process's engine on a device of
@@ -493,7 +500,7 @@ pub enum Request {
 }
 
 /// What the daemon pushes on a process engine's event channel ([`Request::OpenEvents`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Event {
     /// Another process's engine asked for rings to this one ([`Request::RingTo`]): three
     /// descriptors come with it — the ring this engine reads, the ring it writes, and the
@@ -517,6 +524,22 @@ pub enum Event {
     RingGone {
         /// The pair's id.
         id: u64,
+    },
+    /// The faults injected on the device's egress are now `spec` (`softib fault`): the
+    /// engine applies them to every datagram it sends, through the kernel or a ring, as the
+    /// daemon does to its own.
+    Faults {
+        /// What to inject (the default: nothing).
+        spec: softib_net::fault::FaultSpec,
+    },
+    /// A capture of the device started (`on`; one descriptor comes with it: a
+    /// `softib_net::ring::PacketRing` of [`crate::CAPTURE_RING_BYTES`] record bytes the
+    /// engine writes and the daemon drains into the pcap, each record the time
+    /// ([`crate::capture_prefix`]) and the packet) or stopped. While one runs, the engine's datagrams are
+    /// whole and sealed, as the wire would carry them.
+    Capture {
+        /// Whether a capture runs.
+        on: bool,
     },
 }
 

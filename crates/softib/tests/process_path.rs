@@ -339,3 +339,117 @@ fn when_the_daemon_goes_the_qps_flush_and_control_verbs_say_so() {
     };
     assert!(matches!(e, softib::Error::DaemonGone { .. }), "{e}");
 }
+
+/// The IPv4 RoCEv2 datagrams of a pcap (LINKTYPE_RAW) whose ICRC holds, and how many there
+/// are in all.
+fn sealed_datagrams(file: &std::path::Path) -> (usize, usize) {
+    use softib_link::roce::framing::{open_from, Senders};
+    let bytes = std::fs::read(file).unwrap();
+    let (mut at, mut good, mut all) = (24, 0, 0);
+    while at + 16 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+        let p = &bytes[at + 16..at + 16 + len];
+        at += 16 + len;
+        all += 1;
+        let ihl = usize::from(p[0] & 0x0f) * 4;
+        let ip = |o: usize| std::net::Ipv4Addr::new(p[o], p[o + 1], p[o + 2], p[o + 3]);
+        let port = |o: usize| u16::from_be_bytes([p[ihl + o], p[ihl + o + 1]]);
+        let src = std::net::SocketAddr::new(ip(12).into(), port(0));
+        let dst = std::net::SocketAddr::new(ip(16).into(), port(2));
+        let ident = u16::from_be_bytes([p[4], p[5]]);
+        if open_from(src, dst, &p[ihl + 8..], ident, Senders::Softib).is_ok() {
+            good += 1;
+        }
+    }
+    (good, all)
+}
+
+/// The device's faults, capture and counters cover its process engines: a capture started
+/// before the engines exist reaches them when they open their event channels, faults set
+/// while they run reach them at once; A's engine applies rxe0's faults to what it puts into
+/// the ring (sealed, so B's engine catches the corrupted ones by their ICRC), the daemon's
+/// fault and drop counters add the engines' up (and keep them after the engines went), and
+/// the capture holds every datagram of both directions, each with a valid ICRC.
+#[test]
+fn the_devices_faults_capture_and_counters_cover_its_process_engines() {
+    process_path();
+    let (hca, a, b) = loopback_pair();
+    let mut ctl = Context::open_at(hca.dir()).unwrap();
+    let file = hca.dir().join("rxe1.pcap");
+    ctl.capture(1, Some(&file)).unwrap();
+    let bad_icrc = |ctl: &mut Context| {
+        ctl.devices().unwrap()[1]
+            .drops
+            .iter()
+            .find(|(r, _)| r == "bad_icrc")
+            .map_or(0, |(_, n)| *n)
+    };
+    let seen = {
+        let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+        let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+        const LEN: usize = 4096;
+        const ROUNDS: u8 = 64;
+        let (buf_a, buf_b) = (a.alloc_buffer(LEN).unwrap(), b.alloc_buffer(LEN).unwrap());
+        let mr_a = pd_a.register(&buf_a, all()).unwrap();
+        let mr_b = pd_b.register(&buf_b, all()).unwrap();
+        let qp_a = pd_a.create_qp(QpType::Rc, &cq_a, &cq_a, 16).unwrap();
+        let qp_b = pd_b.create_qp(QpType::Rc, &cq_b, &cq_b, 16).unwrap();
+        let (_, eb) = common::connect_regions(&qp_a, &mr_a, &qp_b, &mr_b);
+        let spec = softib::FaultSpec {
+            loss: 0.1,
+            corrupt: 0.1,
+            seed: 11,
+            ..Default::default()
+        };
+        ctl.set_faults(0, 0, spec).unwrap();
+        for round in 0..ROUNDS {
+            let data = pattern(round, LEN);
+            buf_a.write(0, &data);
+            qp_a.write(&mr_a, 0, LEN, eb.addr, eb.rkey, u64::from(round))
+                .unwrap();
+            let wc = cq_a.wait(Duration::from_secs(20)).unwrap();
+            assert_eq!((wc.wr_id, wc.status), (u64::from(round), WcStatus::Success));
+            let mut got = vec![0u8; LEN];
+            buf_b.read(0, &mut got);
+            assert!(got == data, "round {round}: the WRITE's bytes differ");
+        }
+        let stats = ctl.faults(0).unwrap()[0].2;
+        assert!(stats.lost > 0 && stats.corrupted > 0, "{stats:?}");
+        // B's engine publishes its counters after its turns: give it one.
+        let t0 = std::time::Instant::now();
+        while bad_icrc(&mut ctl) == 0 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "no bad ICRC counted on rxe1"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let seen = bad_icrc(&mut ctl);
+        ctl.set_faults(0, 0, softib::FaultSpec::default()).unwrap();
+        let packets = ctl.capture(1, None).unwrap();
+        let (good, all) = sealed_datagrams(&file);
+        assert_eq!(all as u64, packets);
+        // The WRITEs (one in-process segment each, between two engines' rings) and their
+        // ACKs at the least, more with the retransmissions; the corrupted ones were captured
+        // as they arrived, failing their ICRC.
+        assert!(
+            good >= 2 * usize::from(ROUNDS),
+            "{good} of {all} captured datagrams sealed"
+        );
+        assert!(
+            all - good <= stats.corrupted as usize,
+            "{good} of {all} sealed"
+        );
+        seen
+    };
+    // The engines went with their objects; what they counted stays the device's.
+    drop((a, b));
+    let t0 = std::time::Instant::now();
+    while ctl.devices().unwrap()[1].drops.is_empty() || bad_icrc(&mut ctl) < seen {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "rxe1 forgot its drops"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -305,6 +305,9 @@ impl Client {
         host.tids.forget(self.id);
         host.cm.forget(self.id);
         host.peer_rings.client_gone(self.id);
+        for (&dev, ch) in &self.event_channels {
+            host.departed.keep(dev, &ch.counters);
+        }
         if std::env::var_os("SOFTIB_LOG").is_some() {
             eprintln!(
                 "softibd[{}]: client {} (pid {}) gone; its resources reclaimed",

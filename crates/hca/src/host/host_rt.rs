@@ -57,6 +57,8 @@ pub(super) struct Host {
     pub quarantine: Quarantine,
     /// Rings between process engines of this host's clients.
     pub peer_rings: super::peer_rings::PeerRings,
+    /// What the process engines of clients that went counted.
+    pub departed: super::oversight::Departed,
     /// Who may use the HCA and who may manage it.
     pub admission: super::admission::Admission,
 }
@@ -90,6 +92,7 @@ impl Host {
             seed,
             quarantine: Quarantine::default(),
             peer_rings: Default::default(),
+            departed: Default::default(),
             admission: super::admission::Admission::owner_only(),
         }
     }
@@ -202,6 +205,7 @@ impl HostRt {
         // Receives the clients posted go to the QPs before this turn's packets arrive.
         self.drain_submissions();
         rings::drain_hand_on(&mut self.host, &mut self.clients, now);
+        super::oversight::drain(&mut self.host, &mut self.clients);
         for d in &mut self.host.devs {
             busy |= d.receive(std_now, now, buf, sb)?;
         }

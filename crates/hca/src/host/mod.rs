@@ -32,6 +32,8 @@
 //! - `liveness`: the heartbeat file that tells waiting clients the loop still turns.
 //! - `admission`: who may do what — verbs for the users admitted, management for the
 //!   owner and root.
+//! - `oversight`: a RoCE device's faults and capture for the process engines on it, their
+//!   captured packets and counters back.
 //! - `mads`: MADs for local agents — responses to the agent that asked (TID owners), requests
 //!   to the SM, the PMA, the SM's IsSM flag.
 
@@ -45,6 +47,7 @@ mod handlers;
 mod host_rt;
 mod liveness;
 mod mads;
+mod oversight;
 mod parked;
 mod peer_rings;
 mod quarantine;

@@ -21,11 +21,14 @@ use softib_proto::{self as proto, Event};
 pub(super) type EngineId = (u64, u32);
 
 /// A process engine's event channel: the daemon's end of its stream and the engine's
-/// doorbell.
+/// doorbell; the engine's counters, and its capture ring while a capture of the device runs
+/// (`oversight`).
 #[derive(Debug)]
 pub(super) struct EventChannel {
     pub stream: UnixStream,
     pub bell: OwnedFd,
+    pub counters: softib_net::counters::CounterPage,
+    pub capture: Option<PacketRing>,
 }
 
 impl EventChannel {

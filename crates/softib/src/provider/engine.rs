@@ -14,6 +14,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::time::Instant as StdInstant;
 
 use softib_engine::{Hca, Instant, Memory, IN_PROCESS_MAX_LEN};
+use softib_link::roce::framing;
 use softib_link::{Incoming, RoceCa, SrcKey};
 use softib_net::ring::PacketRing;
 use softib_net::{RxBatch, TxQueue, UdpLink};
@@ -21,6 +22,7 @@ use softib_wire::Qpn;
 
 use super::memory::LocalMemory;
 use super::notify::Notifications;
+use super::oversight::{Dest, LinkDrops, Oversight};
 use super::peers::Peers;
 
 /// The most per-QP source sockets an engine opens; QPs beyond send from the member socket.
@@ -78,6 +80,12 @@ pub(crate) struct Station {
     pub tx_dropped: u64,
     pub handed_on: u64,
     pub hand_on_full: u64,
+    /// Datagrams the socket cut short, and the kernel's count of those it dropped for a full
+    /// receive buffer (`SO_RXQ_OVFL`).
+    rx_truncated: u64,
+    rx_overflow: u64,
+    /// The device's faults and capture as the daemon set them, and the counters it reads.
+    pub oversight: Oversight,
 }
 
 impl Station {
@@ -90,8 +98,8 @@ impl Station {
     ) -> io::Result<Station> {
         let link = UdpLink::from_socket(member, true)?;
         let mut ca = RoceCa::new(hca, softib_link::RoceConfig::new(addr));
-        // Between two engines' rings nothing can see or change a packet (faults and capture
-        // are not applied on the process path): payloads stay where they lie until the ring.
+        // Between two engines' rings nothing can see or change a packet while the link is
+        // clean (`transmit` says so every time): payloads stay where they lie until the ring.
         ca.set_trust_local(true);
         Ok(Station {
             ca,
@@ -115,6 +123,9 @@ impl Station {
             tx_dropped: 0,
             handed_on: 0,
             hand_on_full: 0,
+            rx_truncated: 0,
+            rx_overflow: 0,
+            oversight: Oversight::new()?,
         })
     }
 
@@ -148,7 +159,33 @@ impl Station {
         self.ca.handle_timeout(now);
         let sent = self.transmit(now);
         self.after_turn();
+        self.publish();
         got || sent
+    }
+
+    /// Writes the counters the daemon reads (when they changed).
+    pub fn publish(&mut self) {
+        let extra = LinkDrops {
+            rx_truncated: self.rx_truncated,
+            rx_overflow: self.rx_overflow,
+            tx_refused: self.tx_dropped,
+            hand_on_full: self.hand_on_full,
+            ring_lost: self.peers.lost,
+        };
+        self.oversight.publish(&self.ca, &extra);
+    }
+
+    /// When the engine next needs a turn: its own deadline, or a datagram the faults hold
+    /// back falling due. The engine's deadline comes apart too (what a post compares with).
+    pub fn next_wakeup(&self) -> (Option<Instant>, Option<StdInstant>) {
+        let engine = self.ca.poll_timeout();
+        let at = engine.map(|t| self.std_time(t));
+        let held = self.oversight.faults.next_deadline();
+        let at = match (at, held) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        (engine, at)
     }
 
     /// A turn on an application thread's poll: as [`Station::turn`], except that while the
@@ -206,13 +243,21 @@ impl Station {
 
     fn receive_rings(&mut self) -> bool {
         let now = self.now();
-        let ca = &mut self.ca;
-        self.peers.receive(|from, data, payload| {
+        let local = self.link.local_addr();
+        let (ca, oversight) = (&mut self.ca, &mut self.oversight);
+        self.peers.receive(|from, data, payload, sealing| {
+            if oversight.capture.is_some() && !sealing.captured {
+                oversight.capture(if sealing.sealed {
+                    framing::datagram(from, local, data, 0)
+                } else {
+                    framing::wire_datagram(from, local, data, payload, 0)
+                });
+            }
             let d = Incoming {
                 from,
                 index: 0,
                 data,
-                sealed: false,
+                sealed: sealing.sealed,
                 in_process: true,
                 payload,
             };
@@ -228,7 +273,12 @@ impl Station {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {}
             }
+            self.rx_truncated += self.rx.malformed() as u64;
+            if let Some(n) = self.rx.overflows() {
+                self.rx_overflow = self.rx_overflow.max(u64::from(n));
+            }
             let now = self.now();
+            let local = self.link.local_addr();
             for dg in self.rx.datagrams() {
                 got = true;
                 if !in_blocks(&self.blocks, dg.data) {
@@ -240,6 +290,11 @@ impl Station {
                         Ok(false) | Err(_) => self.hand_on_full += 1,
                     }
                     continue;
+                }
+                if self.oversight.capture.is_some() {
+                    let ident = if dg.from.is_ipv4() { dg.index } else { 0 };
+                    self.oversight
+                        .capture(framing::datagram(dg.from, local, dg.data, ident));
                 }
                 let _ = self
                     .ca
@@ -253,11 +308,30 @@ impl Station {
     fn transmit(&mut self, now: Instant) -> bool {
         let mut sent = false;
         let ip = self.link.local_addr().ip();
+        let clean = self.oversight.is_clean();
+        self.ca.set_trust_local(clean);
+        if !clean {
+            self.release_held();
+        }
         while let Some(mut t) =
             self.ca
                 .poll_transmit(now, self.tx.space(ROOM), &mut self.local_room)
         {
             sent = true;
+            if t.local && !clean {
+                // Whole (the link copied the payload in) in the local room: sealed, through
+                // the faults, then into the ring.
+                let from = SocketAddr::new(ip, t.src_port);
+                if self.ca.seal(&t, &mut self.local_room) {
+                    let dest = Dest::Ring {
+                        to: t.to,
+                        dqpn: t.packet.dest_qpn,
+                        from,
+                    };
+                    self.through_faults(dest, t.datagram_len());
+                }
+                continue;
+            }
             if t.local {
                 // The payload (left where it lies: nothing is between two engines' rings)
                 // goes from the application's memory straight into the ring.
@@ -278,8 +352,17 @@ impl Station {
                 continue;
             }
             t.src_port = self.source_socket(t.src_port);
-            let gso = self.src_links.get(&t.src_port).unwrap_or(&self.link).gso();
-            let _ = self.ca.commit(&mut self.tx, &t, gso);
+            if clean {
+                let gso = self.src_links.get(&t.src_port).unwrap_or(&self.link).gso();
+                let _ = self.ca.commit(&mut self.tx, &t, gso);
+            } else {
+                // Through the faults (which may hold, repeat or change it), from a copy.
+                let len = t.datagram_len();
+                self.local_room[..len].copy_from_slice(&self.tx.space(ROOM)[..len]);
+                if self.ca.seal(&t, &mut self.local_room) {
+                    self.through_faults(Dest::Wire(t.key(), t.to), len);
+                }
+            }
             if self.tx.bytes() >= TX_FLUSH_BYTES {
                 self.flush();
             }
@@ -287,6 +370,77 @@ impl Station {
         self.flush();
         // Packets that wait for room in a peer's ring keep the engine turning.
         self.peers.flush() || sent
+    }
+
+    /// Passes the sealed datagram at the start of the local room through the faults to
+    /// `dest`.
+    fn through_faults(&mut self, dest: Dest, len: usize) {
+        let Station {
+            ca,
+            link,
+            src_links,
+            tx,
+            peers,
+            oversight,
+            local_room,
+            ..
+        } = self;
+        let Oversight {
+            faults,
+            capture,
+            capture_lost,
+            ..
+        } = oversight;
+        let _ = faults.apply(
+            StdInstant::now(),
+            dest,
+            &local_room[..len],
+            |dest, frame| -> Result<(), ()> {
+                deliver(
+                    ca,
+                    link,
+                    src_links,
+                    tx,
+                    peers,
+                    (capture, capture_lost),
+                    dest,
+                    frame,
+                );
+                Ok(())
+            },
+        );
+    }
+
+    /// Sends the datagrams the faults held back whose time has come.
+    fn release_held(&mut self) {
+        let Station {
+            ca,
+            link,
+            src_links,
+            tx,
+            peers,
+            oversight,
+            ..
+        } = self;
+        let Oversight {
+            faults,
+            capture,
+            capture_lost,
+            ..
+        } = oversight;
+        let _ = faults.poll(StdInstant::now(), |dest, frame| -> Result<(), ()> {
+            deliver(
+                ca,
+                link,
+                src_links,
+                tx,
+                peers,
+                (capture, capture_lost),
+                dest,
+                frame,
+            );
+            Ok(())
+        });
     }
 
     fn flush(&mut self) {
@@ -324,6 +478,46 @@ impl Station {
                 self.src_refused.insert(want);
                 main.port()
             }
+        }
+    }
+}
+
+/// Sends a sealed datagram the faults let through: into the send queue or the peer's ring,
+/// captured on the way when a capture runs.
+#[allow(clippy::too_many_arguments)]
+fn deliver(
+    ca: &mut RoceCa<LocalMemory>,
+    link: &UdpLink,
+    src_links: &BTreeMap<u16, UdpLink>,
+    tx: &mut TxQueue<SrcKey>,
+    peers: &mut Peers,
+    (capture, lost): (&Option<PacketRing>, &mut u64),
+    dest: Dest,
+    frame: &[u8],
+) {
+    match dest {
+        Dest::Wire(key, to) => {
+            let gso = src_links.get(&key.port).unwrap_or(link).gso();
+            let (index, stored) = ca.queue(tx, key, to, frame, gso);
+            if capture.is_some() {
+                let from = SocketAddr::new(link.local_addr().ip(), key.port);
+                let index = if from.is_ipv4() { index } else { 0 };
+                super::oversight::capture_into(
+                    capture,
+                    lost,
+                    framing::datagram(from, to, stored, index),
+                );
+            }
+        }
+        Dest::Ring { to, dqpn, from } => {
+            if capture.is_some() {
+                super::oversight::capture_into(
+                    capture,
+                    lost,
+                    framing::datagram(from, to, frame, 0),
+                );
+            }
+            peers.send_sealed(to.ip(), dqpn, from, frame, capture.is_some());
         }
     }
 }

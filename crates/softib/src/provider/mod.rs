@@ -20,6 +20,7 @@
 mod engine;
 mod memory;
 mod notify;
+mod oversight;
 pub(crate) mod pause;
 mod peers;
 
@@ -237,20 +238,37 @@ impl Engine {
             app_waiting: std::sync::atomic::AtomicU32::new(0),
         });
         // The event channel: the daemon pushes rings to other processes' engines on it, and
-        // those engines write the kick when they put packets into a ring to this one.
+        // the device's faults and capture; those engines write the kick when they put packets
+        // into a ring to this one. The counter page goes with it.
         let (events, daemons_end) = std::os::unix::net::UnixStream::pair()?;
         events.set_nonblocking(true)?;
-        conn.call_with_fds(
-            &Request::OpenEvents { dev },
-            &[daemons_end.as_fd(), shared.kick.as_fd()],
-        )?;
+        {
+            let st = shared.station.lock().unwrap_or_else(|p| p.into_inner());
+            let page = st.oversight.page();
+            conn.call_with_fds(
+                &Request::OpenEvents {
+                    dev,
+                    counters: page.len() as u32,
+                },
+                &[daemons_end.as_fd(), shared.kick.as_fd(), page.fd()],
+            )?;
+        }
         drop(daemons_end);
+        // The device's faults and capture as they are now were pushed before the answer:
+        // taken before the first packet leaves.
+        let mut reader = softib_proto::FrameReader::default();
+        if let Ok(true) = reader.fill(&events) {
+            take_events(
+                &mut shared.station.lock().unwrap_or_else(|p| p.into_inner()),
+                &mut reader,
+            );
+        }
         pause::register(&shared);
         let for_thread = Arc::clone(&shared);
         let control = conn.socket().try_clone_to_owned()?;
         let thread = std::thread::Builder::new()
             .name(format!("softib-progress-{dev}"))
-            .spawn(move || progress(&for_thread, control, events))?;
+            .spawn(move || progress(&for_thread, control, events, reader))?;
         Ok(Engine {
             dev,
             shared,
@@ -877,6 +895,19 @@ fn take_events(st: &mut Station, reader: &mut softib_proto::FrameReader) {
                 st.ud_asked.clear();
                 st.ca.clear_ud_local();
             }
+            Ok(Event::Faults { spec }) => st.oversight.set_faults(spec),
+            Ok(Event::Capture { on: false }) => st.oversight.capture = None,
+            Ok(Event::Capture { on: true }) => {
+                if reader.fds.is_empty() {
+                    log(format_args!("a capture came without its ring"));
+                    continue;
+                }
+                let fd = reader.fds.remove(0);
+                match PacketRing::from_fd(fd, softib_proto::CAPTURE_RING_BYTES) {
+                    Ok(ring) => st.oversight.capture = Some(ring),
+                    Err(e) => log(format_args!("cannot map the capture ring: {e}")),
+                }
+            }
             Err(e) => log(format_args!("the daemon's event channel: {e}")),
         }
     }
@@ -916,11 +947,15 @@ fn progress_spin() -> Duration {
 /// every QP moves to the error state, its outstanding work completing with
 /// IBV_WC_WR_FLUSH_ERR, as on a device that was removed; control verbs then fail with
 /// `DaemonGone`.
-fn progress(shared: &Shared, control: OwnedFd, events: std::os::unix::net::UnixStream) {
+fn progress(
+    shared: &Shared,
+    control: OwnedFd,
+    events: std::os::unix::net::UnixStream,
+    mut reader: softib_proto::FrameReader,
+) {
     use rustix::event::{PollFd, PollFlags};
     let mut control = Some(control);
     let mut events = Some(events);
-    let mut reader = softib_proto::FrameReader::default();
     let socket = &shared.socket;
     let spin = progress_spin();
     let mut last_busy: Option<StdInstant> = None;
@@ -936,19 +971,12 @@ fn progress(shared: &Shared, control: OwnedFd, events: std::os::unix::net::UnixS
             if st.peers.set_polling(false) {
                 Some(Duration::ZERO)
             } else {
-                match st.ca.poll_timeout() {
-                    Some(t) => {
-                        shared
-                            .sleeping_until
-                            .store(t.as_micros(), Ordering::Release);
-                        let at = st.std_time(t);
-                        Some(at.saturating_duration_since(StdInstant::now()))
-                    }
-                    None => {
-                        shared.sleeping_until.store(u64::MAX, Ordering::Release);
-                        None
-                    }
-                }
+                let (engine, at) = st.next_wakeup();
+                shared.sleeping_until.store(
+                    engine.map_or(u64::MAX, |t| t.as_micros()),
+                    Ordering::Release,
+                );
+                at.map(|at| at.saturating_duration_since(StdInstant::now()))
             }
         };
         let timeout = timeout.map(timespec);

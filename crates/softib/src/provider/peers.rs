@@ -56,6 +56,25 @@ pub(crate) const PROCESS_REFERENCE_MIN: usize = 16 * 1024;
 /// A record's tag bit: its payload is a reference ([`PayloadRef::encode`]).
 const BY_REFERENCE: u32 = 1 << 31;
 
+/// A record's tag bit: the record is a whole datagram with its ICRC, for the receiver to
+/// check (the sender's link is not clean: faults or a capture, `oversight`).
+const SEALED: u32 = 1 << 30;
+
+/// A record's tag bit: the sender's capture has the datagram already.
+const CAPTURED: u32 = 1 << 29;
+
+/// The tag's bits that are the headers' length.
+const HEAD_LEN: u32 = !(BY_REFERENCE | SEALED | CAPTURED);
+
+/// What a record's tag says besides its length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Sealing {
+    /// A whole datagram with its ICRC (check it).
+    pub sealed: bool,
+    /// The sender captured it.
+    pub captured: bool,
+}
+
 /// The most buffers of one peer kept mapped; beyond it the mappings are dropped and made
 /// again as payloads name them.
 const MAX_PEER_BUFFERS: usize = 64;
@@ -323,6 +342,34 @@ impl Peers {
         payload: (usize, Option<PayloadRef>),
         fill: impl FnOnce(&mut [u8]) -> bool,
     ) -> bool {
+        self.send_tagged(0, to, dqpn, from, head, payload, fill)
+    }
+
+    /// Puts a whole sealed datagram `frame` for QP `dqpn` at `to` into its peer's ring, as
+    /// [`Peers::send`] does (`captured`: this engine's capture has it).
+    pub fn send_sealed(
+        &mut self,
+        to: IpAddr,
+        dqpn: Qpn,
+        from: SocketAddr,
+        frame: &[u8],
+        captured: bool,
+    ) -> bool {
+        let bits = SEALED | if captured { CAPTURED } else { 0 };
+        self.send_tagged(bits, to, dqpn, from, frame, (0, None), |_| true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send_tagged(
+        &mut self,
+        bits: u32,
+        to: IpAddr,
+        dqpn: Qpn,
+        from: SocketAddr,
+        head: &[u8],
+        payload: (usize, Option<PayloadRef>),
+        fill: impl FnOnce(&mut [u8]) -> bool,
+    ) -> bool {
         let Some(p) = self
             .routes
             .get(&(to, block(dqpn)))
@@ -333,7 +380,7 @@ impl Peers {
         };
         let addr = softib_proto::hand_on_addr(from);
         let (payload_len, at) = payload;
-        let mut tag = head.len() as u32;
+        let mut tag = head.len() as u32 | bits;
         let reference = match at {
             Some(at) if at.worth_it(payload_len) && p.writes.takes_references() => {
                 tag |= BY_REFERENCE;
@@ -430,9 +477,13 @@ impl Peers {
     }
 
     /// Hands every record waiting in the rings (up to a bound per peer) to `take` as the
-    /// sender's address, the headers with the ICRC's room, and the payload (`None`: the
-    /// headers are the whole datagram); returns whether there were any.
-    pub fn receive(&mut self, mut take: impl FnMut(SocketAddr, &[u8], Option<&[u8]>)) -> bool {
+    /// sender's address, the headers with the ICRC's room, the payload (`None`: the headers
+    /// are the whole datagram), and what the tag says of its sealing; returns whether there
+    /// were any.
+    pub fn receive(
+        &mut self,
+        mut take: impl FnMut(SocketAddr, &[u8], Option<&[u8]>, Sealing),
+    ) -> bool {
         let mut got = false;
         let mut broken = Vec::new();
         let mut read_by_reference = 0;
@@ -447,9 +498,18 @@ impl Peers {
             for _ in 0..MAX_RECORDS_PER_TURN {
                 let r = reads.pop_with(|tag, record| {
                     let (from, data) = softib_proto::parse_hand_on(record)?;
-                    let (head, payload) = data.split_at_checked((tag & !BY_REFERENCE) as usize)?;
+                    let (head, payload) = data.split_at_checked((tag & HEAD_LEN) as usize)?;
+                    let sealing = Sealing {
+                        sealed: tag & SEALED != 0,
+                        captured: tag & CAPTURED != 0,
+                    };
                     if tag & BY_REFERENCE == 0 {
-                        take(from, head, (!payload.is_empty()).then_some(payload));
+                        take(
+                            from,
+                            head,
+                            (!payload.is_empty()).then_some(payload),
+                            sealing,
+                        );
                         return Some(());
                     }
                     let (r, len) = PayloadRef::decode(payload)?;
@@ -475,7 +535,7 @@ impl Peers {
                     match bytes {
                         Ok(bytes) => {
                             read_by_reference += 1;
-                            take(from, head, Some(bytes));
+                            take(from, head, Some(bytes), sealing);
                         }
                         // Lost, as on a wire: RC sends it again, whole.
                         Err(Unreadable::Refused) => {
@@ -566,7 +626,7 @@ mod tests {
         assert!(a.send(to, Qpn::new(70), from, b"whole", (0, None), |_| true));
         assert!(!a.flush());
         let mut seen = Vec::new();
-        assert!(b.receive(|f, h, p| seen.push((f, h.to_vec(), p.map(<[u8]>::to_vec)))));
+        assert!(b.receive(|f, h, p, _| seen.push((f, h.to_vec(), p.map(<[u8]>::to_vec)))));
         assert_eq!(
             seen,
             vec![
@@ -574,7 +634,7 @@ mod tests {
                 (from, b"whole".to_vec(), None)
             ]
         );
-        assert!(!b.receive(|_, _, _| panic!("two records only")));
+        assert!(!b.receive(|_, _, _, _| panic!("two records only")));
         // A payload that cannot be read loses the packet.
         assert!(!a.send(to, Qpn::new(70), from, b"head", (5, None), |_| false));
         assert_eq!(a.lost, 1);
@@ -588,9 +648,29 @@ mod tests {
         let whole: Vec<u8> = (0..4096 + 16).map(|i| i as u8).collect();
         assert!(a.send(to, Qpn::new(64), from, &whole, (0, None), |_| true));
         let mut got = Vec::new();
-        assert!(b.receive(|_, h, p| got.push((h.to_vec(), p.is_none()))));
+        assert!(b.receive(|_, h, p, _| got.push((h.to_vec(), p.is_none()))));
         assert_eq!(got, vec![(whole, true)]);
         assert_eq!(a.lost, 0);
+    }
+
+    #[test]
+    fn a_sealed_record_says_so_and_whether_its_sender_captured_it() {
+        let (mut a, mut b) = pair();
+        let frame: Vec<u8> = (0..100).map(|i| i as u8).collect();
+        assert!(a.send_sealed(TO, Qpn::new(64), FROM, &frame, true));
+        assert!(a.send_sealed(TO, Qpn::new(64), FROM, &frame, false));
+        assert!(a.send(TO, Qpn::new(64), FROM, &frame, (0, None), |_| true));
+        let mut got = Vec::new();
+        assert!(b.receive(|_, h, p, s| got.push((h.len(), p.is_none(), s))));
+        let sealing = |sealed, captured| Sealing { sealed, captured };
+        assert_eq!(
+            got,
+            [
+                (100, true, sealing(true, true)),
+                (100, true, sealing(true, false)),
+                (100, true, sealing(false, false)),
+            ]
+        );
     }
 
     #[test]
@@ -614,7 +694,7 @@ mod tests {
             if order.len() == n {
                 break;
             }
-            b.receive(|_, h, _| order.push(h[0]));
+            b.receive(|_, h, _, _| order.push(h[0]));
             a.flush();
         }
         assert_eq!(order, (0..n).map(|i| i as u8).collect::<Vec<_>>());
@@ -667,7 +747,7 @@ mod tests {
         ));
         a.flush();
         let mut got = Vec::new();
-        assert!(b.receive(|_, h, p| got.push((h.to_vec(), p.unwrap().to_vec()))));
+        assert!(b.receive(|_, h, p, _| got.push((h.to_vec(), p.unwrap().to_vec()))));
         assert_eq!(
             got,
             vec![
@@ -689,7 +769,7 @@ mod tests {
                 true
             }
         ));
-        assert!(b.receive(|_, _, p| assert_eq!(p, Some(&data[..10]))));
+        assert!(b.receive(|_, _, p, _| assert_eq!(p, Some(&data[..10]))));
         assert_eq!(a.by_reference, 2);
         // A reference past the buffer's end (16 KiB, a whole number of pages), or to a file
         // the sender no longer has, is lost (RC sends it again) and does not stop references.
@@ -708,7 +788,7 @@ mod tests {
                 (len, Some(PayloadRef::Buffer(stale))),
                 |_| true
             ));
-            assert!(b.receive(|_, _, _| panic!("nothing to take")));
+            assert!(b.receive(|_, _, _, _| panic!("nothing to take")));
         }
         assert!(a.send(
             to,
@@ -718,7 +798,7 @@ mod tests {
             (len, Some(PayloadRef::Buffer(at))),
             |_| false
         ));
-        assert!(b.receive(|_, _, p| assert_eq!(p, Some(&data[..len]))));
+        assert!(b.receive(|_, _, p, _| assert_eq!(p, Some(&data[..len]))));
         assert_eq!((a.by_reference, b.read_by_reference), (5, 3));
     }
 
@@ -739,7 +819,7 @@ mod tests {
             |_| { panic!("a reference needs no copy") }
         ));
         let mut got = Vec::new();
-        assert!(b.receive(|_, h, p| got.push((h.to_vec(), p.unwrap().to_vec()))));
+        assert!(b.receive(|_, h, p, _| got.push((h.to_vec(), p.unwrap().to_vec()))));
         assert_eq!(got, vec![(b"hd".to_vec(), data.clone())]);
         assert_eq!((a.by_reference, b.read_by_reference), (1, 1));
         // Smaller than a buffer's payload needs, but memory elsewhere goes through the ring.
@@ -750,16 +830,16 @@ mod tests {
                 true
             })
         );
-        assert!(b.receive(|_, _, p| assert_eq!(p, Some(&data[..small]))));
+        assert!(b.receive(|_, _, p, _| assert_eq!(p, Some(&data[..small]))));
         assert_eq!(a.by_reference, 1);
         // An address the sender does not have is lost (RC sends it again) and does not stop
         // references.
         let nowhere = PayloadRef::Process(8);
         let n = PROCESS_REFERENCE_MIN;
         assert!(a.send(to, Qpn::new(64), from, b"hd", (n, Some(nowhere)), |_| true));
-        assert!(b.receive(|_, _, _| panic!("nothing to take")));
+        assert!(b.receive(|_, _, _, _| panic!("nothing to take")));
         assert!(a.send(to, Qpn::new(64), from, b"hd", (n, Some(at)), |_| false));
-        assert!(b.receive(|_, _, p| assert_eq!(p, Some(&data[..n]))));
+        assert!(b.receive(|_, _, p, _| assert_eq!(p, Some(&data[..n]))));
         assert_eq!((a.by_reference, b.read_by_reference), (3, 2));
     }
 
@@ -803,7 +883,7 @@ mod tests {
                 true
             }
         ));
-        assert!(b.receive(|_, _, p| assert_eq!(p, Some(&data[..]))));
+        assert!(b.receive(|_, _, p, _| assert_eq!(p, Some(&data[..]))));
         assert_eq!((a.by_reference, b.read_by_reference), (0, 0));
     }
 }

@@ -7,13 +7,18 @@ use std::os::fd::OwnedFd;
 use softib_proto::{ClientResources, Response};
 
 use super::{nonblocking, passed_fd, Handled};
-use crate::device::Device;
 use crate::host::client::Client;
 use crate::host::host_rt::Host;
 
-/// `ListDevices`: every device of the host, with its ports' state.
-pub(super) fn list_devices(h: &Host) -> Response {
-    Response::Devices(h.devs.iter().map(Device::info).collect())
+/// `ListDevices`: every device of the host, with its ports' state, and its drops with those
+/// of the process engines on it.
+pub(super) fn list_devices(h: &Host, clients: &BTreeMap<u64, Client>) -> Response {
+    let infos = h.devs.iter().enumerate().map(|(i, d)| {
+        let mut info = d.info();
+        crate::host::oversight::add_drops(h, clients, i as u32, &mut info);
+        info
+    });
+    Response::Devices(infos.collect())
 }
 
 /// `Resources`: what each client (that said Hello) holds on each device.

@@ -2,17 +2,31 @@
 //! (loss, duplication, reordering, delay, corruption) and a packet capture of everything a
 //! device sends and receives.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use softib_net::fault::FaultSpec;
 use softib_proto::{ErrorKind, Response};
 
 use super::{refused, Handled};
+use crate::host::client::Client;
 use crate::host::host_rt::Host;
+use crate::host::oversight;
 
-/// `SetFaults` of `port` of `dev` (0: every port).
-pub(super) fn set_faults(h: &mut Host, dev: u32, port: u8, spec: FaultSpec) -> Handled {
-    if h.dev(dev)?.set_faults(port, spec) {
+/// `SetFaults` of `port` of `dev` (0: every port); the process engines on a RoCE device are
+/// told.
+pub(super) fn set_faults(
+    h: &mut Host,
+    clients: &BTreeMap<u64, Client>,
+    dev: u32,
+    port: u8,
+    spec: FaultSpec,
+) -> Handled {
+    let d = h.dev(dev)?;
+    if d.set_faults(port, spec) {
+        if d.steering().is_some() {
+            oversight::tell_faults(clients, dev, d.roce_faults());
+        }
         Ok(Response::Ok)
     } else {
         Err(refused(
@@ -22,14 +36,29 @@ pub(super) fn set_faults(h: &mut Host, dev: u32, port: u8, spec: FaultSpec) -> H
     }
 }
 
-/// `Faults`: what is injected on each port of `dev`, and what it did.
-pub(super) fn faults(h: &mut Host, dev: u32) -> Handled {
-    Ok(Response::Faults(h.dev(dev)?.faults()))
+/// `Faults`: what is injected on each port of `dev`, and what it did — to the daemon's own
+/// packets and to those of the process engines on the device.
+pub(super) fn faults(h: &mut Host, clients: &BTreeMap<u64, Client>, dev: u32) -> Handled {
+    let mut ports = h.dev(dev)?.faults();
+    let engines = oversight::fault_stats(h, clients, dev);
+    if let (Some((_, _, s)), true) = (ports.first_mut(), h.dev(dev)?.steering().is_some()) {
+        s.lost += engines.lost;
+        s.duplicated += engines.duplicated;
+        s.reordered += engines.reordered;
+        s.corrupted += engines.corrupted;
+        s.delayed += engines.delayed;
+    }
+    Ok(Response::Faults(ports))
 }
 
 /// `Capture`: starts writing `dev`'s packets to `path` (absolute: the daemon writes it), or
 /// stops with `None`; answers with the number of packets the capture it stopped wrote.
-pub(super) fn capture(h: &mut Host, dev: u32, path: Option<String>) -> Handled {
+pub(super) fn capture(
+    h: &mut Host,
+    clients: &mut BTreeMap<u64, Client>,
+    dev: u32,
+    path: Option<String>,
+) -> Handled {
     let path = path.map(PathBuf::from);
     if path.as_ref().is_some_and(|p| !p.is_absolute()) {
         return Err(refused(
@@ -37,10 +66,19 @@ pub(super) fn capture(h: &mut Host, dev: u32, path: Option<String>) -> Handled {
             "the capture file must be an absolute path (the daemon writes it)",
         ));
     }
-    match h.dev(dev)?.set_capture(path.as_deref()) {
-        Ok(n) => Ok(Response::Handle(n)),
-        Err(e) => Err(refused(ErrorKind::Invalid, format!("capture: {e}"))),
+    let roce = h.dev(dev)?.steering().is_some();
+    if roce && h.dev(dev)?.captured().is_some() {
+        // What the engines captured so far goes into the capture that stops.
+        oversight::tell_capture(h, clients, dev, false);
     }
+    let n = h
+        .dev(dev)?
+        .set_capture(path.as_deref())
+        .map_err(|e| refused(ErrorKind::Invalid, format!("capture: {e}")))?;
+    if roce && path.is_some() {
+        oversight::tell_capture(h, clients, dev, true);
+    }
+    Ok(Response::Handle(n))
 }
 
 /// `CaptureCount`: how many packets the running capture wrote (0 when none runs).

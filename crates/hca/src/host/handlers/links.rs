@@ -69,6 +69,7 @@ pub(super) fn link_del(h: &mut Host, clients: &BTreeMap<u64, Client>, name: &str
         ));
     }
     h.devs.remove(at);
+    h.departed.forget(at as u32);
     save_links(h);
     Ok(Response::Ok)
 }

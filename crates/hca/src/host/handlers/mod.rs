@@ -158,7 +158,7 @@ pub(in crate::host) fn handle(
     let r = match req {
         R::Hello { .. } => Err(refused(ErrorKind::Protocol, "Hello was already sent")),
         // The devices and who uses them.
-        R::ListDevices => Ok(device::list_devices(h)),
+        R::ListDevices => Ok(device::list_devices(h, clients)),
         R::Resources => Ok(device::resources(h, clients)),
         R::AsyncEvents => Ok(device::async_events(c)),
         R::AttachAsyncEvents => device::attach_async_events(c, fds),
@@ -260,9 +260,9 @@ pub(in crate::host) fn handle(
         R::LinkShow => Ok(links::link_show(h)),
         R::SetPortEnabled { dev, port, enabled } => links::set_port_enabled(h, dev, port, enabled),
         // Faults and capture.
-        R::SetFaults { dev, port, spec } => faults::set_faults(h, dev, port, spec),
-        R::Faults { dev } => faults::faults(h, dev),
-        R::Capture { dev, path } => faults::capture(h, dev, path),
+        R::SetFaults { dev, port, spec } => faults::set_faults(h, clients, dev, port, spec),
+        R::Faults { dev } => faults::faults(h, clients, dev),
+        R::Capture { dev, path } => faults::capture(h, clients, dev, path),
         R::CaptureCount { dev } => faults::capture_count(h, dev),
         // The process data path.
         R::AllocQpnBlock { dev } => process::alloc_qpn_block(h, c, dev),
@@ -272,7 +272,7 @@ pub(in crate::host) fn handle(
         R::Disown { dev, object } => process::disown(h, c, dev, object),
         R::SteerJoin { dev, hand_on } => process::steer_join(h, c, fds, dev, hand_on),
         R::SteerLeave { dev } => process::steer_leave(h, c, dev),
-        R::OpenEvents { dev } => process::open_events(h, c, fds, dev),
+        R::OpenEvents { dev, counters } => process::open_events(h, c, fds, dev, counters),
         // Served before the others (it needs the owner's client too).
         R::RingTo { .. } => Err(refused(ErrorKind::Protocol, "RingTo was not served")),
     };

@@ -208,7 +208,9 @@ pub(super) fn open_events(
     c: &mut Client,
     fds: &mut Vec<OwnedFd>,
     dev: u32,
+    counters: u32,
 ) -> Handled {
+    let page = passed_fd(fds, "OpenEvents arrived without its counter page")?;
     let bell = passed_fd(fds, "OpenEvents arrived without its doorbell")?;
     let stream = passed_fd(fds, "OpenEvents arrived without its event stream")?;
     if h.dev(dev)?.steering().is_none() {
@@ -230,7 +232,28 @@ pub(super) fn open_events(
             format!("the event stream cannot be made non-blocking: {e}"),
         )
     })?;
-    c.event_channels.insert(dev, EventChannel { stream, bell });
+    let counters = softib_net::counters::CounterPage::from_fd(page, counters as usize)
+        .map_err(|e| refused(ErrorKind::Invalid, format!("the counter page: {e}")))?;
+    let mut ch = EventChannel {
+        stream,
+        bell,
+        counters,
+        capture: None,
+    };
+    // The device's faults and capture as they are now, before the answer: the engine takes
+    // them before its first packet.
+    let d = h.dev(dev)?;
+    let spec = d.roce_faults();
+    if spec != softib_net::fault::FaultSpec::default() {
+        let _ = ch.push(&Event::Faults { spec }, &[]);
+    }
+    if d.captured().is_some() {
+        crate::host::oversight::start_or_stop(&mut ch, true);
+    }
+    // A second OpenEvents replaces the first; what the old page counted is kept.
+    if let Some(old) = c.event_channels.insert(dev, ch) {
+        h.departed.keep(dev, &old.counters);
+    }
     Ok(Response::Ok)
 }
 
@@ -504,10 +527,18 @@ mod tests {
         let a = t.client();
         let (ours, theirs) = UnixStream::pair().unwrap();
         let bell = rustix::event::eventfd(0, rustix::event::EventfdFlags::NONBLOCK).unwrap();
+        let page = softib_net::counters::CounterPage::create(&["drop.x"]).unwrap();
         let (kind, msg) = t.refused_with(
             a,
-            vec![OwnedFd::from(theirs), bell],
-            Request::OpenEvents { dev: 0 },
+            vec![
+                OwnedFd::from(theirs),
+                bell,
+                page.fd().try_clone_to_owned().unwrap(),
+            ],
+            Request::OpenEvents {
+                dev: 0,
+                counters: 1,
+            },
         );
         assert_eq!(kind, ErrorKind::Invalid, "{msg}");
         assert!(msg.contains("emulated IB device"), "{msg}");
