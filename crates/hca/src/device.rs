@@ -401,6 +401,14 @@ impl Device {
         Ok(done)
     }
 
+    /// Whether a RoCE device's port is up (an IB device's ports say so in their PortInfo).
+    pub fn roce_up(&self) -> Option<bool> {
+        match self {
+            Device::Ib(_) => None,
+            Device::Roce(d) => Some(d.up),
+        }
+    }
+
     /// The faults set on a RoCE device's egress (the default for an IB device, whose ports
     /// have their own: [`Device::faults`]).
     pub fn roce_faults(&self) -> FaultSpec {

@@ -541,6 +541,14 @@ pub enum Event {
         /// Whether a capture runs.
         on: bool,
     },
+    /// The device's port went up or down (it follows its interface, as rxe's does): the
+    /// engine's port changes with it, raising `IBV_EVENT_PORT_ACTIVE` or `IBV_EVENT_PORT_ERR`.
+    Port {
+        /// The port number.
+        port: u8,
+        /// Whether it is active now.
+        active: bool,
+    },
 }
 
 /// An object a process's own engine holds, as [`Request::Own`] and [`Request::Disown`] name

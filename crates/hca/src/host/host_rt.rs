@@ -206,6 +206,7 @@ impl HostRt {
         self.drain_submissions();
         rings::drain_hand_on(&mut self.host, &mut self.clients, now);
         super::oversight::drain(&mut self.host, &mut self.clients);
+        super::oversight::tell_ports(&self.host, &mut self.clients);
         for d in &mut self.host.devs {
             busy |= d.receive(std_now, now, buf, sb)?;
         }

@@ -121,6 +121,29 @@ pub(super) fn start_or_stop(ch: &mut super::peer_rings::EventChannel, on: bool) 
     }
 }
 
+/// Tells the process engines whose device's port went up or down since they were last told
+/// (every turn: one comparison per engine).
+pub(super) fn tell_ports(h: &Host, clients: &mut BTreeMap<u64, Client>) {
+    for c in clients.values_mut() {
+        for (&dev, ch) in &mut c.event_channels {
+            let Some(up) = h.devs.get(dev as usize).and_then(|d| d.roce_up()) else {
+                continue;
+            };
+            if up != ch.port_up
+                && ch.push(
+                    &Event::Port {
+                        port: 1,
+                        active: up,
+                    },
+                    &[],
+                )
+            {
+                ch.port_up = up;
+            }
+        }
+    }
+}
+
 /// Writes what the process engines captured into their devices' captures (every turn).
 pub(super) fn drain(h: &mut Host, clients: &mut BTreeMap<u64, Client>) {
     let mut buf = Vec::new();

@@ -29,6 +29,8 @@ pub(super) struct EventChannel {
     pub bell: OwnedFd,
     pub counters: softib_net::counters::CounterPage,
     pub capture: Option<PacketRing>,
+    /// The port state the engine was last told (or started with).
+    pub port_up: bool,
 }
 
 impl EventChannel {

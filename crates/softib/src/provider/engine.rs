@@ -218,6 +218,15 @@ impl Station {
         self.notify.signal(self.ca.hca());
         let mut new = false;
         while let Some(e) = self.ca.poll_event() {
+            if matches!(
+                e,
+                softib_engine::verbs::AsyncEvent::PortActive(_)
+                    | softib_engine::verbs::AsyncEvent::PortErr(_)
+            ) {
+                // The daemon's engine raises the port's events for every client, as on the
+                // daemon path; this engine's port only follows (`Event::Port`).
+                continue;
+            }
             if self.events.len() >= MAX_EVENTS {
                 self.events.pop_front();
             }

@@ -896,6 +896,9 @@ fn take_events(st: &mut Station, reader: &mut softib_proto::FrameReader) {
                 st.ca.clear_ud_local();
             }
             Ok(Event::Faults { spec }) => st.oversight.set_faults(spec),
+            Ok(Event::Port { port, active }) => {
+                let _ = st.ca.hca_mut().set_port_active(port, active);
+            }
             Ok(Event::Capture { on: false }) => st.oversight.capture = None,
             Ok(Event::Capture { on: true }) => {
                 if reader.fds.is_empty() {

@@ -234,15 +234,18 @@ pub(super) fn open_events(
     })?;
     let counters = softib_net::counters::CounterPage::from_fd(page, counters as usize)
         .map_err(|e| refused(ErrorKind::Invalid, format!("the counter page: {e}")))?;
+    let d = h.dev(dev)?;
     let mut ch = EventChannel {
         stream,
         bell,
         counters,
         capture: None,
+        // The engine read the port's state from the device list before it started; a change
+        // since is told at the end of this turn.
+        port_up: true,
     };
     // The device's faults and capture as they are now, before the answer: the engine takes
     // them before its first packet.
-    let d = h.dev(dev)?;
     let spec = d.roce_faults();
     if spec != softib_net::fault::FaultSpec::default() {
         let _ = ch.push(&Event::Faults { spec }, &[]);
