@@ -759,24 +759,9 @@ impl RoceDev {
                 ),
             ));
         };
-        let named = |what: &str, e: io::Error| {
-            io::Error::new(
-                e.kind(),
-                format!("{}: {what} multicast group {group}: {e}", self.config.name),
-            )
-        };
-        // Sends to a group leave by the device's interface, not by the routing table's
-        // choice (which need not have a multicast route at all).
-        rustix::net::sockopt::set_ip_multicast_if(self.link.socket(), &local)
-            .map_err(|e| named("sending to", e.into()))?;
-        let socket = UdpSocket::bind(SocketAddr::new(group.into(), self.local().port()))
-            .map_err(|e| named("binding a socket for", e))?;
-        socket
-            .join_multicast_v4(&group, &local)
-            .map_err(|e| named("joining", e))?;
-        socket
-            .set_nonblocking(true)
-            .map_err(|e| named("receiving", e))?;
+        let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", self.config.name));
+        softib_net::mcast::send_from(self.link.socket(), local).map_err(named)?;
+        let socket = softib_net::mcast::join(group, self.local().port(), local).map_err(named)?;
         self.groups.push(Group {
             addr: group,
             socket,

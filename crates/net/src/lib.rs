@@ -15,6 +15,7 @@ pub mod counters;
 pub mod devns;
 pub mod fault;
 pub mod fdpass;
+pub mod mcast;
 pub mod netdev;
 pub mod pcap;
 pub mod peer;

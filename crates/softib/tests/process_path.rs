@@ -219,6 +219,66 @@ fn ud_sends_arrive_whole() {
     });
 }
 
+/// UD multicast on the process path: each engine joins the IPv4 group its QP attaches to
+/// (on its device's interface, as the daemon does for its own), and a datagram a third QP
+/// sends to the group reaches both attached QPs, in two engines; a QP that detached gets no
+/// more.
+#[test]
+fn ud_multicast_reaches_the_qps_of_every_engine_attached() {
+    process_path();
+    with_pair(QpType::Ud, |p| {
+        let group = softib::Gid::from_ipv4([239, 70, 0, 1]);
+        let mlid = softib::Lid(0xc001);
+        if let Err(e) = p.qp_a.attach_mcast(group, mlid) {
+            // Only a machine whose loopback takes no multicast (CI's does).
+            assert!(std::env::var_os("CI").is_none(), "{e}");
+            eprintln!("skipped: {e}");
+            return;
+        }
+        p.qp_b.attach_mcast(group, mlid).unwrap();
+        let pd = p.a.alloc_pd().unwrap();
+        let cq = p.a.create_cq(16).unwrap();
+        let buf = p.a.alloc_buffer(4096).unwrap();
+        let mr = pd.register(&buf, all()).unwrap();
+        let sender = pd.create_qp(QpType::Ud, &cq, &cq, 16).unwrap();
+        sender
+            .connect(&p.qp_b.endpoint().unwrap(), softib::Mtu::Mtu1024)
+            .unwrap();
+        let to = softib::Endpoint {
+            qpn: softib::Qpn::new(0xff_ffff),
+            gid: group,
+            ..p.qp_b.endpoint().unwrap()
+        };
+        let ah = sender.address_handle(&to).unwrap();
+        let data = pattern(9, 200);
+        buf.write(0, &data);
+        p.qp_a.recv(p.mr_a, 0, 4096, 1).unwrap();
+        p.qp_b.recv(p.mr_b, 0, 4096, 2).unwrap();
+        sender.send_to(&mr, 0, data.len(), &ah, to.qpn, 3).unwrap();
+        done(&cq, 3, WcOpcode::Send);
+        for (cq, buf, wr_id) in [(p.cq_a, p.buf_a, 1), (p.cq_b, p.buf_b, 2)] {
+            assert_eq!(done(cq, wr_id, WcOpcode::Recv) as usize, 40 + data.len());
+            let mut got = vec![0u8; data.len()];
+            buf.read(40, &mut got);
+            assert!(got == data, "the datagram QP {wr_id} got differs");
+        }
+        // B detaches: the next datagram reaches A's QP only.
+        p.qp_b.detach_mcast(group).unwrap();
+        p.qp_a.recv(p.mr_a, 0, 4096, 4).unwrap();
+        p.qp_b.recv(p.mr_b, 0, 4096, 5).unwrap();
+        sender.send_to(&mr, 0, data.len(), &ah, to.qpn, 6).unwrap();
+        done(&cq, 6, WcOpcode::Send);
+        done(p.cq_a, 4, WcOpcode::Recv);
+        assert!(
+            p.cq_b
+                .poll_wait(1, Duration::from_millis(300))
+                .unwrap()
+                .is_empty(),
+            "a detached QP got a datagram of its group"
+        );
+    });
+}
+
 #[test]
 fn completion_channels_are_signalled_by_the_engine_itself() {
     process_path();

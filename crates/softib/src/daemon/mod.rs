@@ -209,6 +209,9 @@ pub(crate) struct Session {
     /// process, or `None` where the device keeps the daemon path (IB). `None` altogether on
     /// the daemon path.
     process: Option<BTreeMap<u32, Option<Arc<Engine>>>>,
+    /// Whether an engine that cannot start is an error (`SOFTIB_DATAPATH=process`) rather
+    /// than the daemon path for that device.
+    process_forced: bool,
     /// The eventfd the program's `async_fd` watches ([`Session::attach_async_fd`]): the
     /// process engines add to it too, for the events they raise.
     async_bell: Option<std::os::fd::OwnedFd>,
@@ -252,13 +255,15 @@ impl Session {
             }
             _ => return Err(Error::Unexpected("not Hello")),
         };
+        let datapath = provider::wanted()?;
         Ok(Session {
             conn,
             host,
             // SOFTIB_WAKEUP=0 sleeps as with an older daemon (a parked PollCq), to compare.
             cqs: CqRings::new(env_off("SOFTIB_WAKEUP")),
             posts: Posting::new(env_off("SOFTIB_SUBMIT_RING")),
-            process: provider::wanted()?.then(BTreeMap::new),
+            process: (datapath != provider::DataPath::Daemon).then(BTreeMap::new),
+            process_forced: datapath == provider::DataPath::Process,
             async_bell: None,
             attached: BTreeMap::new(),
         })
@@ -645,12 +650,16 @@ impl Session {
     }
 
     pub(crate) fn attach_mcast(&mut self, dev: u32, qpn: Qpn, gid: Gid, lid: Lid) -> Result<()> {
-        self.daemon_only(dev, "ibv_attach_mcast")?;
+        if let Some(e) = self.engine(dev)? {
+            return e.attach_mcast(qpn, gid, lid);
+        }
         self.conn.ok(&Request::AttachMcast { dev, qpn, gid, lid })
     }
 
     pub(crate) fn detach_mcast(&mut self, dev: u32, qpn: Qpn, gid: Gid) -> Result<()> {
-        self.daemon_only(dev, "ibv_detach_mcast")?;
+        if let Some(e) = self.engine(dev)? {
+            return e.detach_mcast(qpn, gid);
+        }
         self.conn.ok(&Request::DetachMcast { dev, qpn, gid })
     }
 
@@ -723,8 +732,8 @@ impl Session {
     }
 
     /// The process engine of device `dev` when this session uses the process data path there
-    /// (`SOFTIB_DATAPATH=process` and a RoCE device), started on first use; `None` for the
-    /// daemon path.
+    /// (a RoCE device, unless `SOFTIB_DATAPATH=daemon`), started on first use; `None` for the
+    /// daemon path (an IB device, or an engine that could not start and was not insisted on).
     fn engine(&mut self, dev: u32) -> Result<Option<Arc<Engine>>> {
         let Some(engines) = &self.process else {
             return Ok(None);
@@ -739,11 +748,25 @@ impl Session {
         };
         let roce = info.ports.first().is_some_and(|p| !p.link_layer_ib);
         let engine = if roce {
-            let e = Engine::start(&mut self.conn, dev, info)?;
-            if let Some(bell) = &self.async_bell {
-                e.set_async_bell(bell.try_clone()?);
+            match Engine::start(&mut self.conn, dev, info) {
+                Ok(e) => {
+                    if let Some(bell) = &self.async_bell {
+                        e.set_async_bell(bell.try_clone()?);
+                    }
+                    Some(Arc::new(e))
+                }
+                Err(e) if !self.process_forced && !matches!(e, Error::DaemonGone { .. }) => {
+                    // Said once per device: the program runs, on the daemon's data path.
+                    eprintln!(
+                        "softib: the process data path cannot start on {} ({e}); device {} \
+                         uses the daemon's (SOFTIB_DATAPATH=daemon chooses it, \
+                         SOFTIB_DATAPATH=process makes this an error)",
+                        info.name, dev
+                    );
+                    None
+                }
+                Err(e) => return Err(e),
             }
-            Some(Arc::new(e))
         } else {
             None
         };
@@ -751,21 +774,6 @@ impl Session {
             engines.insert(dev, engine.clone());
         }
         Ok(engine)
-    }
-
-    /// Refuses `what` on a device whose objects live in this process's engine, where it is
-    /// not built yet.
-    fn daemon_only(&mut self, dev: u32, what: &str) -> Result<()> {
-        if self.engine(dev)?.is_some() {
-            return Err(Error::Refused {
-                kind: ErrorKind::Invalid,
-                message: format!(
-                    "{what} is not available on the process data path yet \
-                     (SOFTIB_DATAPATH=process); run with SOFTIB_DATAPATH=daemon"
-                ),
-            });
-        }
-        Ok(())
     }
 
     pub(crate) fn open_mad(&mut self, dev: u32, port: u8, sm: bool) -> Result<()> {

@@ -20,6 +20,7 @@ use softib_net::ring::PacketRing;
 use softib_net::{RxBatch, TxQueue, UdpLink};
 use softib_wire::Qpn;
 
+use super::groups::Groups;
 use super::memory::LocalMemory;
 use super::notify::Notifications;
 use super::oversight::{Dest, LinkDrops, Oversight};
@@ -86,6 +87,8 @@ pub(crate) struct Station {
     rx_overflow: u64,
     /// The device's faults and capture as the daemon set them, and the counters it reads.
     pub oversight: Oversight,
+    /// The multicast groups its UD QPs are attached to.
+    pub groups: Groups,
 }
 
 impl Station {
@@ -97,6 +100,10 @@ impl Station {
         hand_on: PacketRing,
     ) -> io::Result<Station> {
         let link = UdpLink::from_socket(member, true)?;
+        if let std::net::IpAddr::V4(v4) = addr.ip() {
+            // UD sends to a group leave by the device's interface.
+            let _ = softib_net::mcast::send_from(link.socket(), v4);
+        }
         let mut ca = RoceCa::new(hca, softib_link::RoceConfig::new(addr));
         // Between two engines' rings nothing can see or change a packet while the link is
         // clean (`transmit` says so every time): payloads stay where they lie until the ring.
@@ -126,6 +133,7 @@ impl Station {
             rx_truncated: 0,
             rx_overflow: 0,
             oversight: Oversight::new()?,
+            groups: Groups::new(addr)?,
         })
     }
 
@@ -247,7 +255,23 @@ impl Station {
     fn receive(&mut self) -> bool {
         let mut got = self.receive_rings();
         got |= self.receive_socket();
+        if !self.groups.is_empty() {
+            got |= self.receive_groups();
+        }
         got
+    }
+
+    fn receive_groups(&mut self) -> bool {
+        let now = self.now();
+        let (ca, oversight) = (&mut self.ca, &mut self.oversight);
+        let port = self.link.local_addr().port();
+        self.groups.receive(|group, from, data| {
+            if oversight.capture.is_some() {
+                let to = SocketAddr::new(group.into(), port);
+                oversight.capture(framing::datagram(from, to, data, 0));
+            }
+            let _ = ca.handle_group_datagram(now, &Incoming::wire(from, 0, data), group);
+        })
     }
 
     fn receive_rings(&mut self) -> bool {
@@ -480,6 +504,9 @@ impl Station {
         }
         match UdpLink::bind(SocketAddr::new(main.ip(), want)) {
             Ok(l) => {
+                if let std::net::IpAddr::V4(v4) = main.ip() {
+                    let _ = softib_net::mcast::send_from(l.socket(), v4);
+                }
                 self.src_links.insert(want, l);
                 want
             }

@@ -18,6 +18,7 @@
 //! cable anyway.
 
 mod engine;
+mod groups;
 mod memory;
 mod notify;
 mod oversight;
@@ -39,9 +40,12 @@ use softib_net::shm::SharedRegion;
 use softib_proto::{ErrorKind, Event, ProcessObject, Request, Response};
 
 use crate::daemon::Conn;
-use crate::{AccessFlags, DeviceInfo, Error, MrKeys, Qpn, RecvWr, Result, SendWr, WorkCompletion};
+use crate::{
+    AccessFlags, DeviceInfo, Error, Gid, Lid, MrKeys, Qpn, RecvWr, Result, SendWr, WorkCompletion,
+};
 use engine::Station;
 use memory::LocalMemory;
+use softib_link::roce::framing;
 
 /// The hand-on ring's record bytes: datagrams steered here for QPNs not this engine's wait
 /// there for the daemon's next turn.
@@ -109,16 +113,33 @@ fn eventfd() -> std::io::Result<OwnedFd> {
     .map_err(std::io::Error::from)
 }
 
-/// Whether this process asked for the process data path (`SOFTIB_DATAPATH=process`).
-pub(crate) fn wanted() -> Result<bool> {
+/// Where a session's RoCE devices run their engines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DataPath {
+    /// In softibd (`SOFTIB_DATAPATH=daemon`).
+    Daemon,
+    /// In this process, or an error where the engine cannot start (`SOFTIB_DATAPATH=process`).
+    Process,
+    /// In this process where the engine starts, else in softibd (`SOFTIB_DATAPATH=auto`).
+    PreferProcess,
+}
+
+/// What the data path is when `SOFTIB_DATAPATH` is unset.
+const DEFAULT_DATAPATH: DataPath = DataPath::Daemon;
+
+/// The data path this process asked for (`SOFTIB_DATAPATH`).
+pub(crate) fn wanted() -> Result<DataPath> {
     match std::env::var("SOFTIB_DATAPATH").as_deref() {
-        Ok("process") => Ok(true),
-        Ok("daemon") | Ok("") | Err(std::env::VarError::NotPresent) => Ok(false),
+        Ok("process") => Ok(DataPath::Process),
+        Ok("daemon") => Ok(DataPath::Daemon),
+        Ok("auto") => Ok(DataPath::PreferProcess),
+        Ok("") | Err(std::env::VarError::NotPresent) => Ok(DEFAULT_DATAPATH),
         Ok(other) => Err(Error::Refused {
             kind: ErrorKind::Invalid,
             message: format!(
                 "SOFTIB_DATAPATH={other}: unknown data path (process: the engine in this \
-                 process; daemon: the engine in softibd)"
+                 process; daemon: the engine in softibd; auto: in this process where it \
+                 starts, else in softibd)"
             ),
         }),
         Err(e) => Err(Error::Refused {
@@ -159,6 +180,8 @@ struct Shared {
     /// their completion.
     app_bell: OwnedFd,
     app_waiting: std::sync::atomic::AtomicU32,
+    /// The engine's multicast groups' epoll set, which the progress thread sleeps on too.
+    groups: OwnedFd,
 }
 
 impl Shared {
@@ -228,6 +251,7 @@ impl Engine {
         let station = Station::new(hca, std::net::UdpSocket::from(member), addr, hand_on)?;
         let kick = eventfd()?;
         let socket = station.socket().as_fd().try_clone_to_owned()?;
+        let groups = station.groups.fd().try_clone_to_owned()?;
         let shared = Arc::new(Shared {
             station: Mutex::new(station),
             kick,
@@ -236,6 +260,7 @@ impl Engine {
             socket,
             app_bell: eventfd()?,
             app_waiting: std::sync::atomic::AtomicU32::new(0),
+            groups,
         });
         // The event channel: the daemon pushes rings to other processes' engines on it, and
         // the device's faults and capture; those engines write the kick when they put packets
@@ -611,9 +636,52 @@ impl Engine {
             let mut st = self.lock();
             st.ca.hca_mut().destroy_qp(qpn).map_err(refused)?;
             st.ca.set_qp_local(qpn, false);
+            // Its multicast groups (the engine detached it with the QP).
+            st.groups.leave(|_| true, qpn);
             st.free_qpns.push(qpn);
         }
         self.disown(conn, ProcessObject::Qp(qpn))
+    }
+
+    /// `ibv_attach_mcast`: UD QP `qpn` receives multicast group `gid` — on RoCE an IPv4
+    /// group's GID (`::ffff:a.b.c.d`, as rdma_cm makes it), which this engine joins on the
+    /// device's interface, as the daemon does for its own QPs.
+    pub(crate) fn attach_mcast(&self, qpn: Qpn, gid: Gid, lid: Lid) -> Result<()> {
+        let Some(group) = framing::ipv4_group(&gid) else {
+            return Err(Error::Refused {
+                kind: ErrorKind::Invalid,
+                message: format!(
+                    "multicast group {gid} is not an IPv4 group's GID (::ffff:a.b.c.d): on the \
+                     process data path a RoCE device joins IPv4 groups only \
+                     (SOFTIB_DATAPATH=daemon files other GIDs in the daemon's engine)"
+                ),
+            });
+        };
+        let mut st = self.lock();
+        st.groups.join(group, qpn).map_err(|e| Error::Refused {
+            kind: ErrorKind::Invalid,
+            message: format!("ibv_attach_mcast: {e}"),
+        })?;
+        if let Err(e) = st
+            .ca
+            .hca_mut()
+            .attach_mcast(qpn, framing::engine_mgid(group), lid)
+        {
+            st.groups.leave(|g| g == group, qpn);
+            return Err(refused(e));
+        }
+        Ok(())
+    }
+
+    /// `ibv_detach_mcast`.
+    pub(crate) fn detach_mcast(&self, qpn: Qpn, gid: Gid) -> Result<()> {
+        let mut st = self.lock();
+        let mgid = framing::ipv4_group(&gid).map_or(gid, framing::engine_mgid);
+        st.ca.hca_mut().detach_mcast(qpn, mgid).map_err(refused)?;
+        if let Some(group) = framing::ipv4_group(&gid) {
+            st.groups.leave(|g| g == group, qpn);
+        }
+        Ok(())
     }
 
     pub(crate) fn create_srq(
@@ -988,17 +1056,18 @@ fn progress(
             PollFd::new(socket, PollFlags::IN),
             PollFd::new(&shared.kick, PollFlags::IN),
             PollFd::from_borrowed_fd(events_fd.unwrap_or(shared.kick.as_fd()), PollFlags::IN),
+            PollFd::new(&shared.groups, PollFlags::IN),
             // Only the peer's hang-up, never the answers the application thread reads.
             PollFd::new(control.as_ref().unwrap_or(&shared.kick), PollFlags::RDHUP),
         ];
-        let n = if control.is_some() { 4 } else { 3 };
+        let n = if control.is_some() { 5 } else { 4 };
         let _ = rustix::event::poll(&mut pfd[..n], timeout.as_ref());
         if pfd[1].revents().contains(PollFlags::IN) {
             let _ = rustix::io::read(&shared.kick, &mut drain);
         }
         let event = events.is_some() && !pfd[2].revents().is_empty();
-        let gone = n == 4
-            && pfd[3]
+        let gone = n == 5
+            && pfd[4]
                 .revents()
                 .intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR);
         if shared.stop.load(Ordering::Acquire) {
