@@ -78,13 +78,83 @@ pub(crate) struct RoceDev {
     rx: Option<Box<RxBatch>>,
     /// The processes whose own engines receive on the device's address (`link` is member 0).
     pub steer: SteerGroup,
-    /// Datagrams processes handed on (steered to them while the group changed) that another
-    /// process owns: lost (the daemon has no way into that process yet).
-    handed_on_lost: u64,
+    /// Datagrams for another process's QPNs that reached the wrong socket while the group
+    /// changed (handed on by a process, or received on `link`), waiting for the host to put
+    /// them into their owner's inbound ring ([`Device::take_forwards`]).
+    forwards: std::collections::VecDeque<Forward>,
+    /// Such datagrams lost: too many waiting, or their owner could not take them.
+    pub handed_on_lost: u64,
     /// The IPv4 multicast groups QPs of the device are attached to: a socket each, bound to
     /// the group's address and joined on the device's interface (the kernel tells a
     /// group's datagrams apart only by the socket that receives them).
     groups: Vec<Group>,
+}
+
+/// A datagram for process `owner`'s engine that reached the daemon.
+#[derive(Debug)]
+pub struct Forward {
+    /// The client whose engine holds the DestQP.
+    pub owner: u64,
+    /// Its sender.
+    pub from: SocketAddr,
+    /// Its index in its GRO run (the IPv4 Identification its ICRC was sealed for).
+    pub index: u16,
+    /// The UDP payload, sealed.
+    pub data: Vec<u8>,
+}
+
+/// The most datagrams waiting to be forwarded on one device.
+const MAX_FORWARDS: usize = 4096;
+
+/// The DestQP of a RoCEv2 UDP payload (its BTH), if it is long enough.
+fn dest_qpn(data: &[u8]) -> Option<u32> {
+    data.get(5..8)
+        .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]))
+}
+
+/// Where a device keeps the datagrams it forwards, and counts those it loses.
+struct Forwarding<'a> {
+    steer: &'a SteerGroup,
+    queue: &'a mut std::collections::VecDeque<Forward>,
+    lost: &'a mut u64,
+}
+
+impl Forwarding<'_> {
+    /// Queues a datagram for the process that owns its DestQP, if one does (else false: the
+    /// daemon's engine takes it). `from_owner` when that process handed it on itself: its
+    /// engine does not hold the QPN (a block it just gave back), so it is lost.
+    fn forward(
+        &mut self,
+        from: SocketAddr,
+        index: u16,
+        data: &[u8],
+        from_owner: Option<u64>,
+    ) -> bool {
+        let Some(owner) = dest_qpn(data).and_then(|q| self.steer.owner_of(q)) else {
+            return false;
+        };
+        if Some(owner) == from_owner || self.queue.len() >= MAX_FORWARDS {
+            *self.lost += 1;
+        } else {
+            self.queue.push_back(Forward {
+                owner,
+                from,
+                index,
+                data: data.to_vec(),
+            });
+        }
+        true
+    }
+}
+
+impl RoceDev {
+    fn forwarding(&mut self) -> Forwarding<'_> {
+        Forwarding {
+            steer: &self.steer,
+            queue: &mut self.forwards,
+            lost: &mut self.handed_on_lost,
+        }
+    }
 }
 
 /// One IPv4 multicast group a RoCE device receives.
@@ -150,20 +220,38 @@ impl Device {
 
     /// A datagram a client's engine received and handed on (not for its QPs): to this
     /// device's engine when no client owns its DestQP, else counted as lost.
-    pub fn take_handed_on(&mut self, now: Instant, from: SocketAddr, index: u16, data: &[u8]) {
+    pub fn take_handed_on(
+        &mut self,
+        now: Instant,
+        by: u64,
+        from: SocketAddr,
+        index: u16,
+        data: &[u8],
+    ) {
         let Device::Roce(d) = self else {
             return;
         };
-        let dest = data
-            .get(5..8)
-            .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]));
-        if dest.and_then(|q| d.steer.owner_of(q)).is_some() {
-            d.handed_on_lost += 1;
+        if d.forwarding().forward(from, index, data, Some(by)) {
             return;
         }
         let local = d.local();
         let w = Incoming::wire(from, index, data);
         accept(&mut d.ca, &mut d.capture, &d.config.name, local, now, &w);
+    }
+
+    /// The datagrams waiting for their owners' engines (see [`Forward`]).
+    pub fn take_forwards(&mut self) -> std::collections::VecDeque<Forward> {
+        match self {
+            Device::Ib(_) => Default::default(),
+            Device::Roce(d) => std::mem::take(&mut d.forwards),
+        }
+    }
+
+    /// Counts a forwarded datagram its owner could not take.
+    pub fn forward_lost(&mut self) {
+        if let Device::Roce(d) = self {
+            d.handed_on_lost += 1;
+        }
     }
 
     /// Whether processes' own engines hold QPs of this device (they joined its steering
@@ -732,6 +820,7 @@ impl RoceDev {
             tx: TxQueue::new(),
             rx: None,
             steer,
+            forwards: Default::default(),
             handed_on_lost: 0,
             groups: Vec::new(),
             config,
@@ -845,7 +934,17 @@ impl RoceDev {
                 if let Some(n) = batch.overflows() {
                     self.rx_overflow = self.rx_overflow.max(u64::from(n));
                 }
+                let steered = self.steer.has_members();
+                let mut fwd = Forwarding {
+                    steer: &self.steer,
+                    queue: &mut self.forwards,
+                    lost: &mut self.handed_on_lost,
+                };
                 for dg in batch.datagrams() {
+                    // Steered here while the group changed: for a process's engine.
+                    if steered && fwd.forward(dg.from, dg.index, dg.data, None) {
+                        continue;
+                    }
                     let d = Incoming::wire(dg.from, dg.index, dg.data);
                     busy |= accept(&mut self.ca, &mut self.capture, name, local, now, &d);
                 }
@@ -1137,5 +1236,47 @@ fn capture_sent(
         if let Some(d) = framing::datagram(from, to, stored, index) {
             capture(cap, &d);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A BTH-sized UDP payload for DestQP `qpn`.
+    fn bth(qpn: u32) -> [u8; 12] {
+        let mut b = [0u8; 12];
+        b[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
+        b
+    }
+
+    #[test]
+    fn a_datagram_for_a_process_qpn_goes_to_its_owner_unless_the_owner_handed_it_on() {
+        let device = softib_net::steer::bind_reuseport("127.0.0.1:0".parse().unwrap()).unwrap();
+        let mut steer = SteerGroup::new(device.local_addr().unwrap());
+        let (_member, _) = steer.join(7, &device).unwrap();
+        steer.add_block(7, 0x1000, &device).unwrap();
+        let (mut queue, mut lost) = (std::collections::VecDeque::new(), 0);
+        let mut f = Forwarding {
+            steer: &steer,
+            queue: &mut queue,
+            lost: &mut lost,
+        };
+        let from: SocketAddr = "127.0.0.9:5000".parse().unwrap();
+        // Received on the daemon's socket, or handed on by another engine: to the owner.
+        assert!(f.forward(from, 3, &bth(0x1001), None));
+        assert!(f.forward(from, 0, &bth(0x1002), Some(8)));
+        // Handed on by the owner itself (it gave the QPN back): lost.
+        assert!(f.forward(from, 0, &bth(0x1003), Some(7)));
+        // Nobody's (the daemon's QPs, QP1, quarantined QPNs): the daemon's engine takes it.
+        assert!(!f.forward(from, 0, &bth(0x2000), None));
+        assert!(!f.forward(from, 0, &[0u8; 4], None));
+        let got: Vec<_> = queue
+            .iter()
+            .map(|f| (f.owner, f.index, f.data.len()))
+            .collect();
+        assert_eq!(got, [(7, 3, 12), (7, 0, 12)]);
+        assert_eq!(lost, 1);
     }
 }

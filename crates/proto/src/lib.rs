@@ -84,6 +84,11 @@ pub fn parse_hand_on(record: &[u8]) -> Option<(std::net::SocketAddr, &[u8])> {
     Some((std::net::SocketAddr::new(ip, port), data))
 }
 
+/// The record bytes of a process engine's inbound ring ([`Request::OpenEvents`]): datagrams
+/// for its QPNs that reached the daemon while the steering group changed, each a hand-on
+/// record (the sender's address, then the datagram; the tag its index in its GRO run).
+pub const INBOUND_RING_BYTES: usize = 1 << 18;
+
 /// The record bytes of a process engine's capture ring ([`Event::Capture`]): a turn's
 /// worth of datagrams at full size, drained by the daemon's every turn.
 pub const CAPTURE_RING_BYTES: usize = 4 << 20;

@@ -475,7 +475,10 @@ pub enum Request {
     /// packets into a ring to this engine while it is not polling ([`Request::RingTo`]); and
     /// the engine's counters, a `softib_net::counters::CounterPage` of `counters` entries
     /// named `port.*` (PortCounters), `drop.*` (drops by reason) and `fault.*` (what the
-    /// device's faults did to its packets), which the daemon adds to the device's own.
+    /// device's faults did to its packets), which the daemon adds to the device's own; and
+    /// the engine's inbound ring, a `PacketRing` of [`crate::INBOUND_RING_BYTES`] record
+    /// bytes the daemon writes (and then the doorbell) with datagrams for the engine's QPNs
+    /// that reached the daemon while the steering group changed.
     /// The daemon answers after pushing the device's faults and capture as they are now
     /// ([`Event::Faults`], [`Event::Capture`]) when either is set.
     OpenEvents {

@@ -210,6 +210,7 @@ impl HostRt {
         for d in &mut self.host.devs {
             busy |= d.receive(std_now, now, buf, sb)?;
         }
+        rings::forward_to_owners(&mut self.host, &mut self.clients);
         if self.listener_ready {
             self.listener_ready = false;
             self.accept()?;

@@ -31,6 +31,9 @@ pub(super) struct EventChannel {
     pub capture: Option<PacketRing>,
     /// The port state the engine was last told (or started with).
     pub port_up: bool,
+    /// Where the daemon puts datagrams for the engine's QPNs that reached the daemon
+    /// (`rings::forward_to_owners`); the doorbell tells the engine.
+    pub inbound: PacketRing,
 }
 
 impl EventChannel {

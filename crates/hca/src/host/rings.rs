@@ -127,8 +127,7 @@ pub(super) fn feed_ring(hca: &mut Hca<ShmMemory>, cq: u32, ring: &Ring) -> Resul
 
 /// Delivers what the clients' engines handed on: to the daemon's own engine when no client
 /// owns the datagram's DestQP (its QPs, QP0/QP1, multicast, quarantined QPNs — the engine
-/// counts what it cannot deliver), else counted (`handed_on_lost`: another process owns it,
-/// and the daemon has no way into that process yet; RC retransmits it).
+/// counts what it cannot deliver), else to the owner ([`forward_to_owners`]).
 pub(super) fn drain_hand_on(
     h: &mut Host,
     clients: &mut BTreeMap<u64, Client>,
@@ -153,7 +152,43 @@ pub(super) fn drain_hand_on(
                     c.broken = true;
                     break;
                 };
-                d.take_handed_on(now, from, index, data);
+                d.take_handed_on(now, c.id, from, index, data);
+            }
+        }
+    }
+}
+
+/// Puts the datagrams that reached the daemon for another process's engine (steered while
+/// the group changed: handed on, or received on the device's own socket) into that engine's
+/// inbound ring and rings its doorbell; what an engine cannot take (no event channel, a full
+/// ring) is lost and counted (`handed_on_lost`), as on a congested wire.
+pub(super) fn forward_to_owners(h: &mut Host, clients: &mut BTreeMap<u64, Client>) {
+    for (dev, d) in h.devs.iter_mut().enumerate() {
+        let forwards = d.take_forwards();
+        let mut woken = Vec::new();
+        for f in forwards {
+            let ch = clients
+                .get(&f.owner)
+                .and_then(|c| c.event_channels.get(&(dev as u32)));
+            let from = proto::hand_on_addr(f.from);
+            let pushed = ch.is_some_and(|ch| {
+                matches!(
+                    ch.inbound.push(u32::from(f.index), &[&from, &f.data]),
+                    Ok(true)
+                )
+            });
+            if !pushed {
+                d.forward_lost();
+            } else if !woken.contains(&f.owner) {
+                woken.push(f.owner);
+            }
+        }
+        for owner in woken {
+            if let Some(ch) = clients
+                .get(&owner)
+                .and_then(|c| c.event_channels.get(&(dev as u32)))
+            {
+                let _ = rustix::io::write(&ch.bell, &1u64.to_ne_bytes());
             }
         }
     }

@@ -60,6 +60,11 @@ pub(crate) struct Station {
     pub blocks: BTreeSet<u32>,
     /// Where datagrams steered here for other QPNs go to the daemon (`SteerJoin`).
     hand_on: PacketRing,
+    /// Where the daemon puts datagrams for this engine's QPNs that reached it while the
+    /// steering group changed (`OpenEvents`).
+    pub inbound: PacketRing,
+    /// A record taken from `inbound`.
+    inbound_buf: Vec<u8>,
     /// Rings to other processes' engines on this daemon.
     pub peers: Peers,
     /// The UD destinations (device address, QP) the daemon was asked about
@@ -120,6 +125,8 @@ impl Station {
             next_region: 1,
             blocks: BTreeSet::new(),
             hand_on,
+            inbound: PacketRing::create("softib-inbound", softib_proto::INBOUND_RING_BYTES)?,
+            inbound_buf: Vec::new(),
             peers: Peers::default(),
             ud_asked: std::collections::HashSet::new(),
             local_room: vec![0u8; ROOM].into_boxed_slice(),
@@ -254,9 +261,37 @@ impl Station {
 
     fn receive(&mut self) -> bool {
         let mut got = self.receive_rings();
+        got |= self.receive_inbound();
         got |= self.receive_socket();
         if !self.groups.is_empty() {
             got |= self.receive_groups();
+        }
+        got
+    }
+
+    /// What the daemon forwarded: datagrams for this engine's QPNs that reached the wrong
+    /// socket while the steering group changed.
+    fn receive_inbound(&mut self) -> bool {
+        let mut got = false;
+        let now = self.now();
+        let local = self.link.local_addr();
+        for _ in 0..256 {
+            let index = match self.inbound.pop(&mut self.inbound_buf) {
+                Ok(Some(tag)) => tag as u16,
+                Ok(None) | Err(_) => break,
+            };
+            let Some((from, data)) = softib_proto::parse_hand_on(&self.inbound_buf) else {
+                break;
+            };
+            got = true;
+            if self.oversight.capture.is_some() {
+                let ident = if from.is_ipv4() { index } else { 0 };
+                self.oversight
+                    .capture(framing::datagram(from, local, data, ident));
+            }
+            let _ = self
+                .ca
+                .handle_datagram(now, &Incoming::wire(from, index, data));
         }
         got
     }

@@ -275,7 +275,12 @@ impl Engine {
                     dev,
                     counters: page.len() as u32,
                 },
-                &[daemons_end.as_fd(), shared.kick.as_fd(), page.fd()],
+                &[
+                    daemons_end.as_fd(),
+                    shared.kick.as_fd(),
+                    page.fd(),
+                    st.inbound.fd(),
+                ],
             )?;
         }
         drop(daemons_end);

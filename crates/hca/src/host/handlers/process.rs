@@ -210,6 +210,7 @@ pub(super) fn open_events(
     dev: u32,
     counters: u32,
 ) -> Handled {
+    let inbound = passed_fd(fds, "OpenEvents arrived without its inbound ring")?;
     let page = passed_fd(fds, "OpenEvents arrived without its counter page")?;
     let bell = passed_fd(fds, "OpenEvents arrived without its doorbell")?;
     let stream = passed_fd(fds, "OpenEvents arrived without its event stream")?;
@@ -234,6 +235,8 @@ pub(super) fn open_events(
     })?;
     let counters = softib_net::counters::CounterPage::from_fd(page, counters as usize)
         .map_err(|e| refused(ErrorKind::Invalid, format!("the counter page: {e}")))?;
+    let inbound = PacketRing::from_fd(inbound, softib_proto::INBOUND_RING_BYTES)
+        .map_err(|e| refused(ErrorKind::Invalid, format!("the inbound ring: {e}")))?;
     let d = h.dev(dev)?;
     let mut ch = EventChannel {
         stream,
@@ -243,6 +246,7 @@ pub(super) fn open_events(
         // The engine read the port's state from the device list before it started; a change
         // since is told at the end of this turn.
         port_up: true,
+        inbound,
     };
     // The device's faults and capture as they are now, before the answer: the engine takes
     // them before its first packet.
@@ -531,12 +535,14 @@ mod tests {
         let (ours, theirs) = UnixStream::pair().unwrap();
         let bell = rustix::event::eventfd(0, rustix::event::EventfdFlags::NONBLOCK).unwrap();
         let page = softib_net::counters::CounterPage::create(&["drop.x"]).unwrap();
+        let inbound = PacketRing::create("t", softib_proto::INBOUND_RING_BYTES).unwrap();
         let (kind, msg) = t.refused_with(
             a,
             vec![
                 OwnedFd::from(theirs),
                 bell,
                 page.fd().try_clone_to_owned().unwrap(),
+                inbound.fd().try_clone_to_owned().unwrap(),
             ],
             Request::OpenEvents {
                 dev: 0,
