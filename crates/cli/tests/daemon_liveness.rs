@@ -1,7 +1,9 @@
 //! A daemon that stops answering is noticed and named: a client waiting on it — for a
 //! completion, for the answer to a control verb, or spinning on its CQ as a C program does
 //! through the drop-in — says within seconds that softibd stopped answering, with its state,
-//! instead of waiting forever.
+//! instead of waiting forever. On the daemon's data path, where a poll waits on the daemon
+//! (a process engine's poll does not: `process_path.rs` shows its control verbs naming a
+//! stopped daemon while its data path goes on).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
@@ -9,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
-use softib::{Context, Error};
+use softib::{Context, DataPath, Error};
 
 mod common;
 use common::{roce_daemon, signal, Kill, SOFTIB};
@@ -20,7 +22,7 @@ fn a_stopped_daemon_is_named_to_waiting_and_spinning_clients() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let d = roce_daemon(&dir, "127.0.0.94");
-    let mut ctx = Context::open_at(&dir).unwrap();
+    let mut ctx = Context::open_on(&dir, DataPath::Daemon).unwrap();
     let cq = ctx.create_cq(0, 16).unwrap();
     // Alive: a wait that finds nothing just ends, however long the daemon sleeps meanwhile.
     let t0 = Instant::now();
@@ -31,7 +33,7 @@ fn a_stopped_daemon_is_named_to_waiting_and_spinning_clients() {
     assert!(t0.elapsed() >= Duration::from_secs(7));
 
     // A second program that will spin on its CQ without waiting (the drop-in's ibv_poll_cq).
-    let mut spinner = Context::open_at(&dir).unwrap();
+    let mut spinner = Context::open_on(&dir, DataPath::Daemon).unwrap();
     let spin_cq = spinner.create_cq(0, 16).unwrap();
 
     signal(&d.0, Signal::STOP);
@@ -74,7 +76,7 @@ fn a_stopped_daemon_is_named_to_waiting_and_spinning_clients() {
     assert!(t0.elapsed() < Duration::from_secs(9), "{:?}", t0.elapsed());
     signal(&d.0, Signal::CONT);
     // Resumed: a new session works.
-    let mut again = Context::open_at(&dir).unwrap();
+    let mut again = Context::open_on(&dir, DataPath::Daemon).unwrap();
     again.alloc_pd(0).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -377,7 +377,13 @@ fn a_c_program_built_against_debians_headers_covers_the_rest() {
     let process = Run::start(&h.a, &[&exe_s, "rxe0", "1"], &[("SOFTIB_SHARE_MR", "0")]).wait();
     process.ok();
     assert!(process.stdout.contains("shared 0"), "{}", process.stdout);
-    let d = Run::start(&h.a, &[&exe_s, "rxe0", "1"], &[]).wait();
+    // The daemon's data path first; the process path below must print the same.
+    let d = Run::start(
+        &h.a,
+        &[&exe_s, "rxe0", "1"],
+        &[("SOFTIB_DATAPATH", "daemon")],
+    )
+    .wait();
     d.ok();
     assert!(d.stdout.contains("shared 1"), "{}", d.stdout);
     assert!(

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use softib::{AccessFlags, Context, Device, Mtu, QpType, WcStatus};
+use softib::{AccessFlags, Context, DataPath, Device, Mtu, QpType, WcStatus};
 
 mod common;
 use common::{roce_daemon, signal};
@@ -36,8 +36,9 @@ fn a_full_receive_buffer_drops_ud_datagrams_counted_and_rc_recovers() {
     const UD_LEN: usize = 4096;
     const RC_LEN: usize = 256 * 1024;
     let (a, b) = (
-        Device::open_at(&dir_a, Some("rxe0")).unwrap(),
-        Device::open_at(&dir_b, Some("rxe0")).unwrap(),
+        // The daemon's data path: stopping B's daemon stops B's engine.
+        Device::open_on(&dir_a, Some("rxe0"), DataPath::Daemon).unwrap(),
+        Device::open_on(&dir_b, Some("rxe0"), DataPath::Daemon).unwrap(),
     );
     let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (cq_a, cq_b) = (a.create_cq(16_384).unwrap(), b.create_cq(16_384).unwrap());

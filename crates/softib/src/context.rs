@@ -87,6 +87,14 @@ impl Context {
         })
     }
 
+    /// Connects to the daemon whose runtime directory is `dir`, its RoCE devices' engines on
+    /// data path `datapath` whatever `SOFTIB_DATAPATH` says (a tool or test that needs one).
+    pub fn open_on(dir: &Path, datapath: crate::DataPath) -> Result<Context> {
+        Ok(Context {
+            backend: Backend::Daemon(Box::new(Session::connect_on(dir, datapath)?)),
+        })
+    }
+
     /// Whether this context drives a real RDMA device through rdma-core (not softibd).
     pub fn is_rdma_core(&self) -> bool {
         matches!(self.backend, Backend::RdmaCore(_))

@@ -62,7 +62,7 @@ pub use objects::{
     SharedReceiveQueue,
 };
 pub use provider::pause::{pause as pause_progress, ProgressPause};
-pub use provider::ProcessCounters;
+pub use provider::{DataPath, ProcessCounters};
 
 /// The Q_Key softib's objects use on UD QPs (perftest's and the pingpong examples' 0x11111111).
 pub const UD_QKEY: u32 = 0x1111_1111;

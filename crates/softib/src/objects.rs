@@ -52,6 +52,11 @@ impl Device {
         Device::with(Context::open_at(dir)?, name)
     }
 
+    /// [`Device::open_at`] on data path `datapath` ([`Context::open_on`]).
+    pub fn open_on(dir: &Path, name: Option<&str>, datapath: crate::DataPath) -> Result<Device> {
+        Device::with(Context::open_on(dir, datapath)?, name)
+    }
+
     fn with(mut ctx: Context, name: Option<&str>) -> Result<Device> {
         let devs = ctx.devices()?;
         let index = match name {

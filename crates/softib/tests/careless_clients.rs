@@ -2,6 +2,11 @@
 //! closing, or dropping their connection in the middle of a request — while another client's
 //! transfer runs. The transfer ends with every byte right, the daemon reclaims everything the
 //! vanished clients made, and it still serves a new client.
+//!
+//! On the daemon's data path: a client there that unmaps memory under a region of its own
+//! is answered with an error (the daemon's cross-memory attach fails); on the process path
+//! the program's own engine touches that memory, and it faults as any library given the
+//! pointer would (docs/dev/process-datapath.md).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;
@@ -17,8 +22,15 @@ use softib_proto::SOCKET_NAME;
 mod common;
 use common::{all, connect_regions, open_pair};
 
+/// Every test of this binary runs on the daemon's data path (the variable is read when a
+/// context opens; all tests set the same value).
+fn daemon_path() {
+    std::env::set_var("SOFTIB_DATAPATH", "daemon");
+}
+
 #[test]
 fn a_thousand_clients_that_vanish_leave_nothing_behind_and_nobody_waiting() {
+    daemon_path();
     let hca = EmbeddedDaemon::start().unwrap();
     hca.add_loopback_pair().unwrap();
     let dir = hca.dir().to_path_buf();
@@ -124,6 +136,7 @@ fn a_thousand_clients_that_vanish_leave_nothing_behind_and_nobody_waiting() {
 #[allow(unsafe_code)]
 fn memory_unmapped_under_a_region_fails_the_operation_not_the_daemon() {
     use rustix::mm::{mmap_anonymous, munmap, MapFlags, ProtFlags};
+    daemon_path();
     const LEN: usize = 64 << 10;
     let (_hca, a, b) = common::loopback_pair();
     let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());

@@ -8,7 +8,7 @@ use softib::embedded::EmbeddedDaemon;
 use softib::{AccessFlags, Context, Device, Mtu, QpType, WcOpcode, WcStatus};
 
 mod common;
-use common::{connect_regions, open_pair};
+use common::{connect_regions, open_pair, open_pair_in_daemon};
 
 /// An embedded HCA with `rxe0` (127.0.0.2) and `rxe1` (127.0.0.3) on a port of their own.
 fn two_devices() -> EmbeddedDaemon {
@@ -167,7 +167,7 @@ fn a_completion_channel_becomes_readable_when_an_armed_cq_gets_a_completion() {
 #[test]
 fn completions_beyond_a_full_ring_are_not_stranded() {
     let hca = two_devices();
-    let (a, b) = open_pair(hca.dir());
+    let (a, b) = open_pair_in_daemon(hca.dir());
     let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     // Four slots in B's completion ring; eight completions arrive before B polls.
     let (cq_a, cq_b) = (a.create_cq(16).unwrap(), b.create_cq(4).unwrap());
@@ -284,7 +284,7 @@ fn memory_of_the_program_itself_is_registered_and_reached_by_cross_memory_attach
 #[test]
 fn posting_through_the_submission_ring_still_fails_at_once_as_the_verb_does() {
     let hca = two_devices();
-    let (a, b) = open_pair(hca.dir());
+    let (a, b) = open_pair_in_daemon(hca.dir());
     let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
     let (buf_a, buf_b) = (a.alloc_buffer(4096).unwrap(), b.alloc_buffer(4096).unwrap());
@@ -464,9 +464,9 @@ fn ud_sends_to_one_peer_share_one_address_handle_and_owned_handles_send_too() {
 #[test]
 fn another_clients_address_handle_is_refused_on_the_ring_too() {
     let hca = two_devices();
-    let (a, b) = open_pair(hca.dir());
+    let (a, b) = open_pair_in_daemon(hca.dir());
     // A second client on rxe0.
-    let rogue = Device::open_at(hca.dir(), Some("rxe0")).unwrap();
+    let rogue = Device::open_on(hca.dir(), Some("rxe0"), softib::DataPath::Daemon).unwrap();
     let (pd_a, pd_b, pd_r) = (
         a.alloc_pd().unwrap(),
         b.alloc_pd().unwrap(),

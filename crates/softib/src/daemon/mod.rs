@@ -222,8 +222,14 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    /// Connects to the daemon whose runtime directory is `dir` and says hello.
+    /// Connects to the daemon whose runtime directory is `dir` and says hello, on the data
+    /// path `SOFTIB_DATAPATH` asks for.
     pub(crate) fn connect(dir: &Path) -> Result<Session> {
+        Session::connect_on(dir, provider::wanted()?)
+    }
+
+    /// [`Session::connect`] on data path `datapath`.
+    pub(crate) fn connect_on(dir: &Path, datapath: provider::DataPath) -> Result<Session> {
         let path = dir.join(proto::SOCKET_NAME);
         let stream = UnixStream::connect(&path).map_err(|source| Error::NoDaemon {
             path: path.clone(),
@@ -255,7 +261,6 @@ impl Session {
             }
             _ => return Err(Error::Unexpected("not Hello")),
         };
-        let datapath = provider::wanted()?;
         Ok(Session {
             conn,
             host,

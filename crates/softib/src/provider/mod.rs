@@ -113,22 +113,25 @@ fn eventfd() -> std::io::Result<OwnedFd> {
     .map_err(std::io::Error::from)
 }
 
-/// Where a session's RoCE devices run their engines.
+/// Where a session's RoCE devices run their engines (`SOFTIB_DATAPATH`, or
+/// [`crate::Context::open_on`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum DataPath {
+pub enum DataPath {
     /// In softibd (`SOFTIB_DATAPATH=daemon`).
     Daemon,
     /// In this process, or an error where the engine cannot start (`SOFTIB_DATAPATH=process`).
     Process,
-    /// In this process where the engine starts, else in softibd (`SOFTIB_DATAPATH=auto`).
+    /// In this process where the engine starts, else in softibd (`SOFTIB_DATAPATH=auto`, and
+    /// the default).
     PreferProcess,
 }
 
-/// What the data path is when `SOFTIB_DATAPATH` is unset.
-const DEFAULT_DATAPATH: DataPath = DataPath::Daemon;
+/// What the data path is when `SOFTIB_DATAPATH` is unset: the engine in the process where it
+/// starts (RoCE devices), as a real provider drives its NIC.
+const DEFAULT_DATAPATH: DataPath = DataPath::PreferProcess;
 
 /// The data path this process asked for (`SOFTIB_DATAPATH`).
-pub(crate) fn wanted() -> Result<DataPath> {
+pub fn wanted() -> Result<DataPath> {
     match std::env::var("SOFTIB_DATAPATH").as_deref() {
         Ok("process") => Ok(DataPath::Process),
         Ok("daemon") => Ok(DataPath::Daemon),

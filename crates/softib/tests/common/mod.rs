@@ -32,6 +32,13 @@ pub fn open_pair(dir: &Path) -> (Device, Device) {
     )
 }
 
+/// [`open_pair`] on the daemon's data path, for a test of what only that path has (the
+/// submission and completion rings between a client and the daemon).
+pub fn open_pair_in_daemon(dir: &Path) -> (Device, Device) {
+    let on = |name| Device::open_on(dir, Some(name), softib::DataPath::Daemon).unwrap();
+    (on("rxe0"), on("rxe1"))
+}
+
 /// Connects two RC QPs to each other (path MTU 1024).
 pub fn connect(a: &QueuePair, b: &QueuePair) {
     a.connect(&b.endpoint().unwrap(), Mtu::Mtu1024).unwrap();
