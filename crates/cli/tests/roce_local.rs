@@ -146,9 +146,10 @@ fn datagrams_between_devices_of_one_daemon_skip_the_kernel_and_are_still_capture
     // in-process), captured whole although their payloads were handed over in place; 20
     // READs of 64 KiB are two responses each, the same way (the first READ may be answered
     // at the MTU, 16 responses), which rxe1 captures as it sends them; then requests and
-    // acknowledgements. At the MTU throughout it would be some 400.
+    // acknowledgements; a loaded machine adds retransmissions (up to 192 seen at load
+    // average 4). At the MTU throughout it would be some 400.
     eprintln!("{good} datagrams captured, every ICRC valid");
-    assert!((100..=170).contains(&good), "{good} datagrams captured");
+    assert!((100..=260).contains(&good), "{good} datagrams captured");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -94,6 +94,8 @@ pub(crate) struct Station {
     pub oversight: Oversight,
     /// The multicast groups its UD QPs are attached to.
     pub groups: Groups,
+    /// The engine's event channel (set once it is open).
+    pub daemon_events: Option<super::DaemonEvents>,
 }
 
 impl Station {
@@ -141,6 +143,7 @@ impl Station {
             rx_overflow: 0,
             oversight: Oversight::new()?,
             groups: Groups::new(addr)?,
+            daemon_events: None,
         })
     }
 

@@ -287,21 +287,23 @@ impl Engine {
             )?;
         }
         drop(daemons_end);
-        // The device's faults and capture as they are now were pushed before the answer:
-        // taken before the first packet leaves.
-        let mut reader = softib_proto::FrameReader::default();
-        if let Ok(true) = reader.fill(&events) {
-            take_events(
-                &mut shared.station.lock().unwrap_or_else(|p| p.into_inner()),
-                &mut reader,
-            );
+        let events_fd = events.as_fd().try_clone_to_owned()?;
+        {
+            let mut st = shared.station.lock().unwrap_or_else(|p| p.into_inner());
+            st.daemon_events = Some(DaemonEvents {
+                stream: events,
+                reader: softib_proto::FrameReader::default(),
+            });
+            // The device's faults and capture as they are now were pushed before the answer:
+            // taken before the first packet leaves.
+            read_daemon_events(&mut st);
         }
         pause::register(&shared);
         let for_thread = Arc::clone(&shared);
         let control = conn.socket().try_clone_to_owned()?;
         let thread = std::thread::Builder::new()
             .name(format!("softib-progress-{dev}"))
-            .spawn(move || progress(&for_thread, control, events, reader))?;
+            .spawn(move || progress(&for_thread, control, events_fd))?;
         Ok(Engine {
             dev,
             shared,
@@ -623,6 +625,12 @@ impl Engine {
                         return false;
                     }
                 } else {
+                    if !st.peers.has(id) {
+                        // The other engine asked first: the daemon pushed this pair's rings
+                        // on the event channel before it answered, and the progress thread
+                        // may not have taken them yet.
+                        read_daemon_events(&mut st);
+                    }
                     st.peers.route(id, peer, &peer_blocks);
                 }
                 st.peers.reaches(peer_ip, dqpn)
@@ -930,6 +938,28 @@ fn log(what: std::fmt::Arguments<'_>) {
     }
 }
 
+/// The engine's event channel (`OpenEvents`) and what has been read of it.
+pub(crate) struct DaemonEvents {
+    stream: std::os::unix::net::UnixStream,
+    reader: softib_proto::FrameReader,
+}
+
+/// Takes what the daemon pushed on the engine's event channel (without waiting: the stream is
+/// non-blocking), on whichever thread holds the engine — the progress thread when the
+/// channel is readable, a post that needs rings the daemon said it pushed. False once the
+/// channel closed (or was never open).
+fn read_daemon_events(st: &mut Station) -> bool {
+    let Some(mut ev) = st.daemon_events.take() else {
+        return false;
+    };
+    let open = matches!(ev.reader.fill(&ev.stream), Ok(true));
+    take_events(st, &mut ev.reader);
+    if open {
+        st.daemon_events = Some(ev);
+    }
+    open
+}
+
 /// What the daemon pushed on the event channel: rings to a peer's engine, or a peer gone.
 fn take_events(st: &mut Station, reader: &mut softib_proto::FrameReader) {
     loop {
@@ -1026,12 +1056,7 @@ fn progress_spin() -> Duration {
 /// every QP moves to the error state, its outstanding work completing with
 /// IBV_WC_WR_FLUSH_ERR, as on a device that was removed; control verbs then fail with
 /// `DaemonGone`.
-fn progress(
-    shared: &Shared,
-    control: OwnedFd,
-    events: std::os::unix::net::UnixStream,
-    mut reader: softib_proto::FrameReader,
-) {
+fn progress(shared: &Shared, control: OwnedFd, events: OwnedFd) {
     use rustix::event::{PollFd, PollFlags};
     let mut control = Some(control);
     let mut events = Some(events);
@@ -1097,11 +1122,8 @@ fn progress(
             control = None;
             fail_all(&mut st);
         }
-        if event {
-            match events.as_ref().map(|e| reader.fill(e)) {
-                Some(Ok(true)) => take_events(&mut st, &mut reader),
-                _ => events = None,
-            }
+        if event && !read_daemon_events(&mut st) {
+            events = None;
         }
         let busy = st.turn();
         if busy {
