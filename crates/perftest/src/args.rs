@@ -1488,7 +1488,10 @@ mod tests {
         let uc = err(Test::Send, Mode::Bw, &["-R", "-c", "UC"]).to_string();
         assert!(uc.ends_with(" UC is not supported in librdmacm"), "{uc}");
         let ud = err(Test::Send, Mode::Bw, &["-R", "-c", "UD"]).to_string();
-        assert!(ud.contains("-R with -c UD") && ud.contains("use -c RC"), "{ud}");
+        assert!(
+            ud.contains("-R with -c UD") && ud.contains("use -c RC"),
+            "{ud}"
+        );
         let inf = err(Test::Write, Mode::Bw, &["-R", "--run_infinitely"]).to_string();
         assert!(inf.contains("--run_infinitely with -R"), "{inf}");
     }

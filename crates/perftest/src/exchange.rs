@@ -1265,10 +1265,8 @@ impl Exchange {
             )));
         };
         sockopt::set_socket_keepalive(&*stream, true).map_err(|e| io(e.into()))?;
-        sockopt::set_tcp_keepidle(&*stream, Duration::from_secs(5))
-            .map_err(|e| io(e.into()))?;
-        sockopt::set_tcp_keepintvl(&*stream, Duration::from_secs(1))
-            .map_err(|e| io(e.into()))?;
+        sockopt::set_tcp_keepidle(&*stream, Duration::from_secs(5)).map_err(|e| io(e.into()))?;
+        sockopt::set_tcp_keepintvl(&*stream, Duration::from_secs(1)).map_err(|e| io(e.into()))?;
         sockopt::set_tcp_keepcnt(&*stream, 5).map_err(|e| io(e.into()))?;
         stream.set_read_timeout(None).map_err(io)?;
         let mut buf = [0u8; 256];

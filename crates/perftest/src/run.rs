@@ -20,8 +20,8 @@ use softib::{
 
 use crate::args::{AtomicType, Connection, Mode, Parsed, PerftestArgs, Test};
 use crate::exchange::{
-    self, Dest, Exchange, ExchangeListener, NegotiateParams, Negotiation, PeerVersion, SysData,
-    SOFTIB_PERFTEST_VERSION,
+    self, Dest, Exchange, ExchangeListener, NegotiateParams, Negotiation, PeerVersion, Role,
+    SysData, SOFTIB_PERFTEST_VERSION,
 };
 use crate::report::{
     self, address_lines, BannerInfo, BannerStyle, BwResult, BwUnit, LatResult, LinkLayer, Side,
@@ -163,8 +163,39 @@ fn run(mut args: PerftestArgs) -> Result<()> {
         .min(mtu_bytes(port.active_mtu));
     let server = args.is_server();
 
-    // Out-of-band connection.
-    let mut ex = if server {
+    // Out-of-band connection: TCP, or with -R a QP the CM connects.
+    let mut link = None;
+    let mut ex = if args.rdma_cm {
+        if port.link_layer_ib {
+            return fail(
+                " -R on softib speaks rdma_cm's RoCE addressing (IP addresses are GIDs); this \
+                 port is on an IB fabric: run without -R, or on a RoCE device",
+            );
+        }
+        if server {
+            outln!("{}", report::WAITING_FOR_CLIENT.trim_start_matches('\n'));
+            let _ = std::io::stdout().flush();
+        }
+        let setup = crate::rdma_cm::Setup {
+            dev: dev_index as u32,
+            node_guid: dev.node_guid,
+            gids: &port.gids,
+            gid_index: args.gid_index.unwrap_or(0),
+            port: args.ib_port,
+            mtu: exchange::mtu_enum(local_mtu as u32).unwrap_or(3),
+            rd_atomic_max: dev.attr.max_qp_rd_atom,
+            cm_port: args.port,
+            server: args.server.as_deref(),
+            num_qps: args.num_qps.max(1) as usize,
+            ack_timeout: args.qp_timeout,
+            timeout: args.timeout,
+        };
+        let (l, comm) = crate::rdma_cm::Link::establish(&setup)?;
+        let peer = l.peer();
+        link = Some(l);
+        let role = if server { Role::Server } else { Role::Client };
+        Exchange::over_messages(Box::new(comm), peer, role, args.timeout)
+    } else if server {
         outln!("{}", report::WAITING_FOR_CLIENT.trim_start_matches('\n'));
         let _ = std::io::stdout().flush();
         let l = ExchangeListener::bind(std::net::SocketAddr::from(([0, 0, 0, 0], args.port)))?;
@@ -227,6 +258,13 @@ fn run(mut args: PerftestArgs) -> Result<()> {
             }
         })
         .collect();
+    if let Some(link) = link.as_mut() {
+        // create_rdma_cm_connection: a hand shake, the test QPs' connections, a hand shake.
+        let sync = Dest::default();
+        ex.hand_shake(&sync)?;
+        l.connect_cm(link, &args, mtu, &dests, out_reads)?;
+        ex.hand_shake(&sync)?;
+    }
     let banner = BannerInfo::new(
         BannerStyle::V6,
         &args,
@@ -245,7 +283,9 @@ fn run(mut args: PerftestArgs) -> Result<()> {
     for d in &dests {
         remotes.push(ex.hand_shake(d)?);
     }
-    l.connect(&args, mtu, &dests, &remotes, out_reads)?;
+    if link.is_none() {
+        l.connect(&args, mtu, &dests, &remotes, out_reads)?;
+    }
     for d in &dests {
         out!("{}", address_lines(Side::Local, args.test, d));
     }
@@ -313,6 +353,9 @@ fn run(mut args: PerftestArgs) -> Result<()> {
     let write_lat = args.mode == Mode::Lat && args.test == Test::Write;
     if !write_lat && !infinite {
         ex.close(&dests[0])?;
+    }
+    if let Some(link) = link {
+        link.finish();
     }
     Ok(())
 }
@@ -461,47 +504,53 @@ impl Local {
                 self.ahs.push(ah);
                 continue;
             }
-            let rc = args.connection == Connection::Rc;
             let rd = u8::try_from(out_reads.clamp(1, 255)).unwrap_or(16);
-            let rtr = QpAttr {
-                qp_state: QpState::Rtr,
-                path_mtu: mtu_from_bytes(mtu),
-                dest_qp_num: Qpn::new(r.qpn),
-                rq_psn: Psn::new(r.psn),
-                ah_attr: self.av(args, r),
+            let c = crate::port::ConnectedQp {
+                reliable: args.connection == Connection::Rc,
+                mtu: mtu_from_bytes(mtu),
+                remote_qpn: Qpn::new(r.qpn),
+                remote_psn: Psn::new(r.psn),
+                local_psn: Psn::new(m.psn),
+                av: self.av(args, r),
                 max_dest_rd_atomic: rd,
-                min_rnr_timer: 12,
-                ..QpAttr::default()
-            };
-            let mut mask = AttrMask::STATE
-                .with(AttrMask::AV)
-                .with(AttrMask::PATH_MTU)
-                .with(AttrMask::DEST_QPN)
-                .with(AttrMask::RQ_PSN);
-            if rc {
-                mask = mask
-                    .with(AttrMask::MAX_DEST_RD_ATOMIC)
-                    .with(AttrMask::MIN_RNR_TIMER);
-            }
-            self.ctx.modify_qp(self.dev, qpn, &rtr, mask)?;
-            let rts = QpAttr {
-                qp_state: QpState::Rts,
-                sq_psn: Psn::new(m.psn),
+                max_rd_atomic: rd,
                 timeout: args.qp_timeout,
                 retry_cnt: 7,
                 rnr_retry: 7,
-                max_rd_atomic: rd,
-                ..QpAttr::default()
             };
-            let mut mask = AttrMask::STATE.with(AttrMask::SQ_PSN);
-            if rc {
-                mask = mask
-                    .with(AttrMask::TIMEOUT)
-                    .with(AttrMask::RETRY_CNT)
-                    .with(AttrMask::RNR_RETRY)
-                    .with(AttrMask::MAX_QP_RD_ATOMIC);
-            }
-            self.ctx.modify_qp(self.dev, qpn, &rts, mask)?;
+            crate::port::ready_connected(&mut self.ctx, self.dev, qpn, &c)?;
+        }
+        Ok(())
+    }
+
+    /// `-R`: connects every QP with the CM (`create_rdma_cm_connection`): the client
+    /// sends a REQ per QP, the server takes a request per QP; each QP is readied for its
+    /// peer's before the REP (server) or the RTU (client). The read and atomic tests offer
+    /// `out_reads` reads/atomics, the others none, as upstream's `conn_param`.
+    fn connect_cm(
+        &mut self,
+        link: &mut crate::rdma_cm::Link,
+        args: &PerftestArgs,
+        mtu: u64,
+        mine: &[Dest],
+        out_reads: u32,
+    ) -> Result<()> {
+        let rd = if args.test.is_read_like() {
+            u8::try_from(out_reads).unwrap_or(u8::MAX)
+        } else {
+            0
+        };
+        let code = exchange::mtu_enum(mtu as u32).unwrap_or(3);
+        for (&qpn, m) in self.qps.iter().zip(mine) {
+            let end = link.end(qpn, m.psn, rd, code);
+            let (ctx, dev) = (&mut self.ctx, self.dev);
+            let deadline = Some(Instant::now() + self.timeout);
+            link.connect_qp(&end, deadline, |c| {
+                crate::port::ready_connected(ctx, dev, qpn, c)
+            })?;
+        }
+        if self.server {
+            link.accepted_all();
         }
         Ok(())
     }

@@ -9,8 +9,8 @@ use std::ffi::{c_int, c_void};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use softib_cm::{
-    msg, AcceptParams, CmaHeader, ConnectParams, Event as CmEvent, Path, PortSpace,
-    RejectReason, SidrStatus, TransportService,
+    msg, AcceptParams, CmaHeader, ConnectParams, Event as CmEvent, Path, PortSpace, RejectReason,
+    SidrStatus, TransportService,
 };
 use softib_verbs_abi::rdma_cm::{
     event, option, port_space, RdmaCmId, RdmaConnParam, RdmaEventChannel, RdmaRoute,
