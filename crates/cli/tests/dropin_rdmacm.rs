@@ -279,6 +279,38 @@ fn softibs_own_perftest_with_rdma_cm_and_upstreams_connect_both_ways() {
     own_perftest_over_rdma_cm("ib_read_bw", "100", &["-q", "2"], None);
 }
 
+/// softib's own `-R` client to a port nobody listens on: the REJ (InvalidServiceID) comes
+/// at once; the client asks again (a server may be starting) until `--timeout`, then says
+/// why it gave up.
+#[test]
+fn own_perftest_rdma_cm_client_says_nobody_listens() {
+    let h = hosts();
+    let p = port().to_string();
+    let t0 = Instant::now();
+    let args = [
+        "ib_write_bw",
+        "-R",
+        "-d",
+        "rxe0",
+        "-p",
+        &p,
+        "--timeout",
+        "2",
+        h.b.addr,
+    ];
+    let c = Run::start_own(&h.a, &args).wait();
+    assert!(!c.status.success(), "{}: {}", c.what, c.stdout);
+    assert!(
+        c.stderr
+            .contains("rejected the connection: nobody listens on that port (REJ reason 8)"),
+        "{}: {}",
+        c.what,
+        c.stderr
+    );
+    // Two seconds of asking again, not the CM's 15 retries of 4 s.
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+}
+
 /// rdma_server and rdma_client use synchronous ids: rdma_getaddrinfo, rdma_create_ep (the
 /// QP made with the endpoint), rdma_get_request, and rdma_verbs.h's inline helpers over the
 /// id's PD, QP and CQs.

@@ -38,7 +38,7 @@ use softib::{
 };
 use softib_cm::{
     msg, AcceptParams, Cm, CommId, Config, ConnectParams, Event, Path, PortSpace, RejectReason,
-    Req, TransportService,
+    Rep, Req, TransportService,
 };
 use softib_wire::mad::cm::private_len;
 
@@ -253,30 +253,22 @@ impl CmAgent {
         deadline: Instant,
         mut ready: impl FnMut(&ConnectedQp) -> softib::Result<()>,
     ) -> Result<Connected> {
-        let mut private_data = [0u8; private_len::REQ];
-        softib_cm::rdma_cm::private_data(route.src, route.dst, &[], &mut private_data);
-        let params = ConnectParams {
-            service_id: msg::service_id(PortSpace::Tcp, route.dst.port()),
-            local_qpn: end.qpn,
-            starting_psn: Psn::new(end.psn),
-            responder_resources: end.rd_atomic,
-            initiator_depth: end.rd_atomic,
-            transport: TransportService::Rc,
-            pkey: softib_wire::PKey::DEFAULT,
-            path_mtu: end.mtu,
-            retry_count: 7,
-            rnr_retry_count: 7,
-            srq: false,
-            primary: Path {
-                local_gid: route.sgid,
-                remote_gid: route.dgid,
-                hop_limit: 64,
-                local_ack_timeout: end.ack_timeout,
-                ..Path::default()
-            },
-            private_data,
-        };
+        let params = connect_params(route, end);
         let server = route.dst;
+        let rejected = |reason: RejectReason| {
+            format!(
+                " -R: the rdma_cm server at {server} rejected the connection: {} (REJ reason {}){}",
+                reason_text(reason),
+                u16::from(reason),
+                if reason == RejectReason::InvalidServiceId {
+                    "; is a server running with the same -p? raise --timeout to wait longer"
+                } else {
+                    ""
+                }
+            )
+        };
+        // Whether the server said nobody listens (and is being asked again).
+        let mut refused = false;
         loop {
             let now = self.now();
             let comm = self.cm.connect(now, route.dgid, &params);
@@ -293,22 +285,15 @@ impl CmAgent {
                     Some(e.clone())
                 }
                 _ => None,
-            })?;
+            });
+            let ev = match ev {
+                Ok(ev) => ev,
+                Err(_) if refused => return Err(rejected(RejectReason::InvalidServiceId)),
+                Err(e) => return Err(e),
+            };
             match ev {
                 Event::Reply { rep, .. } => {
-                    let c = ConnectedQp {
-                        reliable: true,
-                        mtu: mtu_of(end.mtu),
-                        remote_qpn: rep.local_qpn,
-                        remote_psn: rep.starting_psn,
-                        local_psn: Psn::new(end.psn),
-                        av: av(route),
-                        max_dest_rd_atomic: rep.initiator_depth.min(end.rd_atomic_max),
-                        max_rd_atomic: rep.responder_resources.min(end.rd_atomic),
-                        timeout: end.ack_timeout,
-                        retry_cnt: 7,
-                        rnr_retry: rep.rnr_retry_count,
-                    };
+                    let c = active_qp(route, end, &rep);
                     if let Err(e) = ready(&c) {
                         let _ = self.cm.reject(comm, RejectReason::ConsumerDefined, &[]);
                         self.flush()?;
@@ -327,24 +312,15 @@ impl CmAgent {
                     });
                 }
                 Event::Rejected { reason, .. }
-                    if reason == RejectReason::InvalidServiceId && Instant::now() < deadline =>
+                    if reason == RejectReason::InvalidServiceId
+                        && Instant::now() + RETRY_PAUSE < deadline =>
                 {
                     // The server does not listen yet: upstream's listens a moment after the
                     // hand shake that lets the client go on.
+                    refused = true;
                     std::thread::sleep(RETRY_PAUSE);
                 }
-                Event::Rejected { reason, .. } => {
-                    return Err(format!(
-                        " -R: the rdma_cm server at {server} rejected the connection: {} (REJ reason {}){}",
-                        reason_text(reason),
-                        u16::from(reason),
-                        if reason == RejectReason::InvalidServiceId {
-                            "; is a server running with the same -p?"
-                        } else {
-                            ""
-                        }
-                    ));
-                }
+                Event::Rejected { reason, .. } => return Err(rejected(reason)),
                 _ => {
                     return Err(format!(
                         " -R: the rdma_cm server at {server} did not answer the REQ through every CM retry"
@@ -389,19 +365,7 @@ impl CmAgent {
         };
         let peer = softib_cm::rdma_cm::request_addrs(&req.private_data)
             .map_or(route.dst, |(peer, _)| peer);
-        let c = ConnectedQp {
-            reliable: true,
-            mtu: mtu_of(end.mtu.min(req.path_mtu)),
-            remote_qpn: req.local_qpn,
-            remote_psn: req.starting_psn,
-            local_psn: Psn::new(end.psn),
-            av: av(&route),
-            max_dest_rd_atomic: req.initiator_depth.min(end.rd_atomic_max),
-            max_rd_atomic: req.responder_resources.min(end.rd_atomic),
-            timeout: end.ack_timeout.max(req.primary.local_ack_timeout),
-            retry_cnt: req.retry_count,
-            rnr_retry: req.rnr_retry_count,
-        };
+        let (c, p) = passive_qp(&route, &end, &req);
         if let Err(e) = ready(&c) {
             return refuse(
                 self,
@@ -412,15 +376,6 @@ impl CmAgent {
                 ),
             );
         }
-        let p = AcceptParams {
-            local_qpn: end.qpn,
-            starting_psn: Psn::new(end.psn),
-            responder_resources: c.max_dest_rd_atomic,
-            initiator_depth: c.max_rd_atomic,
-            rnr_retry_count: 7,
-            srq: false,
-            private_data: [0; private_len::REP],
-        };
         let now = self.now();
         self.cm
             .accept(now, id, &p)
@@ -485,6 +440,83 @@ impl CmAgent {
         let _ = self.flush();
         open.len()
     }
+}
+
+/// The REQ of `end` over `route`, as rdma_cm's (`rdma_connect` with perftest's
+/// `conn_param`): RC, retry and RNR retry 7, `rd_atomic` offered both ways, rdma_cm's header
+/// in the private data, to the ServiceID of the destination port in RDMA_PS_TCP.
+fn connect_params(route: &Route, end: &QpEnd) -> ConnectParams {
+    let mut private_data = [0u8; private_len::REQ];
+    softib_cm::rdma_cm::private_data(route.src, route.dst, &[], &mut private_data);
+    ConnectParams {
+        service_id: msg::service_id(PortSpace::Tcp, route.dst.port()),
+        local_qpn: end.qpn,
+        starting_psn: Psn::new(end.psn),
+        responder_resources: end.rd_atomic,
+        initiator_depth: end.rd_atomic,
+        transport: TransportService::Rc,
+        pkey: softib_wire::PKey::DEFAULT,
+        path_mtu: end.mtu,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        srq: false,
+        primary: Path {
+            local_gid: route.sgid,
+            remote_gid: route.dgid,
+            hop_limit: 64,
+            local_ack_timeout: end.ack_timeout,
+            ..Path::default()
+        },
+        private_data,
+    }
+}
+
+/// The active side's QP from the peer's REP: its QPN and PSN, as many reads/atomics
+/// outstanding as the peer answers (and this side asked for), as many answered as the peer
+/// will have outstanding (within the device's limit), and the peer's RNR retry count.
+fn active_qp(route: &Route, end: &QpEnd, rep: &Rep) -> ConnectedQp {
+    ConnectedQp {
+        reliable: true,
+        mtu: mtu_of(end.mtu),
+        remote_qpn: rep.local_qpn,
+        remote_psn: rep.starting_psn,
+        local_psn: Psn::new(end.psn),
+        av: av(route),
+        max_dest_rd_atomic: rep.initiator_depth.min(end.rd_atomic_max),
+        max_rd_atomic: rep.responder_resources.min(end.rd_atomic),
+        timeout: end.ack_timeout,
+        retry_cnt: 7,
+        rnr_retry: rep.rnr_retry_count,
+    }
+}
+
+/// The passive side's QP from the peer's REQ (the smaller MTU, the requester's retry and
+/// RNR retry counts, reads/atomics as in [`active_qp`] mirrored), and the REP that tells the
+/// requester what this side took.
+fn passive_qp(route: &Route, end: &QpEnd, req: &Req) -> (ConnectedQp, AcceptParams) {
+    let c = ConnectedQp {
+        reliable: true,
+        mtu: mtu_of(end.mtu.min(req.path_mtu)),
+        remote_qpn: req.local_qpn,
+        remote_psn: req.starting_psn,
+        local_psn: Psn::new(end.psn),
+        av: av(route),
+        max_dest_rd_atomic: req.initiator_depth.min(end.rd_atomic_max),
+        max_rd_atomic: req.responder_resources.min(end.rd_atomic),
+        timeout: end.ack_timeout.max(req.primary.local_ack_timeout),
+        retry_cnt: req.retry_count,
+        rnr_retry: req.rnr_retry_count,
+    };
+    let rep = AcceptParams {
+        local_qpn: end.qpn,
+        starting_psn: Psn::new(end.psn),
+        responder_resources: c.max_dest_rd_atomic,
+        initiator_depth: c.max_rd_atomic,
+        rnr_retry_count: 7,
+        srq: false,
+        private_data: [0; private_len::REP],
+    };
+    (c, rep)
 }
 
 /// What a REJ reason means, in a few words.
@@ -781,7 +813,10 @@ pub struct Setup<'a> {
 
 /// A first PSN, different for every connection of every run.
 pub fn fresh_psn(salt: u32) -> u32 {
-    let t = Instant::now().elapsed().subsec_nanos() ^ std::process::id().rotate_left(11);
+    let clock = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let t = clock ^ std::process::id().rotate_left(11);
     (t.wrapping_add(salt).wrapping_mul(2_654_435_761) >> 8) & 0xff_ffff
 }
 
@@ -911,6 +946,142 @@ impl Link {
                 self.route.dst,
                 TEARDOWN_WAIT.as_secs()
             );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn gid(last: u8) -> Gid {
+        Gid::from_ipv4([10, 0, 0, last])
+    }
+
+    fn route(from: u8, to: u8, port: u16) -> Route {
+        Route {
+            src: SocketAddr::from(([10, 0, 0, from], 40000)),
+            dst: SocketAddr::from(([10, 0, 0, to], port)),
+            sgid: gid(from),
+            sgid_index: 1,
+            dgid: gid(to),
+            port: 1,
+        }
+    }
+
+    fn end(qpn: u32, psn: u32, rd_atomic: u8, rd_atomic_max: u8, mtu: u8) -> QpEnd {
+        QpEnd {
+            qpn: Qpn::new(qpn),
+            psn,
+            rd_atomic,
+            rd_atomic_max,
+            mtu,
+            ack_timeout: 14,
+        }
+    }
+
+    /// Carries every queued MAD of `from` to `to`.
+    fn deliver(from: &mut Cm<Gid>, from_gid: Gid, to: &mut Cm<Gid>) {
+        while let Some((_, mad)) = from.poll_transmit() {
+            to.handle_mad(Duration::ZERO, from_gid, &mad);
+        }
+    }
+
+    /// The client's REQ and the server's REP, through two CM machines, leave each QP
+    /// pointed at the other's with the same PSNs, the smaller MTU, and reads/atomics that
+    /// fit: what one side has outstanding the other answers.
+    #[test]
+    fn both_sides_ready_their_qps_for_each_other() {
+        let mut a = Cm::<Gid>::new(Config::default());
+        let mut b = Cm::<Gid>::new(Config {
+            first_comm_id: 1000,
+            ..Config::default()
+        });
+        b.listen(msg::service_id(PortSpace::Tcp, 18515), 2).unwrap();
+        let (ra, rb) = (route(2, 3, 18515), route(3, 2, 18515));
+        // ib_read_bw: the client asks for 16, the server's device answers up to 128 and it
+        // asks for 128 itself.
+        let (ea, eb) = (end(0x11, 0xabc, 16, 128, 5), end(0x22, 0xdef, 128, 128, 3));
+        let comm = a.connect(Duration::ZERO, gid(3), &connect_params(&ra, &ea));
+        deliver(&mut a, gid(2), &mut b);
+        let Some(Event::ConnectRequest { id, from, req }) = b.poll_event() else {
+            panic!("no request")
+        };
+        assert_eq!(from, gid(2));
+        assert_eq!(
+            softib_cm::rdma_cm::request_addrs(&req.private_data),
+            Some((ra.src, ra.dst.ip()))
+        );
+        let (qb, rep) = passive_qp(&rb, &eb, &req);
+        b.accept(Duration::ZERO, id, &rep).unwrap();
+        deliver(&mut b, gid(3), &mut a);
+        let Some(Event::Reply { id: got, rep }) = a.poll_event() else {
+            panic!("no reply")
+        };
+        assert_eq!(got, comm);
+        let qa = active_qp(&ra, &ea, &rep);
+        a.ready_to_use(comm, &[]).unwrap();
+        deliver(&mut a, gid(2), &mut b);
+        assert!(a.is_established(comm) && b.is_established(id));
+        assert_eq!((qa.remote_qpn, qa.remote_psn), (eb.qpn, Psn::new(eb.psn)));
+        assert_eq!((qb.remote_qpn, qb.remote_psn), (ea.qpn, Psn::new(ea.psn)));
+        assert_eq!(
+            (qa.local_psn, qb.local_psn),
+            (Psn::new(ea.psn), Psn::new(eb.psn))
+        );
+        assert_eq!((qa.mtu, qb.mtu), (Mtu::Mtu4096, Mtu::Mtu1024));
+        assert_eq!(qa.max_rd_atomic, 16);
+        assert!(qb.max_dest_rd_atomic >= qa.max_rd_atomic);
+        assert!(qa.max_dest_rd_atomic >= qb.max_rd_atomic);
+        assert_eq!((qa.rnr_retry, qb.rnr_retry, qb.retry_cnt), (7, 7, 7));
+        assert_eq!(qa.av.grh.unwrap().dgid, gid(3));
+        assert_eq!(qb.av.grh.unwrap().dgid, gid(2));
+    }
+
+    /// A write test offers no reads or atomics either way.
+    #[test]
+    fn a_write_test_offers_no_reads() {
+        let (ra, rb) = (route(2, 3, 1), route(3, 2, 1));
+        let p = connect_params(&ra, &end(1, 1, 0, 128, 5));
+        assert_eq!((p.responder_resources, p.initiator_depth), (0, 0));
+        assert_eq!(p.service_id, msg::service_id(PortSpace::Tcp, 1));
+        let mut a = Cm::<Gid>::new(Config::default());
+        a.connect(Duration::ZERO, gid(3), &p);
+        let (_, mad) = a.poll_transmit().unwrap();
+        let Ok((_, softib_cm::Message::Req(req))) = softib_cm::Message::parse(&mad) else {
+            panic!("not a REQ")
+        };
+        let (qb, rep) = passive_qp(&rb, &end(2, 2, 0, 128, 5), &req);
+        assert_eq!((qb.max_rd_atomic, rep.initiator_depth), (0, 0));
+        assert_eq!((qb.max_dest_rd_atomic, rep.responder_resources), (0, 0));
+    }
+
+    #[test]
+    fn addresses_and_words() {
+        assert_eq!(
+            local_addr(gid(7), 5).unwrap(),
+            SocketAddr::from(([10, 0, 0, 7], 5))
+        );
+        let e = local_addr(
+            Gid([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]),
+            5,
+        )
+        .unwrap_err();
+        assert!(e.contains("IPv4") && e.contains("-x"), "{e}");
+        assert_eq!(
+            server_addr("127.0.0.3", 18515).unwrap(),
+            SocketAddr::from(([127, 0, 0, 3], 18515))
+        );
+        assert!(server_addr("::1", 1).unwrap_err().contains("IPv4"));
+        assert_eq!(
+            reason_text(RejectReason::InvalidServiceId),
+            "nobody listens on that port"
+        );
+        assert_eq!(mtu_of(1), Mtu::Mtu256);
+        assert_eq!(mtu_of(5), Mtu::Mtu4096);
+        for salt in 0..64 {
+            assert!(fresh_psn(salt) <= 0xff_ffff);
         }
     }
 }
