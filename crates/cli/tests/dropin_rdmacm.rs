@@ -276,7 +276,19 @@ fn softibs_own_perftest_with_rdma_cm_and_upstreams_connect_both_ways() {
             own_perftest_over_rdma_cm(tool, "100", &["-q", "4"], Some(upstream_server));
         }
     }
+    // UD: SIDR resolves the QPs; the latency and bidirectional tests also have the client
+    // send its QPN to the server.
+    for (tool, extra) in [
+        ("ib_send_bw", &["-c", "UD"][..]),
+        ("ib_send_lat", &["-c", "UD"][..]),
+        ("ib_send_bw", &["-c", "UD", "-b"][..]),
+    ] {
+        for upstream_server in [false, true] {
+            own_perftest_over_rdma_cm(tool, "100", extra, Some(upstream_server));
+        }
+    }
     own_perftest_over_rdma_cm("ib_read_bw", "100", &["-q", "2"], None);
+    own_perftest_over_rdma_cm("ib_send_lat", "100", &["-c", "UD"], None);
 }
 
 /// softib's own `-R` client to a port nobody listens on: the REJ (InvalidServiceID) comes

@@ -2,11 +2,15 @@
 //! rdma_cm peers (softib's librdmacm, and softib's own perftest with `-R`): the private-data
 //! header that names the IP addresses and ports of a connection (the first
 //! [`CmaHeader::LEN`] bytes of a REQ's or SIDR_REQ's private data), and the addresses a
-//! passive side reads back out of it.
+//! passive side reads back out of it; and the Q_Key of its UD QPs.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use softib_wire::mad::cm::{CmaAddrs, CmaHeader};
+
+/// The Q_Key rdma_cm gives UD QPs of the IP port spaces (`RDMA_UDP_QKEY`), which its
+/// SIDR_REPs name.
+pub const UDP_QKEY: u32 = 0x0123_4567;
 
 /// `ip` as 16 bytes (IPv4-mapped for IPv4), as the header carries an IPv6 pair.
 pub fn v6(ip: IpAddr) -> [u8; 16] {

@@ -825,14 +825,7 @@ impl PerftestArgs {
                     "{RESULT_LINE}\n UC is not supported in librdmacm"
                 )))
             }
-            Connection::Ud => {
-                return Err(ArgsError::Invalid(
-                    "-R with -c UD (rdma_cm's SIDR exchange) is not implemented in softib's own perftest yet; \
-                     use -c RC, or run without -R"
-                        .into(),
-                ))
-            }
-            Connection::Rc => {}
+            Connection::Rc | Connection::Ud => {}
         }
         if self.test_method == TestMethod::Infinitely {
             return Err(ArgsError::Invalid(
@@ -1487,11 +1480,7 @@ mod tests {
         assert!(!run(Test::Send, Mode::Bw, &[]).rdma_cm);
         let uc = err(Test::Send, Mode::Bw, &["-R", "-c", "UC"]).to_string();
         assert!(uc.ends_with(" UC is not supported in librdmacm"), "{uc}");
-        let ud = err(Test::Send, Mode::Bw, &["-R", "-c", "UD"]).to_string();
-        assert!(
-            ud.contains("-R with -c UD") && ud.contains("use -c RC"),
-            "{ud}"
-        );
+        assert!(run(Test::Send, Mode::Lat, &["-R", "-c", "UD"]).rdma_cm);
         let inf = err(Test::Write, Mode::Bw, &["-R", "--run_infinitely"]).to_string();
         assert!(inf.contains("--run_infinitely with -R"), "{inf}");
     }

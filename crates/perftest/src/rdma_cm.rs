@@ -38,9 +38,10 @@ use softib::{
 };
 use softib_cm::{
     msg, AcceptParams, Cm, CommId, Config, ConnectParams, Event, Path, PortSpace, RejectReason,
-    Rep, Req, TransportService,
+    Rep, Req, SidrStatus, TransportService,
 };
 use softib_wire::mad::cm::private_len;
+use softib_wire::QKey;
 
 use crate::exchange::MessageCarrier;
 use crate::port::ConnectedQp;
@@ -112,6 +113,18 @@ pub struct Connected {
     pub peer: SocketAddr,
 }
 
+/// A UD peer as SIDR names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdPeer {
+    /// Its GID.
+    pub gid: Gid,
+    /// Its QP: the SIDR_REP's on the client; on the server the client sends it in a
+    /// message of its own (upstream's `send_qp_num_for_ah`) when the test needs it.
+    pub qpn: Option<Qpn>,
+    /// The Q_Key to send to it with.
+    pub qkey: u32,
+}
+
 /// The process's CM on one device. See the module documentation.
 pub struct CmAgent {
     ctx: Context,
@@ -120,7 +133,7 @@ pub struct CmAgent {
     origin: Instant,
     /// Events taken while waiting for another connection's.
     stash: VecDeque<Event<Gid>>,
-    listening: Option<u64>,
+    listening: Vec<u64>,
     /// Connections to tear down at the end.
     conns: Vec<CommId>,
 }
@@ -145,7 +158,7 @@ impl CmAgent {
             cm,
             origin: Instant::now(),
             stash: VecDeque::new(),
-            listening: None,
+            listening: Vec::new(),
             conns: Vec::new(),
         })
     }
@@ -164,22 +177,23 @@ impl CmAgent {
         Ok(())
     }
 
-    /// Listens on rdma_cm's ServiceID of `port` (RDMA_PS_TCP) for `backlog` requests.
-    pub fn listen(&mut self, port: u16, backlog: usize) -> Result<()> {
-        let svc = msg::service_id(PortSpace::Tcp, port);
+    /// Listens on rdma_cm's ServiceID of `port` in port space `ps` (RDMA_PS_TCP for RC,
+    /// RDMA_PS_UDP for UD's SIDR) for `backlog` requests.
+    pub fn listen(&mut self, ps: PortSpace, port: u16, backlog: usize) -> Result<()> {
+        let svc = msg::service_id(ps, port);
         self.cm
             .listen(svc, backlog)
             .map_err(|e| format!(" -R: cannot listen on port {port}: {e}"))?;
         self.ctx.cm_listen(self.dev, svc, true).map_err(|e| {
             format!(" -R: cannot listen on rdma_cm port {port} (is another server on it? choose another -p): {e}")
         })?;
-        self.listening = Some(svc);
+        self.listening.push(svc);
         Ok(())
     }
 
     /// Stops listening (upstream destroys its listening id once it has its connections).
     pub fn unlisten(&mut self) {
-        if let Some(svc) = self.listening.take() {
+        for svc in std::mem::take(&mut self.listening) {
             let _ = self.cm.unlisten(svc);
             let _ = self.ctx.cm_listen(self.dev, svc, false);
         }
@@ -402,6 +416,109 @@ impl CmAgent {
             remote_qpn: req.local_qpn,
             remote_psn: req.starting_psn,
             peer,
+        })
+    }
+
+    /// Active side, UD (`rdma_connect` on an RDMA_PS_UDP id): a SIDR_REQ for the
+    /// destination port's service, answered with the server's QPN and Q_Key. A server that
+    /// does not serve it yet is asked again until `deadline`.
+    pub fn resolve_ud(&mut self, route: &Route, qpn: Qpn, deadline: Instant) -> Result<UdPeer> {
+        let mut private_data = [0u8; private_len::SIDR_REQ];
+        softib_cm::rdma_cm::private_data(route.src, route.dst, &[], &mut private_data);
+        let svc = msg::service_id(PortSpace::Udp, route.dst.port());
+        let server = route.dst;
+        let mut refused = false;
+        loop {
+            let now = self.now();
+            let id = self.cm.sidr_request(
+                now,
+                route.dgid,
+                svc,
+                softib_wire::PKey::DEFAULT,
+                &private_data,
+            );
+            let what = format!(
+                " -R: no answer from the rdma_cm server at {server} (SIDR_REQ for UD QP {:#x}) by the deadline; is it running with the same -p and -c UD? raise --timeout to wait longer",
+                qpn.value()
+            );
+            let ev = self.wait_for(Some(deadline), &what, |e| match e {
+                Event::SidrReply { id: x, rep } if *x == id => Some(Ok(*rep)),
+                Event::SidrTimedOut { id: x } if *x == id => Some(Err(())),
+                _ => None,
+            });
+            let unserved = || {
+                format!(
+                    " -R: the rdma_cm server at {server} serves no UD service on that port (SIDR_REP status 1); is a server running with the same -p and -c UD? raise --timeout to wait longer"
+                )
+            };
+            match ev {
+                Ok(Ok(rep)) if rep.status == SidrStatus::Ok => {
+                    return Ok(UdPeer {
+                        gid: route.dgid,
+                        qpn: Some(rep.qpn),
+                        qkey: rep.qkey.0,
+                    })
+                }
+                Ok(Ok(rep))
+                    if rep.status == SidrStatus::UnsupportedServiceId
+                        && Instant::now() + RETRY_PAUSE < deadline =>
+                {
+                    refused = true;
+                    std::thread::sleep(RETRY_PAUSE);
+                }
+                Ok(Ok(rep)) if rep.status == SidrStatus::UnsupportedServiceId => {
+                    return Err(unserved())
+                }
+                Ok(Ok(rep)) => {
+                    return Err(format!(
+                        " -R: the rdma_cm server at {server} refused the UD service (SIDR_REP status {})",
+                        u8::from(rep.status)
+                    ))
+                }
+                Ok(Err(())) => {
+                    return Err(format!(
+                        " -R: the rdma_cm server at {server} did not answer the SIDR_REQ through every CM retry"
+                    ))
+                }
+                Err(_) if refused => return Err(unserved()),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Passive side, UD: the next SIDR_REQ (waiting until `deadline`); `before_reply` runs
+    /// before the SIDR_REP names QP `qpn` and rdma_cm's Q_Key (it posts the receive the
+    /// client's QPN comes to, as upstream's server does).
+    pub fn answer_ud(
+        &mut self,
+        qpn: Qpn,
+        deadline: Instant,
+        before_reply: impl FnOnce() -> softib::Result<()>,
+    ) -> Result<UdPeer> {
+        let what = " -R: no rdma_cm client asked for a UD QP (SIDR_REQ) by the deadline; is it running with -c UD?";
+        let (id, from) = self.wait_for(Some(deadline), what, |e| match e {
+            Event::SidrRequest { id, from, .. } => Some((*id, *from)),
+            _ => None,
+        })?;
+        let qkey = softib_cm::rdma_cm::UDP_QKEY;
+        if let Err(e) = before_reply() {
+            let _ = self
+                .cm
+                .sidr_reply(id, SidrStatus::NoQp, Qpn::new(0), QKey(0), &[]);
+            let _ = self.flush();
+            return Err(format!(
+                " -R: cannot make UD QP {:#x} ready: {e}",
+                qpn.value()
+            ));
+        }
+        self.cm
+            .sidr_reply(id, SidrStatus::Ok, qpn, QKey(qkey), &[])
+            .map_err(|e| format!(" -R: cannot answer the SIDR_REQ: {e}"))?;
+        self.flush()?;
+        Ok(UdPeer {
+            gid: from,
+            qpn: None,
+            qkey,
         })
     }
 
@@ -809,6 +926,8 @@ pub struct Setup<'a> {
     pub ack_timeout: u8,
     /// `--timeout`.
     pub timeout: Duration,
+    /// `-c UD`: the test QPs are resolved with SIDR (RDMA_PS_UDP).
+    pub ud: bool,
 }
 
 /// A first PSN, different for every connection of every run.
@@ -868,7 +987,11 @@ impl Link {
         if server {
             // One listener for every connection of the run: the exchange's, then the test
             // QPs' (the client asks for those only after a hand shake over the first).
-            link.agent.listen(s.cm_port, 1 + s.num_qps)?;
+            link.agent
+                .listen(PortSpace::Tcp, s.cm_port, 1 + s.num_qps)?;
+            if s.ud {
+                link.agent.listen(PortSpace::Udp, s.cm_port, s.num_qps)?;
+            }
         }
         let end = link.end(comm.qpn(), fresh_psn(comm.qpn().value()), 0, s.mtu);
         let c = link.connect_qp(&end, None, |c| comm.ready(c))?;
@@ -927,6 +1050,29 @@ impl Link {
             ready,
         )?;
         Ok(c)
+    }
+
+    /// `-c UD`: resolves UD QP `qpn` (the client sends a SIDR_REQ; the server answers the
+    /// next, after `before_reply`). Waits `--timeout`.
+    pub fn connect_ud(
+        &mut self,
+        qpn: Qpn,
+        before_reply: impl FnOnce() -> softib::Result<()>,
+    ) -> Result<UdPeer> {
+        let deadline = Instant::now() + self.timeout;
+        if self.server {
+            self.agent.answer_ud(qpn, deadline, before_reply)
+        } else {
+            self.agent.resolve_ud(&self.route, qpn, deadline)
+        }
+    }
+
+    /// The address vector to the peer `gid` from this side's GID.
+    pub fn av_to(&self, gid: Gid) -> AddressVector {
+        av(&Route {
+            dgid: gid,
+            ..self.route
+        })
     }
 
     /// The server has taken all its test QPs' connections: it stops listening (upstream

@@ -85,6 +85,9 @@ struct Local {
     recv_off: u64,
     /// UD: an address handle per remote QP.
     ahs: Vec<softib::AhHandle>,
+    /// UD: the Q_Key of this side's QPs and of the peer's (perftest's, or with `-R`
+    /// rdma_cm's, which both sides' QPs then have).
+    qkey: u32,
     timeout: Duration,
     server: bool,
     /// Completions polled while waiting for the other kind.
@@ -189,6 +192,7 @@ fn run(mut args: PerftestArgs) -> Result<()> {
             num_qps: args.num_qps.max(1) as usize,
             ack_timeout: args.qp_timeout,
             timeout: args.timeout,
+            ud: args.connection == Connection::Ud,
         };
         let (l, comm) = crate::rdma_cm::Link::establish(&setup)?;
         let peer = l.peer();
@@ -407,6 +411,11 @@ impl Local {
                 args.num_qps.max(1)
             ))
         })?;
+        let qkey = if args.rdma_cm {
+            softib_cm::rdma_cm::UDP_QKEY
+        } else {
+            softib::UD_QKEY
+        };
         let qp_type = match args.connection {
             Connection::Rc => QpType::Rc,
             Connection::Uc => QpType::Uc,
@@ -435,7 +444,8 @@ impl Local {
             let remote = AccessFlags::REMOTE_WRITE
                 .with(AccessFlags::REMOTE_READ)
                 .with(AccessFlags::REMOTE_ATOMIC);
-            let (a, mask) = crate::port::init_attr(qp_type == QpType::Ud, args.ib_port, remote);
+            let (mut a, mask) = crate::port::init_attr(qp_type == QpType::Ud, args.ib_port, remote);
+            a.qkey = qkey;
             ctx.modify_qp(dev, qpn, &a, mask)?;
             qps.push(qpn);
         }
@@ -451,6 +461,7 @@ impl Local {
             mr,
             recv_off: area,
             ahs: Vec::new(),
+            qkey,
             timeout: args.timeout,
             server: args.is_server(),
             held: Vec::new(),
@@ -488,18 +499,7 @@ impl Local {
                 return fail(" the peer sent fewer QP keys than this side has QPs (-q must match)");
             };
             if args.connection == Connection::Ud {
-                let rtr = QpAttr {
-                    qp_state: QpState::Rtr,
-                    ..QpAttr::default()
-                };
-                self.ctx.modify_qp(self.dev, qpn, &rtr, AttrMask::STATE)?;
-                let rts = QpAttr {
-                    qp_state: QpState::Rts,
-                    sq_psn: Psn::new(m.psn),
-                    ..QpAttr::default()
-                };
-                self.ctx
-                    .modify_qp(self.dev, qpn, &rts, AttrMask::STATE.with(AttrMask::SQ_PSN))?;
+                self.ready_ud(qpn, m.psn)?;
                 let ah = self.ctx.create_ah(self.dev, self.pd, self.av(args, r))?;
                 self.ahs.push(ah);
                 continue;
@@ -523,6 +523,105 @@ impl Local {
         Ok(())
     }
 
+    /// UD: INIT → RTR → RTS.
+    fn ready_ud(&mut self, qpn: Qpn, psn: u32) -> Result<()> {
+        let rtr = QpAttr {
+            qp_state: QpState::Rtr,
+            ..QpAttr::default()
+        };
+        self.ctx.modify_qp(self.dev, qpn, &rtr, AttrMask::STATE)?;
+        let rts = QpAttr {
+            qp_state: QpState::Rts,
+            sq_psn: Psn::new(psn),
+            ..QpAttr::default()
+        };
+        self.ctx
+            .modify_qp(self.dev, qpn, &rts, AttrMask::STATE.with(AttrMask::SQ_PSN))?;
+        Ok(())
+    }
+
+    /// `-R -c UD`: resolves every QP with SIDR (`rdma_connect` / `rdma_accept` on RDMA_PS_UDP
+    /// ids) and makes the address handle to the peer. A latency or bidirectional test also
+    /// needs the server to send: its client then sends its QPN in a SEND with immediate
+    /// (upstream's `send_qp_num_for_ah`) into the receive the server posted before its
+    /// SIDR_REP.
+    fn connect_cm_ud(
+        &mut self,
+        link: &mut crate::rdma_cm::Link,
+        args: &PerftestArgs,
+        mine: &[Dest],
+    ) -> Result<()> {
+        /// The wr_id of the QPN message, apart from the test's.
+        const ANNOUNCE: u64 = u64::MAX - 1;
+        let announce = args.mode == Mode::Lat || args.duplex;
+        for (&qpn, m) in self.qps.clone().iter().zip(mine) {
+            self.ready_ud(qpn, m.psn)?;
+            let recv = self.recv_wr(ANNOUNCE, 4, true);
+            let (ctx, dev, server) = (&mut self.ctx, self.dev, self.server);
+            let peer = link.connect_ud(qpn, || {
+                if announce && server {
+                    ctx.post_recv(dev, qpn, vec![recv])?;
+                }
+                Ok(())
+            })?;
+            let ah = self
+                .ctx
+                .create_ah(self.dev, self.pd, link.av_to(peer.gid))?;
+            self.ahs.push(ah);
+            if !announce {
+                continue;
+            }
+            if server {
+                let wc = self.wait_wr(ANNOUNCE, "the client's QPN message (-R, UD)")?;
+                if wc.imm_data.is_none() {
+                    return fail(" -R: the client's QPN message came without immediate data");
+                }
+            } else {
+                let Some(remote_qpn) = peer.qpn else {
+                    return fail(" -R: the SIDR_REP named no QP");
+                };
+                self.buf.write(0, &qpn.value().to_ne_bytes());
+                let wr = SendWr {
+                    wr_id: ANNOUNCE,
+                    opcode: WrOpcode::SendWithImm(qpn.value()),
+                    sg_list: vec![self.send_sge(4)],
+                    flags: SendFlags::default().with(SendFlags::SIGNALED),
+                    inline_data: None,
+                    ud: Some(UdDest {
+                        ah,
+                        remote_qpn,
+                        remote_qkey: peer.qkey,
+                    }),
+                };
+                self.ctx.post_send(self.dev, qpn, vec![wr])?;
+                self.wait_wr(ANNOUNCE, "the send of this side's QPN (-R, UD)")?;
+            }
+        }
+        if self.server {
+            link.accepted_all();
+        }
+        Ok(())
+    }
+
+    /// Waits `--timeout` for the completion of work request `id`.
+    fn wait_wr(&mut self, id: u64, what: &str) -> Result<WorkCompletion> {
+        let deadline = Instant::now() + self.timeout;
+        let side = if self.server { "server" } else { "client" };
+        while Instant::now() < deadline {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            for wc in self.poll(wait.min(Duration::from_millis(100)), side)? {
+                if wc.wr_id == id {
+                    return Ok(wc);
+                }
+                self.held.push(wc);
+            }
+        }
+        fail(format!(
+            " No completion for {what} within {} s",
+            self.timeout.as_secs()
+        ))
+    }
+
     /// `-R`: connects every QP with the CM (`create_rdma_cm_connection`): the client
     /// sends a REQ per QP, the server takes a request per QP; each QP is readied for its
     /// peer's before the REP (server) or the RTU (client). The read and atomic tests offer
@@ -535,6 +634,9 @@ impl Local {
         mine: &[Dest],
         out_reads: u32,
     ) -> Result<()> {
+        if args.connection == Connection::Ud {
+            return self.connect_cm_ud(link, args, mine);
+        }
         let rd = if args.test.is_read_like() {
             u8::try_from(out_reads).unwrap_or(u8::MAX)
         } else {
@@ -614,7 +716,7 @@ impl Local {
             ud: self.ahs.get(q).map(|&ah| UdDest {
                 ah,
                 remote_qpn: Qpn::new(r.qpn),
-                remote_qkey: softib::UD_QKEY,
+                remote_qkey: self.qkey,
             }),
         }
     }
