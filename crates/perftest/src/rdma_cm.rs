@@ -9,7 +9,10 @@
 //!    `rdma_server_connect`) over which every message of the exchange travels as one SEND
 //!    ([`CommQp`], the [`MessageCarrier`] under [`crate::exchange::Exchange`]);
 //! 2. then, between two hand shakes, one connection per test QP
-//!    (`create_rdma_cm_connection`); the server's listener takes them all.
+//!    (`create_rdma_cm_connection`); the server's listener takes them all. With `-c UD` the
+//!    test QPs are resolved with SIDR instead (RDMA_PS_UDP: SIDR_REQ, and a SIDR_REP naming
+//!    the server's QP and rdma_cm's Q_Key); a latency or bidirectional test's client then
+//!    sends its QPN to the server in a SEND with immediate (`send_qp_num_for_ah`).
 //!
 //! Each is REQ → REP → RTU on QP1, with rdma_cm's private-data header in the REQ
 //! ([`softib_cm::rdma_cm`]), the REQ offering `-o` reads/atomics for the read and atomic
@@ -20,8 +23,11 @@
 //!
 //! [`CmAgent`] is the process's CM: softib-cm's machine fed with the MADs the daemon routes
 //! to this process (`CmListen`, and the communication IDs it sent), and with the time, by
-//! the thread that waits for a CM step — there is no thread of its own: between the steps
-//! nothing in the CM needs doing but answering a duplicate, which the peer retries.
+//! the thread that waits for a CM step. There is no thread of its own: between the steps
+//! the CM has only duplicates to answer, which the peer retries. The server does not wait
+//! for RTUs (upstream's does not wait for ESTABLISHED either): the client's next message
+//! over the exchange shows it has its connections, and the server's CM takes them as
+//! established then ([`CmAgent::confirm`]), so a lost RTU costs nothing.
 //!
 //! softib's `-R` speaks rdma_cm's RoCE addressing: the device's IPv4 address is its GID
 //! (IPv4-mapped), the route is the GRH. An IB (fabric) port refuses `-R` with a message.
@@ -72,7 +78,7 @@ pub struct Route {
     pub src: SocketAddr,
     /// The peer's (the server's `-p` on the client).
     pub dst: SocketAddr,
-    /// This side's GID and its index.
+    /// This side's GID.
     pub sgid: Gid,
     /// The GID index `sgid` is at.
     pub sgid_index: u8,
@@ -100,15 +106,11 @@ pub struct QpEnd {
     pub ack_timeout: u8,
 }
 
-/// A connection the CM set up: the peer's QP and how this side's QP was readied.
+/// A connection the CM set up.
 #[derive(Debug, Clone, Copy)]
 pub struct Connected {
     /// The connection in the CM.
     pub comm: CommId,
-    /// The peer's QP.
-    pub remote_qpn: Qpn,
-    /// The PSN the peer starts with.
-    pub remote_psn: Psn,
     /// The peer's address as rdma_cm's header names it (the server's on the client).
     pub peer: SocketAddr,
 }
@@ -320,8 +322,6 @@ impl CmAgent {
                     self.conns.push(comm);
                     return Ok(Connected {
                         comm,
-                        remote_qpn: rep.local_qpn,
-                        remote_psn: rep.starting_psn,
                         peer: server,
                     });
                 }
@@ -345,13 +345,13 @@ impl CmAgent {
     }
 
     /// Passive side: takes the next connection request (waiting until `deadline`, `None`:
-    /// without limit), readies the QP `end` names for it with `ready`, answers with a REP,
-    /// and waits for the RTU.
+    /// without limit), readies the QP `end` names for it with `ready`, and answers with a
+    /// REP. The RTU is not waited for, as upstream's server does not wait for ESTABLISHED:
+    /// [`CmAgent::confirm`] settles the connections once the client has shown it has them.
     pub fn accept(
         &mut self,
         route_of: impl Fn(&Req, Gid) -> Result<(Route, QpEnd)>,
         deadline: Option<Instant>,
-        rtu_deadline: Instant,
         mut ready: impl FnMut(&ConnectedQp) -> softib::Result<()>,
     ) -> Result<Connected> {
         let what = " -R: no rdma_cm client connected by the deadline; start the client with this host's device address and the same -p, or raise --timeout";
@@ -394,29 +394,41 @@ impl CmAgent {
         self.cm
             .accept(now, id, &p)
             .map_err(|e| format!(" -R: cannot answer the connection request: {e}"))?;
+        self.flush()?;
         self.conns.push(id);
-        let what = format!(
-            " -R: the rdma_cm client at {peer} did not finish connecting (no RTU) by the deadline"
-        );
-        let done = self.wait_for(Some(rtu_deadline), &what, |e| match e {
-            Event::Established { id: x } if *x == id => Some(Ok(())),
-            Event::Rejected { id: x, reason, .. } if *x == id => Some(Err(*reason)),
-            Event::TimedOut { id: x, .. } if *x == id => Some(Err(RejectReason::Timeout)),
-            _ => None,
-        })?;
-        done.map_err(|r| {
-            format!(
-                " -R: the rdma_cm client at {peer} gave the connection up: {} (REJ reason {})",
-                reason_text(r),
-                u16::from(r)
-            )
-        })?;
-        Ok(Connected {
-            comm: id,
-            remote_qpn: req.local_qpn,
-            remote_psn: req.starting_psn,
-            peer,
-        })
+        Ok(Connected { comm: id, peer })
+    }
+
+    /// The peer has shown over the exchange that it holds every connection so far (its
+    /// message came after its RTUs): each connection still waiting for its RTU here is
+    /// established, as IBA's passive side is on the first traffic after its REP (a lost RTU
+    /// then costs nothing, and the REP is not retried into a REJ). A connection the peer
+    /// gave up meanwhile is an error.
+    pub fn confirm(&mut self) -> Result<()> {
+        self.pump(Duration::ZERO)?;
+        let conns = self.conns.clone();
+        for e in &self.stash {
+            match *e {
+                Event::Rejected { id, reason, .. } if conns.contains(&id) => {
+                    return Err(format!(
+                        " -R: the rdma_cm peer gave a connection up: {} (REJ reason {})",
+                        reason_text(reason),
+                        u16::from(reason)
+                    ))
+                }
+                Event::TimedOut { id, .. } if conns.contains(&id) => {
+                    return Err(" -R: the CM gave a connection up (no answer from the peer)".into())
+                }
+                _ => {}
+            }
+        }
+        for &c in &conns {
+            // Already established connections say Ok too; only the CM's state changes.
+            let _ = self.cm.establish(c);
+        }
+        self.stash
+            .retain(|e| !matches!(e, Event::Established { .. }));
+        Ok(())
     }
 
     /// Active side, UD (`rdma_connect` on an RDMA_PS_UDP id): a SIDR_REQ for the
@@ -1046,7 +1058,6 @@ impl Link {
                 Ok((route, end))
             },
             deadline,
-            bounded,
             ready,
         )?;
         Ok(c)
@@ -1073,6 +1084,12 @@ impl Link {
             dgid: gid,
             ..self.route
         })
+    }
+
+    /// The peer's message after the connections so far has come: see
+    /// [`CmAgent::confirm`].
+    pub fn confirm(&mut self) -> Result<()> {
+        self.agent.confirm()
     }
 
     /// The server has taken all its test QPs' connections: it stops listening (upstream

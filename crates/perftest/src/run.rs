@@ -210,6 +210,10 @@ fn run(mut args: PerftestArgs) -> Result<()> {
     };
     let mine = PeerVersion::new(SOFTIB_PERFTEST_VERSION);
     let remote = ex.exchange_versions(SOFTIB_PERFTEST_VERSION)?;
+    if let Some(link) = link.as_mut() {
+        // The peer's first message: it has the exchange's connection.
+        link.confirm()?;
+    }
     let sys = ex.exchange_sys_data(&remote, SysData::default())?;
     let mtu_enum = exchange::mtu_enum(local_mtu as u32).unwrap_or(4);
     let mtu_enum = ex.exchange_mtu(&remote, mtu_enum)?;
@@ -268,6 +272,7 @@ fn run(mut args: PerftestArgs) -> Result<()> {
         ex.hand_shake(&sync)?;
         l.connect_cm(link, &args, mtu, &dests, out_reads)?;
         ex.hand_shake(&sync)?;
+        link.confirm()?;
     }
     let banner = BannerInfo::new(
         BannerStyle::V6,
