@@ -32,9 +32,11 @@
 //! softib's `-R` speaks rdma_cm's RoCE addressing: the device's IPv4 address is its GID
 //! (IPv4-mapped), the route is the GRH. An IB (fabric) port refuses `-R` with a message.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use softib::{
@@ -723,6 +725,9 @@ pub struct CommQp {
     timeout: Duration,
     /// Receive completions taken while waiting for a send's.
     held: VecDeque<WorkCompletion>,
+    /// The CM, fed while this waits: the peer's retransmitted REQ, REP or RTU and its DREQs
+    /// are answered during the exchange, which is when the CM has work.
+    cm: Option<Rc<RefCell<CmAgent>>>,
     _pd: PdHandle,
 }
 
@@ -774,6 +779,7 @@ impl CommQp {
             mr,
             timeout,
             held: VecDeque::new(),
+            cm: None,
             _pd: pd,
         };
         for slot in 0..RECV_SLOTS {
@@ -813,6 +819,10 @@ impl CommQp {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(io::Error::new(io::ErrorKind::TimedOut, what.to_string()));
+            }
+            // (Not while a CM step runs: that step feeds the CM itself.)
+            if let Some(mut cm) = self.cm.as_ref().and_then(|c| c.try_borrow_mut().ok()) {
+                cm.pump(Duration::ZERO).map_err(io::Error::other)?;
             }
             let wcs = self
                 .ctx
@@ -903,7 +913,8 @@ impl MessageCarrier for CommQp {
 /// role. [`Link::establish`] connects the exchange's QP; [`Link::connect_qp`] each test QP;
 /// [`Link::finish`] tears all down.
 pub struct Link {
-    agent: CmAgent,
+    /// Shared with the exchange's QP, which feeds it while it waits for a message.
+    agent: Rc<RefCell<CmAgent>>,
     /// This side's address and GID; on the client also the server's.
     route: Route,
     server: bool,
@@ -988,6 +999,8 @@ impl Link {
         };
         let agent = CmAgent::open(s.dev, s.node_guid)?;
         let mut comm = CommQp::new(s.dev, s.port, s.timeout)?;
+        let agent = Rc::new(RefCell::new(agent));
+        comm.cm = Some(agent.clone());
         let mut link = Link {
             agent,
             route,
@@ -1000,9 +1013,12 @@ impl Link {
             // One listener for every connection of the run: the exchange's, then the test
             // QPs' (the client asks for those only after a hand shake over the first).
             link.agent
+                .borrow_mut()
                 .listen(PortSpace::Tcp, s.cm_port, 1 + s.num_qps)?;
             if s.ud {
-                link.agent.listen(PortSpace::Udp, s.cm_port, s.num_qps)?;
+                link.agent
+                    .borrow_mut()
+                    .listen(PortSpace::Udp, s.cm_port, s.num_qps)?;
             }
         }
         let end = link.end(comm.qpn(), fresh_psn(comm.qpn().value()), 0, s.mtu);
@@ -1042,11 +1058,14 @@ impl Link {
     ) -> Result<Connected> {
         let bounded = Instant::now() + self.timeout;
         if !self.server {
-            return self.agent.connect(&self.route, end, bounded, ready);
+            return self
+                .agent
+                .borrow_mut()
+                .connect(&self.route, end, bounded, ready);
         }
         let ours = self.route;
         let end = *end;
-        let c = self.agent.accept(
+        let c = self.agent.borrow_mut().accept(
             move |req, from| {
                 let dst = softib_cm::rdma_cm::request_addrs(&req.private_data)
                     .map_or(ours.dst, |(peer, _)| peer);
@@ -1072,9 +1091,13 @@ impl Link {
     ) -> Result<UdPeer> {
         let deadline = Instant::now() + self.timeout;
         if self.server {
-            self.agent.answer_ud(qpn, deadline, before_reply)
+            self.agent
+                .borrow_mut()
+                .answer_ud(qpn, deadline, before_reply)
         } else {
-            self.agent.resolve_ud(&self.route, qpn, deadline)
+            self.agent
+                .borrow_mut()
+                .resolve_ud(&self.route, qpn, deadline)
         }
     }
 
@@ -1089,20 +1112,20 @@ impl Link {
     /// The peer's message after the connections so far has come: see
     /// [`CmAgent::confirm`].
     pub fn confirm(&mut self) -> Result<()> {
-        self.agent.confirm()
+        self.agent.borrow_mut().confirm()
     }
 
     /// The server has taken all its test QPs' connections: it stops listening (upstream
     /// destroys its listening id).
     pub fn accepted_all(&mut self) {
-        self.agent.unlisten();
+        self.agent.borrow_mut().unlisten();
     }
 
     /// Tears every connection down (DREQ, or answering the peer's) and waits a bounded time
     /// for the peer; says on stderr what went unanswered.
-    pub fn finish(mut self) {
-        self.agent.unlisten();
-        let left = self.agent.disconnect_all();
+    pub fn finish(self) {
+        self.agent.borrow_mut().unlisten();
+        let left = self.agent.borrow_mut().disconnect_all();
         if left > 0 {
             eprintln!(
                 " -R: {left} rdma_cm connection(s) to {} had no answer to their DREQ within {} s; left to the peer's CM",
