@@ -149,8 +149,8 @@ impl CmAgent {
         ctx.open_mad(dev, 1, false).map_err(|e| {
             format!(" -R: cannot be the CM agent of the device (its MAD interface): {e}")
         })?;
-        let seed = std::process::id().wrapping_mul(2_654_435_761)
-            ^ Instant::now().elapsed().subsec_nanos();
+        // A restarted run must not reuse the communication IDs of the last.
+        let seed = std::process::id().wrapping_mul(2_654_435_761) ^ clock_nanos();
         let cm = Cm::new(Config {
             local_ca_guid: node_guid,
             first_comm_id: seed | 1,
@@ -953,12 +953,16 @@ pub struct Setup<'a> {
     pub ud: bool,
 }
 
+/// The wall clock's nanoseconds: what differs between two runs of the same process id.
+fn clock_nanos() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
+}
+
 /// A first PSN, different for every connection of every run.
 pub fn fresh_psn(salt: u32) -> u32 {
-    let clock = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let t = clock ^ std::process::id().rotate_left(11);
+    let t = clock_nanos() ^ std::process::id().rotate_left(11);
     (t.wrapping_add(salt).wrapping_mul(2_654_435_761) >> 8) & 0xff_ffff
 }
 
