@@ -116,14 +116,31 @@ pub struct ConnectedQp {
 /// The RNR NAK timer perftest gives its receivers (upstream `MIN_RNR_TIMER`, 0.64 ms).
 pub const MIN_RNR_TIMER: u8 = 12;
 
-/// INIT → RTR → RTS for QP `qpn` of device `dev` (`ctx_connect`, and what rdma_cm does on
-/// `rdma_accept` / the REP).
+/// A transition of [`ready_connected`] the HCA refused.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot move QP {qpn:#x} to {to}: {source}")]
+pub struct ReadyError {
+    /// The QP.
+    pub qpn: u32,
+    /// "RTR" or "RTS".
+    pub to: &'static str,
+    /// Why.
+    pub source: softib::Error,
+}
+
+/// INIT → RTR → RTS for QP `qpn` of device `dev` (perftest's `ctx_connect`, the
+/// pingpongs' `pp_connect_ctx`, and what rdma_cm does on `rdma_accept` / the REP).
 pub fn ready_connected(
     ctx: &mut Context,
     dev: u32,
     qpn: Qpn,
     c: &ConnectedQp,
-) -> softib::Result<()> {
+) -> Result<(), ReadyError> {
+    let refused = |to, source| ReadyError {
+        qpn: qpn.value(),
+        to,
+        source,
+    };
     let rtr = QpAttr {
         qp_state: QpState::Rtr,
         path_mtu: c.mtu,
@@ -144,7 +161,8 @@ pub fn ready_connected(
             .with(AttrMask::MAX_DEST_RD_ATOMIC)
             .with(AttrMask::MIN_RNR_TIMER);
     }
-    ctx.modify_qp(dev, qpn, &rtr, mask)?;
+    ctx.modify_qp(dev, qpn, &rtr, mask)
+        .map_err(|e| refused("RTR", e))?;
     let rts = QpAttr {
         qp_state: QpState::Rts,
         sq_psn: c.local_psn,
@@ -163,4 +181,5 @@ pub fn ready_connected(
             .with(AttrMask::MAX_QP_RD_ATOMIC);
     }
     ctx.modify_qp(dev, qpn, &rts, mask)
+        .map_err(|e| refused("RTS", e))
 }

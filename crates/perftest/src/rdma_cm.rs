@@ -269,7 +269,7 @@ impl CmAgent {
         route: &Route,
         end: &QpEnd,
         deadline: Instant,
-        mut ready: impl FnMut(&ConnectedQp) -> softib::Result<()>,
+        mut ready: impl FnMut(&ConnectedQp) -> std::result::Result<(), crate::port::ReadyError>,
     ) -> Result<Connected> {
         let params = connect_params(route, end);
         let server = route.dst;
@@ -354,7 +354,7 @@ impl CmAgent {
         &mut self,
         route_of: impl Fn(&Req, Gid) -> Result<(Route, QpEnd)>,
         deadline: Option<Instant>,
-        mut ready: impl FnMut(&ConnectedQp) -> softib::Result<()>,
+        mut ready: impl FnMut(&ConnectedQp) -> std::result::Result<(), crate::port::ReadyError>,
     ) -> Result<Connected> {
         let what = " -R: no rdma_cm client connected by the deadline; start the client with this host's device address and the same -p, or raise --timeout";
         let (id, from, req) = self.wait_for(deadline, what, |e| match e {
@@ -795,7 +795,7 @@ impl CommQp {
     }
 
     /// RTR and RTS (the CM's `ready` step).
-    pub fn ready(&mut self, c: &ConnectedQp) -> softib::Result<()> {
+    pub fn ready(&mut self, c: &ConnectedQp) -> std::result::Result<(), crate::port::ReadyError> {
         crate::port::ready_connected(&mut self.ctx, self.dev, self.qpn, c)
     }
 
@@ -1058,7 +1058,7 @@ impl Link {
         &mut self,
         end: &QpEnd,
         deadline: Option<Instant>,
-        ready: impl FnMut(&ConnectedQp) -> softib::Result<()>,
+        ready: impl FnMut(&ConnectedQp) -> std::result::Result<(), crate::port::ReadyError>,
     ) -> Result<Connected> {
         let bounded = Instant::now() + self.timeout;
         if !self.server {
