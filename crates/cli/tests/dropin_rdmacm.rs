@@ -180,6 +180,149 @@ fn eight_perftest_tools_connect_with_rdma_cm() {
     }
 }
 
+/// Runs `tool -R` with `extra` between the hosts, softib's own on the side that is not
+/// upstream's (`None`: both are softib's own), and checks both ran over rdma_cm, the client
+/// reported `n` iterations per QP of each of `qps`, and teardown did not wait out CM retries.
+fn own_perftest_over_rdma_cm(tool: &str, n: &str, extra: &[&str], upstream_server: Option<bool>) {
+    let h = hosts();
+    let t0 = Instant::now();
+    let p = port().to_string();
+    let mut server = vec![tool, "-R", "-d", "rxe0", "-p", &p, "-n", n];
+    server.extend(extra);
+    let mut client = server.clone();
+    client.push(h.b.addr);
+    let (s, c) = match upstream_server {
+        Some(true) => {
+            let s = Run::start(&h.b, &server, &[]);
+            std::thread::sleep(Duration::from_millis(300));
+            // softib's client asks again while nobody listens (until --timeout).
+            (s, Run::start_own(&h.a, &client).wait())
+        }
+        Some(false) => {
+            let s = Run::start_own(&h.b, &server);
+            (s, client_once_listening(&client, &[]))
+        }
+        None => {
+            let s = Run::start_own(&h.b, &server);
+            (s, Run::start_own(&h.a, &client).wait())
+        }
+    };
+    let s = s.wait();
+    let what = format!("{tool} {extra:?} (upstream server: {upstream_server:?})");
+    for (d, upstream) in [
+        (&s, upstream_server == Some(true)),
+        (&c, upstream_server == Some(false)),
+    ] {
+        if upstream {
+            ours(d);
+        }
+        assert!(
+            d.status.success() && d.stdout.contains("Data ex. method : rdma_cm"),
+            "{what}: {} ({:?}):\n{}\n{}\n-- server:\n{}\n{}\n-- client:\n{}\n{}",
+            d.what,
+            d.status,
+            d.stdout,
+            d.stderr,
+            s.stdout,
+            s.stderr,
+            c.stdout,
+            c.stderr
+        );
+        assert!(!d.stderr.contains("-R:"), "{what}: {}", d.stderr);
+    }
+    let qps: f64 = extra
+        .windows(2)
+        .find(|w| w[0] == "-q")
+        .map_or(1.0, |w| w[1].parse().unwrap());
+    let r = dropin::perftest_result(&c.stdout).unwrap_or_default();
+    assert!(
+        r.len() >= 4 && r[1] == n.parse::<f64>().unwrap() * qps && r[3] > 0.0,
+        "{what}: no result\n{}",
+        c.stdout
+    );
+    // Not a speed check: a teardown that waits out the CM's retries takes a minute.
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "{what} took {:?}",
+        t0.elapsed()
+    );
+}
+
+/// softib's own perftest with `-R` against Debian's unmodified one with `-R`, both ways
+/// (own server and upstream client, upstream server and own client), for the eight tools,
+/// and with four QPs: the exchange runs over a QP the CM connected, then every test QP is
+/// connected with a REQ/REP/RTU of its own, and both sides report.
+#[test]
+fn softibs_own_perftest_with_rdma_cm_and_upstreams_connect_both_ways() {
+    if !have("ib_send_bw", "perftest") {
+        return;
+    }
+    for (tool, n) in [
+        ("ib_send_bw", "200"),
+        ("ib_write_bw", "200"),
+        ("ib_read_bw", "200"),
+        ("ib_atomic_bw", "200"),
+        ("ib_send_lat", "100"),
+        ("ib_write_lat", "100"),
+        ("ib_read_lat", "100"),
+        ("ib_atomic_lat", "100"),
+    ] {
+        for upstream_server in [false, true] {
+            own_perftest_over_rdma_cm(tool, n, &[], Some(upstream_server));
+        }
+    }
+    for tool in ["ib_send_bw", "ib_write_bw"] {
+        for upstream_server in [false, true] {
+            own_perftest_over_rdma_cm(tool, "100", &["-q", "4"], Some(upstream_server));
+        }
+    }
+    // UD: SIDR resolves the QPs; the latency and bidirectional tests also have the client
+    // send its QPN to the server.
+    for (tool, extra) in [
+        ("ib_send_bw", &["-c", "UD"][..]),
+        ("ib_send_lat", &["-c", "UD"][..]),
+        ("ib_send_bw", &["-c", "UD", "-b"][..]),
+    ] {
+        for upstream_server in [false, true] {
+            own_perftest_over_rdma_cm(tool, "100", extra, Some(upstream_server));
+        }
+    }
+    own_perftest_over_rdma_cm("ib_read_bw", "100", &["-q", "2"], None);
+    own_perftest_over_rdma_cm("ib_send_lat", "100", &["-c", "UD"], None);
+}
+
+/// softib's own `-R` client to a port nobody listens on: the REJ (InvalidServiceID) comes
+/// at once; the client asks again (a server may be starting) until `--timeout`, then says
+/// why it gave up.
+#[test]
+fn own_perftest_rdma_cm_client_says_nobody_listens() {
+    let h = hosts();
+    let p = port().to_string();
+    let t0 = Instant::now();
+    let args = [
+        "ib_write_bw",
+        "-R",
+        "-d",
+        "rxe0",
+        "-p",
+        &p,
+        "--timeout",
+        "2",
+        h.b.addr,
+    ];
+    let c = Run::start_own(&h.a, &args).wait();
+    assert!(!c.status.success(), "{}: {}", c.what, c.stdout);
+    assert!(
+        c.stderr
+            .contains("rejected the connection: nobody listens on that port (REJ reason 8)"),
+        "{}: {}",
+        c.what,
+        c.stderr
+    );
+    // Two seconds of asking again, not the CM's 15 retries of 4 s.
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+}
+
 /// rdma_server and rdma_client use synchronous ids: rdma_getaddrinfo, rdma_create_ep (the
 /// QP made with the endpoint), rdma_get_request, and rdma_verbs.h's inline helpers over the
 /// id's PD, QP and CQs.

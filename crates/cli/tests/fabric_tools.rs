@@ -267,9 +267,13 @@ fn every_perftest_tool_runs_in_both_roles() {
 #[test]
 fn unsupported_flags_and_unknown_devices_are_refused_by_name() {
     let f = Fabric::up("topologies/topoA.net", "flags", &["--no-sm"]);
-    let out = f.exec("test213", &["ib_write_bw", "-R"]);
+    let out = f.exec("test213", &["ib_write_bw", "-z"]);
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("-R"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("-z/--comm_rdma_cm"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = f.exec("test213", &["ib_write_bw", "-d", "mlx5_0"]);
     assert!(!out.status.success());
     assert!(

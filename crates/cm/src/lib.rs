@@ -32,6 +32,8 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod rdma_cm;
+
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 

@@ -272,6 +272,10 @@ pub struct PerftestArgs {
     pub out_json_file: String,
     /// `--use_old_post_send`: classic `ibv_post_send` instead of `ibv_wr_*`.
     pub use_old_post_send: bool,
+    /// `-R/--rdma_cm`: the QPs are connected with the InfiniBand CM as rdma_cm does (REQ,
+    /// REP, RTU on QP1, to rdma_cm's service ID of `-p`), and the exchange runs over a QP of
+    /// its own connected the same way ("Data ex. method : rdma_cm").
+    pub rdma_cm: bool,
     /// softib's `--timeout SEC` (15): how long any out-of-band step may wait.
     pub timeout: Duration,
     /// Notices upstream prints to stdout while parsing (e.g. "WARNING: BW peak won't be
@@ -427,6 +431,7 @@ impl PerftestArgs {
             out_json: false,
             out_json_file: DEFAULT_JSON_FILE.to_string(),
             use_old_post_send: false,
+            rdma_cm: false,
             timeout: Duration::from_secs(15),
             notices: Vec::new(),
         }
@@ -634,6 +639,7 @@ impl PerftestArgs {
                 self.out_json_file = v;
             }
             Opt::UseOldPostSend => self.use_old_post_send = true,
+            Opt::RdmaCm => self.rdma_cm = true,
             Opt::RunInfinitely => st.run_infinitely = true,
             Opt::Timeout => {
                 let secs = int_in_range(&v, 1, 86_400)
@@ -650,6 +656,9 @@ impl PerftestArgs {
     /// Upstream's `force_dependecies`, restricted to the options softib implements.
     fn force_dependencies(&mut self) -> Result<(), ArgsError> {
         let bw = self.mode == Mode::Bw;
+        if self.rdma_cm {
+            self.check_rdma_cm()?;
+        }
         if self.test == Test::Write {
             self.rx_depth = 1;
         }
@@ -807,6 +816,27 @@ impl PerftestArgs {
         Ok(())
     }
 
+    /// What `-R` cannot be combined with: upstream's refusals in its words, then softib's
+    /// own (what softib's CM path does not have yet).
+    fn check_rdma_cm(&self) -> Result<(), ArgsError> {
+        match self.connection {
+            Connection::Uc => {
+                return Err(ArgsError::Invalid(format!(
+                    "{RESULT_LINE}\n UC is not supported in librdmacm"
+                )))
+            }
+            Connection::Rc | Connection::Ud => {}
+        }
+        if self.test_method == TestMethod::Infinitely {
+            return Err(ArgsError::Invalid(
+                "--run_infinitely with -R is not implemented in softib's own perftest yet; \
+                 run with -D <seconds>, or without -R"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Applies the negotiated MTU (bytes) to the message size, as upstream's `check_mtu`:
     /// a UD message larger than the MTU is clamped (with `-a` or without `-s`, returning
     /// upstream's two stderr lines) or refused.
@@ -900,6 +930,7 @@ enum Opt {
     OutJson,
     OutJsonFile,
     UseOldPostSend,
+    RdmaCm,
     RunInfinitely,
     Timeout,
 }
@@ -963,6 +994,7 @@ const SUPPORTED: &[OptSpec] = &[
     o(None, "out_json", false, Opt::OutJson),
     o(None, "out_json_file", true, Opt::OutJsonFile),
     o(None, "use_old_post_send", false, Opt::UseOldPostSend),
+    o(Some('R'), "rdma_cm", false, Opt::RdmaCm),
     o(None, "run_infinitely", false, Opt::RunInfinitely),
     o(None, "timeout", true, Opt::Timeout),
 ];
@@ -983,7 +1015,6 @@ const UNSUPPORTED_SHORT: &[(char, &str)] = &[
     ('M', "MGID"),
     ('O', "dualport"),
     ('P', "client"),
-    ('R', "rdma_cm"),
     ('T', "tos"),
     ('U', "report-unsorted"),
     ('v', "mac_fwd"),
@@ -1213,6 +1244,7 @@ fn usage(prog: &str, test: Test, mode: Mode) -> String {
             "  -s, --size=<size>  Size of message to exchange (default {s})"
         ));
     }
+    line("  -R, --rdma_cm  Connect QPs with rdma_cm and run test on those QPs");
     line("  -S, --sl=<sl>  SL (default 0)");
     if bw {
         line("  -t, --tx-depth=<dep>  Size of tx queue (default 128)");
@@ -1406,9 +1438,9 @@ mod tests {
     #[test]
     fn unimplemented_upstream_flags_are_named() {
         assert_eq!(
-            err(Test::Send, Mode::Bw, &["-R"]),
+            err(Test::Send, Mode::Bw, &["-z"]),
             ArgsError::Unsupported {
-                flag: "-R/--rdma_cm".into()
+                flag: "-z/--comm_rdma_cm".into()
             }
         );
         assert_eq!(
@@ -1418,9 +1450,9 @@ mod tests {
             }
         );
         assert_eq!(
-            err(Test::Send, Mode::Bw, &["--rdma_cm"]),
+            err(Test::Send, Mode::Bw, &["--comm_rdma_cm"]),
             ArgsError::Unsupported {
-                flag: "-R/--rdma_cm".into()
+                flag: "-z/--comm_rdma_cm".into()
             }
         );
         assert_eq!(
@@ -1433,11 +1465,24 @@ mod tests {
             err(Test::Send, Mode::Bw, &["--bogus"]),
             ArgsError::Unknown("--bogus".into())
         );
-        let msg = err(Test::Send, Mode::Bw, &["-aR"]).to_string();
+        let msg = err(Test::Send, Mode::Bw, &["-az"]).to_string();
         assert!(
-            msg.contains("-R/--rdma_cm") && msg.contains("remove it"),
+            msg.contains("-z/--comm_rdma_cm") && msg.contains("remove it"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn rdma_cm_is_taken_and_what_it_cannot_do_is_named() {
+        let a = run(Test::Write, Mode::Bw, &["-R", "h"]);
+        assert!(a.rdma_cm);
+        assert!(run(Test::Send, Mode::Lat, &["--rdma_cm"]).rdma_cm);
+        assert!(!run(Test::Send, Mode::Bw, &[]).rdma_cm);
+        let uc = err(Test::Send, Mode::Bw, &["-R", "-c", "UC"]).to_string();
+        assert!(uc.ends_with(" UC is not supported in librdmacm"), "{uc}");
+        assert!(run(Test::Send, Mode::Lat, &["-R", "-c", "UD"]).rdma_cm);
+        let inf = err(Test::Write, Mode::Bw, &["-R", "--run_infinitely"]).to_string();
+        assert!(inf.contains("--run_infinitely with -R"), "{inf}");
     }
 
     #[test]

@@ -19,7 +19,12 @@
 //! those rules in one place. Older perftest (e.g. Debian's 4.5 package) differs only
 //! through those thresholds: it skips the steps its version predates.
 //!
-//! One file on purpose (about 1,400 lines): every message of the exchange and its version
+//! With `-R` the same messages travel as SENDs over a QP that rdma_cm connected
+//! ("Data ex. method : rdma_cm", [`Exchange::over_messages`]): each write is one message,
+//! each read takes one, and the hand shake carries `struct pingpong_dest` in binary
+//! ([`Dest::encode_binary`]) instead of the key text.
+//!
+//! One file on purpose (about 1,500 lines): every message of the exchange and its version
 //! rules together, so that a byte-compatibility question has one place to look.
 
 use std::io::{self, Read, Write};
@@ -117,8 +122,8 @@ pub enum ExchangeError {
         /// Peer address.
         peer: SocketAddr,
     },
-    /// Any other socket error.
-    #[error("socket error during the {what} with {peer}: {source}")]
+    /// Any other error of the connection (the socket, or the QP of an rdma_cm exchange).
+    #[error("error during the {what} with {peer}: {source}")]
     Io {
         /// Message being exchanged.
         what: &'static str,
@@ -974,6 +979,60 @@ impl Dest {
     }
 }
 
+/// Bytes of upstream's `struct pingpong_dest` (perftest 4.5/6.06, x86-64): lid, out_reads,
+/// qpn, psn, rkey (ints), 4 bytes of padding, vaddr (u64), gid (16), srqn, gid_index.
+pub const DEST_BINARY_LEN: usize = 56;
+
+impl Dest {
+    /// The hand shake of an rdma_cm exchange (`rdma_write_keys`): `struct pingpong_dest`
+    /// with every integer big-endian (upstream's `HAVE_ENDIAN` build) and the GID raw. The
+    /// GID is all zeros when none is in use; the padding and `gid_index` are zero.
+    pub fn encode_binary(&self) -> [u8; DEST_BINARY_LEN] {
+        let mut b = [0u8; DEST_BINARY_LEN];
+        b[0..4].copy_from_slice(&u32::from(self.lid).to_be_bytes());
+        b[4..8].copy_from_slice(&self.out_reads.to_be_bytes());
+        b[8..12].copy_from_slice(&self.qpn.to_be_bytes());
+        b[12..16].copy_from_slice(&self.psn.to_be_bytes());
+        b[16..20].copy_from_slice(&self.rkey.to_be_bytes());
+        b[24..32].copy_from_slice(&self.vaddr.to_be_bytes());
+        b[32..48].copy_from_slice(&self.gid.unwrap_or([0; 16]));
+        b[48..52].copy_from_slice(&self.srqn.to_be_bytes());
+        b
+    }
+
+    /// Decodes [`Dest::encode_binary`]'s layout as upstream's `rdma_read_keys` does (which
+    /// does not read `srqn`: 0 here). `with_gid` is the receiver's own choice, as for the
+    /// text message.
+    pub fn decode_binary(buf: &[u8], with_gid: bool) -> Result<Self> {
+        let b: &[u8; DEST_BINARY_LEN] = buf
+            .get(..DEST_BINARY_LEN)
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| ExchangeError::Malformed {
+                what: "QP keys (rdma_cm hand shake)",
+                detail: format!(
+                    "{} bytes, struct pingpong_dest has {DEST_BINARY_LEN}",
+                    buf.len()
+                ),
+            })?;
+        let be32 = |at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        let mut vaddr = [0u8; 8];
+        vaddr.copy_from_slice(&b[24..32]);
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(&b[32..48]);
+        Ok(Dest {
+            // Upstream's LID is an int; a port's LID is 16 bits.
+            lid: be32(0) as u16,
+            out_reads: be32(4),
+            qpn: be32(8) & 0xff_ffff,
+            psn: be32(12) & 0xff_ffff,
+            rkey: be32(16),
+            vaddr: u64::from_be_bytes(vaddr),
+            srqn: 0,
+            gid: with_gid.then_some(gid),
+        })
+    }
+}
+
 /// The key message size for a side with or without a GID.
 pub fn key_msg_len(with_gid: bool) -> usize {
     if with_gid {
@@ -1113,9 +1172,28 @@ impl ExchangeListener {
     }
 }
 
+/// A connection that carries messages rather than a byte stream: each [`send`] is one
+/// message the peer takes with one [`recv`]. perftest's rdma_cm exchange is one: SENDs over
+/// an RC QP that rdma_cm connected (`ctx_xchg_data_rdma`).
+///
+/// [`send`]: MessageCarrier::send
+/// [`recv`]: MessageCarrier::recv
+pub trait MessageCarrier {
+    /// Sends `data` as one message and waits until the peer has it.
+    fn send(&mut self, data: &[u8]) -> io::Result<()>;
+    /// Takes the next message: its first `len` bytes. `TimedOut` when none came in time,
+    /// `ConnectionReset` when the connection broke.
+    fn recv(&mut self, len: usize) -> io::Result<Vec<u8>>;
+}
+
+enum Carrier {
+    Tcp(TcpStream),
+    Messages(Box<dyn MessageCarrier>),
+}
+
 /// An established out-of-band connection.
 pub struct Exchange {
-    stream: TcpStream,
+    carrier: Carrier,
     peer: SocketAddr,
     role: Role,
     timeout: Duration,
@@ -1139,11 +1217,32 @@ impl Exchange {
         // Small fixed messages, each awaited by the peer: send them at once.
         stream.set_nodelay(true).map_err(io)?;
         Ok(Exchange {
-            stream,
+            carrier: Carrier::Tcp(stream),
             peer,
             role,
             timeout,
         })
+    }
+
+    /// The exchange over a message carrier (`-R`: a QP rdma_cm connected to `peer`);
+    /// `timeout` is what the carrier's waits are bounded by, for the messages.
+    pub fn over_messages(
+        carrier: Box<dyn MessageCarrier>,
+        peer: SocketAddr,
+        role: Role,
+        timeout: Duration,
+    ) -> Self {
+        Exchange {
+            carrier: Carrier::Messages(carrier),
+            peer,
+            role,
+            timeout,
+        }
+    }
+
+    /// Whether the exchange runs over rdma_cm's QP.
+    pub fn is_rdma_cm(&self) -> bool {
+        matches!(self.carrier, Carrier::Messages(_))
     }
 
     /// Waits until the peer closes the connection: how a side with nothing to do outlives a
@@ -1159,16 +1258,20 @@ impl Exchange {
             peer,
             source,
         };
-        sockopt::set_socket_keepalive(&self.stream, true).map_err(|e| io(e.into()))?;
-        sockopt::set_tcp_keepidle(&self.stream, Duration::from_secs(5))
-            .map_err(|e| io(e.into()))?;
-        sockopt::set_tcp_keepintvl(&self.stream, Duration::from_secs(1))
-            .map_err(|e| io(e.into()))?;
-        sockopt::set_tcp_keepcnt(&self.stream, 5).map_err(|e| io(e.into()))?;
-        self.stream.set_read_timeout(None).map_err(io)?;
+        let Carrier::Tcp(stream) = &mut self.carrier else {
+            return Err(io(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "an rdma_cm exchange cannot wait for the peer to go",
+            )));
+        };
+        sockopt::set_socket_keepalive(&*stream, true).map_err(|e| io(e.into()))?;
+        sockopt::set_tcp_keepidle(&*stream, Duration::from_secs(5)).map_err(|e| io(e.into()))?;
+        sockopt::set_tcp_keepintvl(&*stream, Duration::from_secs(1)).map_err(|e| io(e.into()))?;
+        sockopt::set_tcp_keepcnt(&*stream, 5).map_err(|e| io(e.into()))?;
+        stream.set_read_timeout(None).map_err(io)?;
         let mut buf = [0u8; 256];
         loop {
-            match self.stream.read(&mut buf) {
+            match stream.read(&mut buf) {
                 Ok(0) | Err(_) => return Ok(()),
                 Ok(_) => {}
             }
@@ -1206,15 +1309,22 @@ impl Exchange {
     }
 
     fn write_msg(&mut self, what: &'static str, data: &[u8]) -> Result<()> {
-        let r = self.stream.write_all(data);
+        let r = match &mut self.carrier {
+            Carrier::Tcp(s) => s.write_all(data),
+            Carrier::Messages(m) => m.send(data),
+        };
         r.map_err(|e| self.map_err(what, e))
     }
 
     fn read_msg(&mut self, what: &'static str, len: usize) -> Result<Vec<u8>> {
-        let mut buf = vec![0u8; len];
-        let r = self.stream.read_exact(&mut buf);
-        r.map_err(|e| self.map_err(what, e))?;
-        Ok(buf)
+        let r = match &mut self.carrier {
+            Carrier::Tcp(s) => {
+                let mut buf = vec![0u8; len];
+                s.read_exact(&mut buf).map(|()| buf)
+            }
+            Carrier::Messages(m) => m.recv(len),
+        };
+        r.map_err(|e| self.map_err(what, e))
     }
 
     fn map_err(&self, what: &'static str, e: io::Error) -> ExchangeError {
@@ -1356,8 +1466,13 @@ impl Exchange {
 
     /// `ctx_hand_shake`: swaps key messages. Also used as a barrier (resending QP 0's).
     pub fn hand_shake(&mut self, mine: &Dest) -> Result<Dest> {
-        let msg = mine.encode()?;
         let with_gid = mine.gid.is_some();
+        if self.is_rdma_cm() {
+            let what = "QP keys (rdma_cm hand shake)";
+            let theirs = self.xchg(what, &mine.encode_binary(), DEST_BINARY_LEN)?;
+            return Dest::decode_binary(&theirs, with_gid);
+        }
+        let msg = mine.encode()?;
         let theirs = self.xchg("QP key message (hand shake)", &msg, key_msg_len(with_gid))?;
         Dest::decode(&theirs, with_gid)
     }
@@ -1384,12 +1499,15 @@ impl Exchange {
         BwReport::decode(&theirs)
     }
 
-    /// `ctx_close_connection`: a last hand shake, then `"done"` with its NUL (which no peer
-    /// reads; upstream writes it), then the socket closes.
+    /// `ctx_close_connection`: a last hand shake, then (over TCP) `"done"` with its NUL
+    /// (which no peer reads; upstream writes it), then the socket closes. An rdma_cm
+    /// exchange ends with the hand shake; its connection is the caller's to tear down.
     pub fn close(mut self, mine: &Dest) -> Result<()> {
         self.hand_shake(mine)?;
-        // The peer may be gone already: it has what it needs.
-        let _ = std::io::Write::write_all(&mut self.stream, b"done\0");
+        if let Carrier::Tcp(stream) = &mut self.carrier {
+            // The peer may be gone already: it has what it needs.
+            let _ = std::io::Write::write_all(stream, b"done\0");
+        }
         Ok(())
     }
 }
@@ -1602,6 +1720,101 @@ mod tests {
         let old = r.encode(4);
         assert_eq!(old[1], [0, 0, 0, 100]);
         assert_eq!(BwReport::decode(&old).unwrap(), r);
+    }
+
+    /// One direction of an in-memory message carrier pair: every send is one message.
+    struct Pipe {
+        tx: std::sync::mpsc::Sender<Vec<u8>>,
+        rx: std::sync::mpsc::Receiver<Vec<u8>>,
+        sent: std::sync::Arc<std::sync::Mutex<Vec<usize>>>,
+    }
+
+    impl MessageCarrier for Pipe {
+        fn send(&mut self, data: &[u8]) -> io::Result<()> {
+            self.sent.lock().unwrap().push(data.len());
+            self.tx
+                .send(data.to_vec())
+                .map_err(|_| io::Error::from(io::ErrorKind::ConnectionReset))
+        }
+        fn recv(&mut self, len: usize) -> io::Result<Vec<u8>> {
+            match self.rx.recv_timeout(Duration::from_secs(5)) {
+                Ok(m) if m.len() >= len => Ok(m[..len].to_vec()),
+                Ok(m) => Err(io::Error::other(format!("{} bytes, not {len}", m.len()))),
+                Err(_) => Err(io::Error::from(io::ErrorKind::TimedOut)),
+            }
+        }
+    }
+
+    fn pipes() -> (Pipe, Pipe, std::sync::Arc<std::sync::Mutex<Vec<usize>>>) {
+        let (a_tx, b_rx) = std::sync::mpsc::channel();
+        let (b_tx, a_rx) = std::sync::mpsc::channel();
+        let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let a = Pipe {
+            tx: a_tx,
+            rx: a_rx,
+            sent: sent.clone(),
+        };
+        let b = Pipe {
+            tx: b_tx,
+            rx: b_rx,
+            sent: std::sync::Arc::new(std::sync::Mutex::new(Vec::new())),
+        };
+        (a, b, sent)
+    }
+
+    #[test]
+    fn binary_keys_are_pingpong_dest_big_endian() {
+        let d = dest(true);
+        let b = d.encode_binary();
+        assert_eq!(&b[0..4], &[0, 0, 0, 1]);
+        assert_eq!(&b[8..12], &[0, 0, 0, 0x48]);
+        assert_eq!(&b[12..16], &[0, 0x9f, 0x7e, 0x92]);
+        assert_eq!(&b[16..20], &[0x12, 0x34, 0xab, 0xcd]);
+        assert_eq!(&b[20..24], &[0; 4], "padding");
+        assert_eq!(&b[24..32], &0x7f00_dead_beefu64.to_be_bytes());
+        assert_eq!(&b[32..48], &d.gid.unwrap());
+        assert_eq!(Dest::decode_binary(&b, true).unwrap(), d);
+        let no_gid = Dest::decode_binary(&dest(false).encode_binary(), false).unwrap();
+        assert_eq!(no_gid, dest(false));
+        let e = Dest::decode_binary(&b[..40], true).unwrap_err().to_string();
+        assert!(e.contains("40 bytes") && e.contains("56"), "{e}");
+    }
+
+    /// Over rdma_cm's QP every exchange is one message each way, the hand shake is the
+    /// binary `struct pingpong_dest`, and closing sends no "done".
+    #[test]
+    fn an_exchange_over_messages_sends_one_message_per_write() {
+        let (a, b, client_sent) = pipes();
+        let peer = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 18515));
+        let t = Duration::from_secs(5);
+        let server = std::thread::spawn(move || {
+            let mut x = Exchange::over_messages(Box::new(b), peer, Role::Server, t);
+            assert!(x.is_rdma_cm());
+            let v = x.exchange_versions("6.06").unwrap();
+            let sys = x.exchange_sys_data(&v, SysData::default()).unwrap();
+            let mtu = x.exchange_mtu(&v, 3).unwrap();
+            let rem = x.hand_shake(&dest(true)).unwrap();
+            x.close(&dest(true)).unwrap();
+            (v, sys, mtu, rem)
+        });
+        let mut c = Exchange::over_messages(Box::new(a), peer, Role::Client, t);
+        let v = c.exchange_versions("6.29").unwrap();
+        c.exchange_sys_data(&v, SysData::default()).unwrap();
+        assert_eq!(c.exchange_mtu(&v, 5).unwrap(), 3);
+        let d = Dest {
+            psn: 0x1234,
+            ..dest(true)
+        };
+        assert_eq!(c.hand_shake(&d).unwrap(), dest(true));
+        c.close(&d).unwrap();
+        let (sv, _, smtu, srem) = server.join().unwrap();
+        assert_eq!((sv.text.as_str(), v.text.as_str()), ("6.29", "6.06"));
+        assert_eq!(smtu, 3);
+        assert_eq!(srem, d);
+        // version, page size, cache line, MTU, two hand shakes.
+        assert_eq!(*client_sent.lock().unwrap(), [16, 4, 4, 2, 56, 56]);
+        let mut x = Exchange::over_messages(Box::new(pipes().0), peer, Role::Client, t);
+        assert!(x.wait_closed().is_err());
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //! - [`args`]: the command line, with upstream's flags, defaults and validation per test.
 //! - [`exchange`]: the out-of-band TCP exchange ("Data ex. method : Ethernet"), wire
 //!   compatible with upstream perftest (6.x, and the older layouts older peers use).
+//! - [`rdma_cm`]: `-R`, the QPs and the exchange connected with the InfiniBand CM as
+//!   upstream connects them with librdmacm.
 //! - [`report`]: the banner, the address lines, the BW and latency tables, `--out_json`.
 //!
 //! - [`run`]: the run loop over the `softib` verbs API, which fills [`report::BwResult`] /
@@ -41,6 +43,7 @@ pub mod exchange;
 pub mod oob;
 pub mod pingpong;
 pub mod port;
+pub mod rdma_cm;
 pub mod report;
 pub mod run;
 

@@ -3,7 +3,9 @@
 //! port sends from ([`roce_gid_index`]). perftest's tools and the pingpong examples explain a
 //! stall from the same facts, each in its own words.
 
-use softib::{AccessFlags, AttrMask, Context, PortInfo, QpAttr, QpState};
+use softib::{
+    AccessFlags, AddressVector, AttrMask, Context, Mtu, PortInfo, Psn, QpAttr, QpState, Qpn,
+};
 
 /// What the HCA says about a stalled run.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,4 +83,103 @@ pub fn init_attr(ud: bool, port: u8, access: AccessFlags) -> (QpAttr, AttrMask) 
         mask = mask.with(AttrMask::ACCESS_FLAGS);
     }
     (attr, mask)
+}
+
+/// What moving a connected QP (RC or UC) from INIT through RTR to RTS takes, however the two
+/// sides learned it: perftest's out-of-band exchange, or the CM's REQ and REP (`-R`).
+#[derive(Debug, Clone)]
+pub struct ConnectedQp {
+    /// RC (the reliability attributes apply) or UC.
+    pub reliable: bool,
+    /// Path MTU.
+    pub mtu: Mtu,
+    /// The peer's QP.
+    pub remote_qpn: Qpn,
+    /// The PSN the peer starts sending with (this side's receive PSN).
+    pub remote_psn: Psn,
+    /// The PSN this side starts sending with.
+    pub local_psn: Psn,
+    /// The route to the peer.
+    pub av: AddressVector,
+    /// RDMA reads and atomics this side answers at once (RC).
+    pub max_dest_rd_atomic: u8,
+    /// RDMA reads and atomics this side has outstanding at once (RC).
+    pub max_rd_atomic: u8,
+    /// Local ACK timeout exponent (RC).
+    pub timeout: u8,
+    /// Transport retries (RC).
+    pub retry_cnt: u8,
+    /// RNR retries, 7 = forever (RC).
+    pub rnr_retry: u8,
+}
+
+/// The RNR NAK timer perftest gives its receivers (upstream `MIN_RNR_TIMER`, 0.64 ms).
+pub const MIN_RNR_TIMER: u8 = 12;
+
+/// A transition of [`ready_connected`] the HCA refused.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot move QP {qpn:#x} to {to}: {source}")]
+pub struct ReadyError {
+    /// The QP.
+    pub qpn: u32,
+    /// "RTR" or "RTS".
+    pub to: &'static str,
+    /// Why.
+    pub source: softib::Error,
+}
+
+/// INIT → RTR → RTS for QP `qpn` of device `dev` (perftest's `ctx_connect`, the
+/// pingpongs' `pp_connect_ctx`, and what rdma_cm does on `rdma_accept` / the REP).
+pub fn ready_connected(
+    ctx: &mut Context,
+    dev: u32,
+    qpn: Qpn,
+    c: &ConnectedQp,
+) -> Result<(), ReadyError> {
+    let refused = |to, source| ReadyError {
+        qpn: qpn.value(),
+        to,
+        source,
+    };
+    let rtr = QpAttr {
+        qp_state: QpState::Rtr,
+        path_mtu: c.mtu,
+        dest_qp_num: c.remote_qpn,
+        rq_psn: c.remote_psn,
+        ah_attr: c.av,
+        max_dest_rd_atomic: c.max_dest_rd_atomic,
+        min_rnr_timer: MIN_RNR_TIMER,
+        ..QpAttr::default()
+    };
+    let mut mask = AttrMask::STATE
+        .with(AttrMask::AV)
+        .with(AttrMask::PATH_MTU)
+        .with(AttrMask::DEST_QPN)
+        .with(AttrMask::RQ_PSN);
+    if c.reliable {
+        mask = mask
+            .with(AttrMask::MAX_DEST_RD_ATOMIC)
+            .with(AttrMask::MIN_RNR_TIMER);
+    }
+    ctx.modify_qp(dev, qpn, &rtr, mask)
+        .map_err(|e| refused("RTR", e))?;
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        sq_psn: c.local_psn,
+        timeout: c.timeout,
+        retry_cnt: c.retry_cnt,
+        rnr_retry: c.rnr_retry,
+        max_rd_atomic: c.max_rd_atomic,
+        ..QpAttr::default()
+    };
+    let mut mask = AttrMask::STATE.with(AttrMask::SQ_PSN);
+    if c.reliable {
+        mask = mask
+            .with(AttrMask::TIMEOUT)
+            .with(AttrMask::RETRY_CNT)
+            .with(AttrMask::RNR_RETRY)
+            .with(AttrMask::MAX_QP_RD_ATOMIC);
+    }
+    ctx.modify_qp(dev, qpn, &rts, mask)
+        .map_err(|e| refused("RTS", e))
 }

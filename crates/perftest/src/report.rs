@@ -105,6 +105,8 @@ pub struct BannerInfo {
     /// support, `None` like a build without it ("Unsupported"). softib has no PCIe, so
     /// [`BannerInfo::new`] uses `None` for V6 and "ON" for V4_5 (as in the golden file).
     pub pcie_relax_order: Option<&'static str>,
+    /// `-R`: the QPs are connected with rdma_cm, which is also the exchange.
+    pub rdma_cm: bool,
 }
 
 impl BannerInfo {
@@ -147,6 +149,7 @@ impl BannerInfo {
                 BannerStyle::V6 => None,
                 BannerStyle::V4_5 => Some("ON"),
             },
+            rdma_cm: args.rdma_cm,
         }
     }
 
@@ -238,8 +241,21 @@ impl BannerInfo {
         } else {
             s.push_str(&format!(" Max inline data : {}[B]\n", self.inline_size));
         }
-        s.push_str(" rdma_cm QPs\t : OFF\n");
-        s.push_str(" Data ex. method : Ethernet\n");
+        if self.rdma_cm {
+            s.push_str(" rdma_cm QPs\t : ON\n");
+            s.push_str(" Data ex. method : rdma_cm");
+            if !self.is_client {
+                // Upstream prints this with the banner, after the connection is made.
+                s.push('\n');
+                s.push_str(RESULT_LINE);
+                s.push_str(" Waiting for client rdma_cm QP to connect\n");
+                s.push_str(" Please run the same command with the IB/RoCE interface IP");
+            }
+            s.push('\n');
+        } else {
+            s.push_str(" rdma_cm QPs\t : OFF\n");
+            s.push_str(" Data ex. method : Ethernet\n");
+        }
         s.push_str(RESULT_LINE);
         s
     }
@@ -284,9 +300,14 @@ impl BannerInfo {
         } else {
             m.insert("Max_inline_data".into(), self.inline_size.into());
         }
-        m.insert("rdma_cm_QPs".into(), "OFF".into());
+        let (qps, method) = if self.rdma_cm {
+            ("ON", "rdma_cm")
+        } else {
+            ("OFF", "Ethernet")
+        };
+        m.insert("rdma_cm_QPs".into(), qps.into());
         m.insert("Use_ROCm_memory".into(), "OFF".into());
-        m.insert("Data_ex_method".into(), "Ethernet".into());
+        m.insert("Data_ex_method".into(), method.into());
         serde_json::Value::Object(m)
     }
 }
@@ -862,6 +883,32 @@ mod tests {
         assert!(t.contains("                    RDMA_Write Latency Test\n"));
         assert!(!t.contains("CQ Moderation") && !t.contains("TX depth") && !t.contains("RX depth"));
         assert!(t.contains(" Max inline data : 220[B]\n"));
+    }
+
+    /// `-R`: upstream's two lines, and on the server its "Waiting for client rdma_cm QP"
+    /// note between result lines (printed, as upstream does, once the QPs are connected).
+    #[test]
+    fn rdma_cm_banner_lines() {
+        let tail = |a: &PerftestArgs| {
+            let b = BannerInfo::new(BannerStyle::V6, a, "rxe0", 1024, LinkLayer::Ethernet, 0, 1);
+            let r = b.render();
+            let from = r.find(" rdma_cm QPs").unwrap();
+            (r[from..].to_string(), b.json_test_info())
+        };
+        let (client, json) = tail(&args(Test::Write, Mode::Bw, &["-R", "h"]));
+        assert_eq!(
+            client,
+            format!(" rdma_cm QPs\t : ON\n Data ex. method : rdma_cm\n{RESULT_LINE}")
+        );
+        assert_eq!(json["Data_ex_method"], "rdma_cm");
+        assert_eq!(json["rdma_cm_QPs"], "ON");
+        let (server, _) = tail(&args(Test::Write, Mode::Bw, &["-R"]));
+        assert_eq!(
+            server,
+            format!(
+                " rdma_cm QPs\t : ON\n Data ex. method : rdma_cm\n{RESULT_LINE} Waiting for client rdma_cm QP to connect\n Please run the same command with the IB/RoCE interface IP\n{RESULT_LINE}"
+            )
+        );
     }
 
     #[test]

@@ -20,8 +20,8 @@ use softib::{
 
 use crate::args::{AtomicType, Connection, Mode, Parsed, PerftestArgs, Test};
 use crate::exchange::{
-    self, Dest, Exchange, ExchangeListener, NegotiateParams, Negotiation, PeerVersion, SysData,
-    SOFTIB_PERFTEST_VERSION,
+    self, Dest, Exchange, ExchangeListener, NegotiateParams, Negotiation, PeerVersion, Role,
+    SysData, SOFTIB_PERFTEST_VERSION,
 };
 use crate::report::{
     self, address_lines, BannerInfo, BannerStyle, BwResult, BwUnit, LatResult, LinkLayer, Side,
@@ -85,6 +85,9 @@ struct Local {
     recv_off: u64,
     /// UD: an address handle per remote QP.
     ahs: Vec<softib::AhHandle>,
+    /// UD: the Q_Key of this side's QPs and of the peer's (perftest's, or with `-R`
+    /// rdma_cm's, which both sides' QPs then have).
+    qkey: u32,
     timeout: Duration,
     server: bool,
     /// Completions polled while waiting for the other kind.
@@ -163,8 +166,40 @@ fn run(mut args: PerftestArgs) -> Result<()> {
         .min(mtu_bytes(port.active_mtu));
     let server = args.is_server();
 
-    // Out-of-band connection.
-    let mut ex = if server {
+    // Out-of-band connection: TCP, or with -R a QP the CM connects.
+    let mut link = None;
+    let mut ex = if args.rdma_cm {
+        if port.link_layer_ib {
+            return fail(
+                " -R on softib speaks rdma_cm's RoCE addressing (IP addresses are GIDs); this \
+                 port is on an IB fabric: run without -R, or on a RoCE device",
+            );
+        }
+        if server {
+            outln!("{}", report::WAITING_FOR_CLIENT.trim_start_matches('\n'));
+            let _ = std::io::stdout().flush();
+        }
+        let setup = crate::rdma_cm::Setup {
+            dev: dev_index as u32,
+            node_guid: dev.node_guid,
+            gids: &port.gids,
+            gid_index: args.gid_index.unwrap_or(0),
+            port: args.ib_port,
+            mtu: exchange::mtu_enum(local_mtu as u32).unwrap_or(3),
+            rd_atomic_max: dev.attr.max_qp_rd_atom,
+            cm_port: args.port,
+            server: args.server.as_deref(),
+            num_qps: args.num_qps.max(1) as usize,
+            ack_timeout: args.qp_timeout,
+            timeout: args.timeout,
+            ud: args.connection == Connection::Ud,
+        };
+        let (l, comm) = crate::rdma_cm::Link::establish(&setup)?;
+        let peer = l.peer();
+        link = Some(l);
+        let role = if server { Role::Server } else { Role::Client };
+        Exchange::over_messages(Box::new(comm), peer, role, args.timeout)
+    } else if server {
         outln!("{}", report::WAITING_FOR_CLIENT.trim_start_matches('\n'));
         let _ = std::io::stdout().flush();
         let l = ExchangeListener::bind(std::net::SocketAddr::from(([0, 0, 0, 0], args.port)))?;
@@ -175,6 +210,10 @@ fn run(mut args: PerftestArgs) -> Result<()> {
     };
     let mine = PeerVersion::new(SOFTIB_PERFTEST_VERSION);
     let remote = ex.exchange_versions(SOFTIB_PERFTEST_VERSION)?;
+    if let Some(link) = link.as_mut() {
+        // The peer's first message: it has the exchange's connection.
+        link.confirm()?;
+    }
     let sys = ex.exchange_sys_data(&remote, SysData::default())?;
     let mtu_enum = exchange::mtu_enum(local_mtu as u32).unwrap_or(4);
     let mtu_enum = ex.exchange_mtu(&remote, mtu_enum)?;
@@ -227,6 +266,14 @@ fn run(mut args: PerftestArgs) -> Result<()> {
             }
         })
         .collect();
+    if let Some(link) = link.as_mut() {
+        // create_rdma_cm_connection: a hand shake, the test QPs' connections, a hand shake.
+        let sync = Dest::default();
+        ex.hand_shake(&sync)?;
+        l.connect_cm(link, &args, mtu, &dests, out_reads)?;
+        ex.hand_shake(&sync)?;
+        link.confirm()?;
+    }
     let banner = BannerInfo::new(
         BannerStyle::V6,
         &args,
@@ -245,7 +292,9 @@ fn run(mut args: PerftestArgs) -> Result<()> {
     for d in &dests {
         remotes.push(ex.hand_shake(d)?);
     }
-    l.connect(&args, mtu, &dests, &remotes, out_reads)?;
+    if link.is_none() {
+        l.connect(&args, mtu, &dests, &remotes, out_reads)?;
+    }
     for d in &dests {
         out!("{}", address_lines(Side::Local, args.test, d));
     }
@@ -314,6 +363,9 @@ fn run(mut args: PerftestArgs) -> Result<()> {
     if !write_lat && !infinite {
         ex.close(&dests[0])?;
     }
+    if let Some(link) = link {
+        link.finish();
+    }
     Ok(())
 }
 
@@ -364,6 +416,11 @@ impl Local {
                 args.num_qps.max(1)
             ))
         })?;
+        let qkey = if args.rdma_cm {
+            softib_cm::rdma_cm::UDP_QKEY
+        } else {
+            softib::UD_QKEY
+        };
         let qp_type = match args.connection {
             Connection::Rc => QpType::Rc,
             Connection::Uc => QpType::Uc,
@@ -392,7 +449,8 @@ impl Local {
             let remote = AccessFlags::REMOTE_WRITE
                 .with(AccessFlags::REMOTE_READ)
                 .with(AccessFlags::REMOTE_ATOMIC);
-            let (a, mask) = crate::port::init_attr(qp_type == QpType::Ud, args.ib_port, remote);
+            let (mut a, mask) = crate::port::init_attr(qp_type == QpType::Ud, args.ib_port, remote);
+            a.qkey = qkey;
             ctx.modify_qp(dev, qpn, &a, mask)?;
             qps.push(qpn);
         }
@@ -408,6 +466,7 @@ impl Local {
             mr,
             recv_off: area,
             ahs: Vec::new(),
+            qkey,
             timeout: args.timeout,
             server: args.is_server(),
             held: Vec::new(),
@@ -445,63 +504,160 @@ impl Local {
                 return fail(" the peer sent fewer QP keys than this side has QPs (-q must match)");
             };
             if args.connection == Connection::Ud {
-                let rtr = QpAttr {
-                    qp_state: QpState::Rtr,
-                    ..QpAttr::default()
-                };
-                self.ctx.modify_qp(self.dev, qpn, &rtr, AttrMask::STATE)?;
-                let rts = QpAttr {
-                    qp_state: QpState::Rts,
-                    sq_psn: Psn::new(m.psn),
-                    ..QpAttr::default()
-                };
-                self.ctx
-                    .modify_qp(self.dev, qpn, &rts, AttrMask::STATE.with(AttrMask::SQ_PSN))?;
+                self.ready_ud(qpn, m.psn)?;
                 let ah = self.ctx.create_ah(self.dev, self.pd, self.av(args, r))?;
                 self.ahs.push(ah);
                 continue;
             }
-            let rc = args.connection == Connection::Rc;
             let rd = u8::try_from(out_reads.clamp(1, 255)).unwrap_or(16);
-            let rtr = QpAttr {
-                qp_state: QpState::Rtr,
-                path_mtu: mtu_from_bytes(mtu),
-                dest_qp_num: Qpn::new(r.qpn),
-                rq_psn: Psn::new(r.psn),
-                ah_attr: self.av(args, r),
+            let c = crate::port::ConnectedQp {
+                reliable: args.connection == Connection::Rc,
+                mtu: mtu_from_bytes(mtu),
+                remote_qpn: Qpn::new(r.qpn),
+                remote_psn: Psn::new(r.psn),
+                local_psn: Psn::new(m.psn),
+                av: self.av(args, r),
                 max_dest_rd_atomic: rd,
-                min_rnr_timer: 12,
-                ..QpAttr::default()
-            };
-            let mut mask = AttrMask::STATE
-                .with(AttrMask::AV)
-                .with(AttrMask::PATH_MTU)
-                .with(AttrMask::DEST_QPN)
-                .with(AttrMask::RQ_PSN);
-            if rc {
-                mask = mask
-                    .with(AttrMask::MAX_DEST_RD_ATOMIC)
-                    .with(AttrMask::MIN_RNR_TIMER);
-            }
-            self.ctx.modify_qp(self.dev, qpn, &rtr, mask)?;
-            let rts = QpAttr {
-                qp_state: QpState::Rts,
-                sq_psn: Psn::new(m.psn),
+                max_rd_atomic: rd,
                 timeout: args.qp_timeout,
                 retry_cnt: 7,
                 rnr_retry: 7,
-                max_rd_atomic: rd,
-                ..QpAttr::default()
             };
-            let mut mask = AttrMask::STATE.with(AttrMask::SQ_PSN);
-            if rc {
-                mask = mask
-                    .with(AttrMask::TIMEOUT)
-                    .with(AttrMask::RETRY_CNT)
-                    .with(AttrMask::RNR_RETRY)
-                    .with(AttrMask::MAX_QP_RD_ATOMIC);
+            crate::port::ready_connected(&mut self.ctx, self.dev, qpn, &c)?;
+        }
+        Ok(())
+    }
+
+    /// UD: INIT → RTR → RTS.
+    fn ready_ud(&mut self, qpn: Qpn, psn: u32) -> Result<()> {
+        let rtr = QpAttr {
+            qp_state: QpState::Rtr,
+            ..QpAttr::default()
+        };
+        self.ctx.modify_qp(self.dev, qpn, &rtr, AttrMask::STATE)?;
+        let rts = QpAttr {
+            qp_state: QpState::Rts,
+            sq_psn: Psn::new(psn),
+            ..QpAttr::default()
+        };
+        self.ctx
+            .modify_qp(self.dev, qpn, &rts, AttrMask::STATE.with(AttrMask::SQ_PSN))?;
+        Ok(())
+    }
+
+    /// `-R -c UD`: resolves every QP with SIDR (`rdma_connect` / `rdma_accept` on RDMA_PS_UDP
+    /// ids) and makes the address handle to the peer. A latency or bidirectional test also
+    /// needs the server to send: its client then sends its QPN in a SEND with immediate
+    /// (upstream's `send_qp_num_for_ah`) into the receive the server posted before its
+    /// SIDR_REP.
+    fn connect_cm_ud(
+        &mut self,
+        link: &mut crate::rdma_cm::Link,
+        args: &PerftestArgs,
+        mine: &[Dest],
+    ) -> Result<()> {
+        /// The wr_id of the QPN message, apart from the test's.
+        const ANNOUNCE: u64 = u64::MAX - 1;
+        let announce = args.mode == Mode::Lat || args.duplex;
+        for (&qpn, m) in self.qps.clone().iter().zip(mine) {
+            self.ready_ud(qpn, m.psn)?;
+            let recv = self.recv_wr(ANNOUNCE, 4, true);
+            let (ctx, dev, server) = (&mut self.ctx, self.dev, self.server);
+            let peer = link.connect_ud(qpn, || {
+                if announce && server {
+                    ctx.post_recv(dev, qpn, vec![recv])?;
+                }
+                Ok(())
+            })?;
+            let ah = self
+                .ctx
+                .create_ah(self.dev, self.pd, link.av_to(peer.gid))?;
+            self.ahs.push(ah);
+            if !announce {
+                continue;
             }
-            self.ctx.modify_qp(self.dev, qpn, &rts, mask)?;
+            if server {
+                let wc = self.wait_wr(ANNOUNCE, "the client's QPN message (-R, UD)")?;
+                if wc.imm_data.is_none() {
+                    return fail(" -R: the client's QPN message came without immediate data");
+                }
+            } else {
+                let Some(remote_qpn) = peer.qpn else {
+                    return fail(" -R: the SIDR_REP named no QP");
+                };
+                self.buf.write(0, &qpn.value().to_ne_bytes());
+                let wr = SendWr {
+                    wr_id: ANNOUNCE,
+                    opcode: WrOpcode::SendWithImm(qpn.value()),
+                    sg_list: vec![self.send_sge(4)],
+                    flags: SendFlags::default().with(SendFlags::SIGNALED),
+                    inline_data: None,
+                    ud: Some(UdDest {
+                        ah,
+                        remote_qpn,
+                        remote_qkey: peer.qkey,
+                    }),
+                };
+                self.ctx.post_send(self.dev, qpn, vec![wr])?;
+                self.wait_wr(ANNOUNCE, "the send of this side's QPN (-R, UD)")?;
+            }
+        }
+        if self.server {
+            link.accepted_all();
+        }
+        Ok(())
+    }
+
+    /// Waits `--timeout` for the completion of work request `id`.
+    fn wait_wr(&mut self, id: u64, what: &str) -> Result<WorkCompletion> {
+        let deadline = Instant::now() + self.timeout;
+        let side = if self.server { "server" } else { "client" };
+        while Instant::now() < deadline {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            for wc in self.poll(wait.min(Duration::from_millis(100)), side)? {
+                if wc.wr_id == id {
+                    return Ok(wc);
+                }
+                self.held.push(wc);
+            }
+        }
+        fail(format!(
+            " No completion for {what} within {} s",
+            self.timeout.as_secs()
+        ))
+    }
+
+    /// `-R`: connects every QP with the CM (`create_rdma_cm_connection`): the client
+    /// sends a REQ per QP, the server takes a request per QP; each QP is readied for its
+    /// peer's before the REP (server) or the RTU (client). The read and atomic tests offer
+    /// `out_reads` reads/atomics, the others none, as upstream's `conn_param`.
+    fn connect_cm(
+        &mut self,
+        link: &mut crate::rdma_cm::Link,
+        args: &PerftestArgs,
+        mtu: u64,
+        mine: &[Dest],
+        out_reads: u32,
+    ) -> Result<()> {
+        if args.connection == Connection::Ud {
+            return self.connect_cm_ud(link, args, mine);
+        }
+        let rd = if args.test.is_read_like() {
+            u8::try_from(out_reads).unwrap_or(u8::MAX)
+        } else {
+            0
+        };
+        let code = exchange::mtu_enum(mtu as u32).unwrap_or(3);
+        for (&qpn, m) in self.qps.iter().zip(mine) {
+            let end = link.end(qpn, m.psn, rd, code);
+            let (ctx, dev) = (&mut self.ctx, self.dev);
+            let deadline = Some(Instant::now() + self.timeout);
+            link.connect_qp(&end, deadline, |c| {
+                crate::port::ready_connected(ctx, dev, qpn, c)
+            })?;
+        }
+        if self.server {
+            link.accepted_all();
         }
         Ok(())
     }
@@ -565,7 +721,7 @@ impl Local {
             ud: self.ahs.get(q).map(|&ah| UdDest {
                 ah,
                 remote_qpn: Qpn::new(r.qpn),
-                remote_qkey: softib::UD_QKEY,
+                remote_qkey: self.qkey,
             }),
         }
     }

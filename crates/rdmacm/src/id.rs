@@ -9,8 +9,8 @@ use std::ffi::{c_int, c_void};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use softib_cm::{
-    msg, AcceptParams, CmaAddrs, CmaHeader, ConnectParams, Event as CmEvent, Path, PortSpace,
-    RejectReason, SidrStatus, TransportService,
+    msg, AcceptParams, CmaHeader, ConnectParams, Event as CmEvent, Path, PortSpace, RejectReason,
+    SidrStatus, TransportService,
 };
 use softib_verbs_abi::rdma_cm::{
     event, option, port_space, RdmaCmId, RdmaConnParam, RdmaEventChannel, RdmaRoute,
@@ -627,22 +627,8 @@ fn read_atomic_resources(
 /// connection from `src` to `dst`, then the consumer's `user` bytes (which fit: the caller
 /// checked).
 pub fn cma_private_data(src: SocketAddr, dst: SocketAddr, user: &[u8], out: &mut [u8]) {
-    let addrs = match (src.ip().to_canonical(), dst.ip().to_canonical()) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => CmaAddrs::V4 {
-            src: s.octets(),
-            dst: d.octets(),
-        },
-        (s, d) => CmaAddrs::V6 {
-            src: v6(s),
-            dst: v6(d),
-        },
-    };
-    CmaHeader {
-        src_port: src.port(),
-        addrs,
-    }
-    .emit(out);
-    out[CmaHeader::LEN..CmaHeader::LEN + user.len()].copy_from_slice(user);
+    let left = softib_cm::rdma_cm::private_data(src, dst, user, out);
+    debug_assert_eq!(left, 0, "the caller bounds the private data");
 }
 
 /// The QPN (and whether it uses an SRQ) a REQ or REP names: the id's QP's, or — for a
@@ -677,14 +663,6 @@ pub fn route_to_connect(state: &IdState) -> Result<(SocketAddr, SocketAddr, Peer
         return Err(libc::EISCONN);
     }
     Ok((src, dst, peer))
-}
-
-/// `ip` as 16 bytes (IPv4-mapped for IPv4).
-pub fn v6(ip: IpAddr) -> [u8; 16] {
-    match ip {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
-    }
 }
 
 /// `rdma_accept`: readies the QP (RTR, RTS, from the REQ) and sends the REP; ESTABLISHED
@@ -1159,14 +1137,8 @@ pub fn request_id(
         .listeners
         .get(&service_id)
         .ok_or(RejectReason::InvalidServiceId)?;
-    let hdr = CmaHeader::parse(private_data).map_err(|_| RejectReason::ConsumerDefined)?;
-    let (peer_ip, our_ip): (IpAddr, IpAddr) = match hdr.addrs {
-        CmaAddrs::V4 { src, dst } => (src.into(), dst.into()),
-        CmaAddrs::V6 { src, dst } => (
-            Ipv6Addr::from(src).to_canonical(),
-            Ipv6Addr::from(dst).to_canonical(),
-        ),
-    };
+    let (peer_addr, our_ip) =
+        softib_cm::rdma_cm::request_addrs(private_data).ok_or(RejectReason::ConsumerDefined)?;
     let dev = st
         .devs
         .iter()
@@ -1186,7 +1158,7 @@ pub fn request_id(
         listen_channel
     };
     let src = SocketAddr::new(our_ip, port);
-    let dst = SocketAddr::new(peer_ip, hdr.src_port);
+    let dst = peer_addr;
     let mut c = zeroed_id();
     c.verbs = ctx;
     c.pd = pd;

@@ -46,8 +46,7 @@ pub mod state {
     pub const ERR: u32 = 6;
 }
 
-/// The Q_Key rdma_cm gives UD QPs of the IP port spaces (`RDMA_UDP_QKEY`).
-pub const UDP_QKEY: u32 = 0x0123_4567;
+pub use softib_cm::rdma_cm::UDP_QKEY;
 
 /// Local write and every remote access: what rdma_cm's RC QPs allow once connected.
 const ACCESS: u32 = 0x1 | 0x2 | 0x4 | 0x8;

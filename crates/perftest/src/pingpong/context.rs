@@ -161,65 +161,44 @@ impl Pp {
     /// `pp_connect_ctx`: RTR and RTS with upstream's attributes (UD: and the AH).
     pub(super) fn connect(&mut self, a: &Args, my_psn: u32, d: &Dest) -> Result<()> {
         let av = self.av(a, d);
-        let (rtr, rtr_mask, rts, rts_mask) = match self.t {
-            Transport::Ud => (
-                QpAttr {
-                    qp_state: QpState::Rtr,
-                    ..QpAttr::default()
-                },
-                AttrMask::STATE,
-                QpAttr {
-                    qp_state: QpState::Rts,
-                    sq_psn: Psn::new(my_psn),
-                    ..QpAttr::default()
-                },
-                AttrMask::STATE.with(AttrMask::SQ_PSN),
-            ),
-            Transport::Uc | Transport::Rc => {
-                let rtr = QpAttr {
-                    qp_state: QpState::Rtr,
-                    path_mtu: a.mtu,
-                    dest_qp_num: Qpn::new(d.qpn),
-                    rq_psn: Psn::new(d.psn),
-                    max_dest_rd_atomic: 1,
-                    min_rnr_timer: 12,
-                    ah_attr: av,
-                    ..QpAttr::default()
-                };
-                let mut rtr_mask = AttrMask::STATE
-                    .with(AttrMask::AV)
-                    .with(AttrMask::PATH_MTU)
-                    .with(AttrMask::DEST_QPN)
-                    .with(AttrMask::RQ_PSN);
-                let rts = QpAttr {
-                    qp_state: QpState::Rts,
-                    timeout: 14,
-                    retry_cnt: 7,
-                    rnr_retry: 7,
-                    sq_psn: Psn::new(my_psn),
-                    max_rd_atomic: 1,
-                    ..rtr
-                };
-                let mut rts_mask = AttrMask::STATE.with(AttrMask::SQ_PSN);
-                if self.t == Transport::Rc {
-                    rtr_mask = rtr_mask
-                        .with(AttrMask::MAX_DEST_RD_ATOMIC)
-                        .with(AttrMask::MIN_RNR_TIMER);
-                    rts_mask = rts_mask
-                        .with(AttrMask::TIMEOUT)
-                        .with(AttrMask::RETRY_CNT)
-                        .with(AttrMask::RNR_RETRY)
-                        .with(AttrMask::MAX_QP_RD_ATOMIC);
-                }
-                (rtr, rtr_mask, rts, rts_mask)
-            }
-        };
-        self.ctx
-            .modify_qp(self.dev, self.qpn, &rtr, rtr_mask)
-            .map_err(|e| because("Failed to modify QP to RTR", e))?;
-        self.ctx
-            .modify_qp(self.dev, self.qpn, &rts, rts_mask)
-            .map_err(|e| because("Failed to modify QP to RTS", e))?;
+        if self.t == Transport::Ud {
+            let rtr = QpAttr {
+                qp_state: QpState::Rtr,
+                ..QpAttr::default()
+            };
+            self.ctx
+                .modify_qp(self.dev, self.qpn, &rtr, AttrMask::STATE)
+                .map_err(|e| because("Failed to modify QP to RTR", e))?;
+            let rts = QpAttr {
+                qp_state: QpState::Rts,
+                sq_psn: Psn::new(my_psn),
+                ..QpAttr::default()
+            };
+            self.ctx
+                .modify_qp(
+                    self.dev,
+                    self.qpn,
+                    &rts,
+                    AttrMask::STATE.with(AttrMask::SQ_PSN),
+                )
+                .map_err(|e| because("Failed to modify QP to RTS", e))?;
+        } else {
+            let c = crate::port::ConnectedQp {
+                reliable: self.t == Transport::Rc,
+                mtu: a.mtu,
+                remote_qpn: Qpn::new(d.qpn),
+                remote_psn: Psn::new(d.psn),
+                local_psn: Psn::new(my_psn),
+                av,
+                max_dest_rd_atomic: 1,
+                max_rd_atomic: 1,
+                timeout: 14,
+                retry_cnt: 7,
+                rnr_retry: 7,
+            };
+            crate::port::ready_connected(&mut self.ctx, self.dev, self.qpn, &c)
+                .map_err(|e| because(&format!("Failed to modify QP to {}", e.to), e.source))?;
+        }
         if self.t == Transport::Ud {
             let ah = self
                 .ctx
