@@ -16,6 +16,7 @@ use std::time::Instant as StdInstant;
 use softib_engine::{Hca, Instant, Memory, IN_PROCESS_MAX_LEN};
 use softib_link::roce::framing;
 use softib_link::{Incoming, RoceCa, SrcKey};
+use softib_net::fault::Faults;
 use softib_net::ring::PacketRing;
 use softib_net::{RxBatch, TxQueue, UdpLink};
 use softib_wire::Qpn;
@@ -23,7 +24,7 @@ use softib_wire::Qpn;
 use super::groups::Groups;
 use super::memory::LocalMemory;
 use super::notify::Notifications;
-use super::oversight::{Dest, LinkDrops, Oversight};
+use super::oversight::{capture_into, Dest, LinkDrops, Oversight};
 use super::peers::Peers;
 
 /// The most per-QP source sockets an engine opens; QPs beyond send from the member socket.
@@ -443,9 +444,9 @@ impl Station {
         self.peers.flush() || sent
     }
 
-    /// Passes the sealed datagram at the start of the local room through the faults to
-    /// `dest`.
-    fn through_faults(&mut self, dest: Dest, len: usize) {
+    /// The faults, where what they let through goes, and the local room (where `transmit`
+    /// builds a datagram for them), borrowed apart.
+    fn faults_and_outlets(&mut self) -> (&mut Faults<Dest>, Outlets<'_>, &[u8]) {
         let Station {
             ca,
             link,
@@ -462,55 +463,34 @@ impl Station {
             capture_lost,
             ..
         } = oversight;
-        let _ = faults.apply(
-            StdInstant::now(),
-            dest,
-            &local_room[..len],
-            |dest, frame| -> Result<(), ()> {
-                deliver(
-                    ca,
-                    link,
-                    src_links,
-                    tx,
-                    peers,
-                    (capture, capture_lost),
-                    dest,
-                    frame,
-                );
-                Ok(())
-            },
-        );
-    }
-
-    /// Sends the datagrams the faults held back whose time has come.
-    fn release_held(&mut self) {
-        let Station {
+        let out = Outlets {
             ca,
             link,
             src_links,
             tx,
             peers,
-            oversight,
-            ..
-        } = self;
-        let Oversight {
-            faults,
             capture,
             capture_lost,
-            ..
-        } = oversight;
-        let _ = faults.poll(StdInstant::now(), |dest, frame| -> Result<(), ()> {
-            deliver(
-                ca,
-                link,
-                src_links,
-                tx,
-                peers,
-                (capture, capture_lost),
-                dest,
-                frame,
-            );
-            Ok(())
+        };
+        (faults, out, local_room)
+    }
+
+    /// Passes the sealed datagram at the start of the local room through the faults to
+    /// `dest`.
+    fn through_faults(&mut self, dest: Dest, len: usize) {
+        let (faults, mut out, room) = self.faults_and_outlets();
+        let _ = faults.apply(StdInstant::now(), dest, &room[..len], |d, f| {
+            out.deliver(d, f);
+            Ok::<(), ()>(())
+        });
+    }
+
+    /// Sends the datagrams the faults held back whose time has come.
+    fn release_held(&mut self) {
+        let (faults, mut out, _) = self.faults_and_outlets();
+        let _ = faults.poll(StdInstant::now(), |d, f| {
+            out.deliver(d, f);
+            Ok::<(), ()>(())
         });
     }
 
@@ -556,42 +536,39 @@ impl Station {
     }
 }
 
-/// Sends a sealed datagram the faults let through: into the send queue or the peer's ring,
-/// captured on the way when a capture runs.
-#[allow(clippy::too_many_arguments)]
-fn deliver(
-    ca: &mut RoceCa<LocalMemory>,
-    link: &UdpLink,
-    src_links: &BTreeMap<u16, UdpLink>,
-    tx: &mut TxQueue<SrcKey>,
-    peers: &mut Peers,
-    (capture, lost): (&Option<PacketRing>, &mut u64),
-    dest: Dest,
-    frame: &[u8],
-) {
-    match dest {
-        Dest::Wire(key, to) => {
-            let gso = src_links.get(&key.port).unwrap_or(link).gso();
-            let (index, stored) = ca.queue(tx, key, to, frame, gso);
-            if capture.is_some() {
-                let from = SocketAddr::new(link.local_addr().ip(), key.port);
-                let index = if from.is_ipv4() { index } else { 0 };
-                super::oversight::capture_into(
-                    capture,
-                    lost,
-                    framing::datagram(from, to, stored, index),
-                );
+/// Where a sealed datagram the faults let through goes: the send queue or a peer's ring, and
+/// the capture on the way.
+struct Outlets<'a> {
+    ca: &'a mut RoceCa<LocalMemory>,
+    link: &'a UdpLink,
+    src_links: &'a BTreeMap<u16, UdpLink>,
+    tx: &'a mut TxQueue<SrcKey>,
+    peers: &'a mut Peers,
+    capture: &'a Option<PacketRing>,
+    capture_lost: &'a mut u64,
+}
+
+impl Outlets<'_> {
+    fn deliver(&mut self, dest: Dest, frame: &[u8]) {
+        match dest {
+            Dest::Wire(key, to) => {
+                let gso = self.src_links.get(&key.port).unwrap_or(self.link).gso();
+                let (index, stored) = self.ca.queue(self.tx, key, to, frame, gso);
+                if self.capture.is_some() {
+                    let from = SocketAddr::new(self.link.local_addr().ip(), key.port);
+                    let index = if from.is_ipv4() { index } else { 0 };
+                    let packet = framing::datagram(from, to, stored, index);
+                    capture_into(self.capture, self.capture_lost, packet);
+                }
             }
-        }
-        Dest::Ring { to, dqpn, from } => {
-            if capture.is_some() {
-                super::oversight::capture_into(
-                    capture,
-                    lost,
-                    framing::datagram(from, to, frame, 0),
-                );
+            Dest::Ring { to, dqpn, from } => {
+                if self.capture.is_some() {
+                    let packet = framing::datagram(from, to, frame, 0);
+                    capture_into(self.capture, self.capture_lost, packet);
+                }
+                self.peers
+                    .send_sealed(to.ip(), dqpn, from, frame, self.capture.is_some());
             }
-            peers.send_sealed(to.ip(), dqpn, from, frame, capture.is_some());
         }
     }
 }
