@@ -97,11 +97,6 @@ pub(crate) struct Station {
     pub groups: Groups,
     /// The engine's event channel (set once it is open).
     pub daemon_events: Option<super::DaemonEvents>,
-    /// Who looks at the rings now: the progress thread while it spins, an application
-    /// thread during its poll's turn. While anyone looks, peers need not write the doorbell
-    /// (which would wake the progress thread for what the poller takes itself).
-    progress_looking: bool,
-    app_looking: bool,
 }
 
 impl Station {
@@ -150,33 +145,7 @@ impl Station {
             oversight: Oversight::new()?,
             groups: Groups::new(addr)?,
             daemon_events: None,
-            progress_looking: false,
-            app_looking: false,
         })
-    }
-
-    /// The progress thread starts or stops looking at the rings (it spins, or goes to
-    /// sleep); returns whether a ring holds a record nobody looks for now (which a thread
-    /// about to sleep takes first: its producer may have seen the flag set and not rung).
-    pub fn progress_looks(&mut self, on: bool) -> bool {
-        self.progress_looking = on;
-        self.say_looking()
-    }
-
-    /// An application thread starts or stops looking at the rings (a poll's turn, under the
-    /// lock); returns whether a ring holds a record, as [`Station::progress_looks`].
-    pub fn app_looks(&mut self, on: bool) -> bool {
-        self.app_looking = on;
-        self.say_looking()
-    }
-
-    /// Tells every ring whether anyone looks (each ring is written only when its flag
-    /// changes, so a ring that came since is told too); returns whether records wait that
-    /// nobody will look for (one who still looks takes them).
-    fn say_looking(&mut self) -> bool {
-        let looking = self.progress_looking || self.app_looking;
-        let waiting = self.peers.set_polling(looking);
-        waiting && !looking
     }
 
     /// The member socket (what the progress thread waits on).
