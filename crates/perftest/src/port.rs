@@ -3,6 +3,8 @@
 //! port sends from ([`roce_gid_index`]). perftest's tools and the pingpong examples explain a
 //! stall from the same facts, each in its own words.
 
+use std::time::{Duration, Instant};
+
 use softib::{
     AccessFlags, AddressVector, AttrMask, Context, Mtu, PortInfo, Psn, QpAttr, QpState, Qpn,
 };
@@ -14,15 +16,37 @@ pub struct Stall {
     pub port_down: Option<String>,
     /// What the device dropped since it started, by reason (nonzero counts only).
     pub drops: Vec<(String, u64)>,
+    /// What it dropped while the run stood still (nonzero counts only) and for how long that
+    /// was counted, when a [`StallWatch`] took a baseline.
+    pub recent: Option<(Duration, Vec<(String, u64)>)>,
     /// The faults set on the port (`softib link set DEV fault ...`) and what they did, when
     /// any are set.
     pub faults: Option<(softib::FaultSpec, softib::FaultStats)>,
 }
 
 impl Stall {
-    /// Whether the device dropped anything for `reason`.
+    /// The drops that explain the stall: those counted while it lasted when that is known,
+    /// else every drop since the device started. A UD receiver that dropped messages early in
+    /// a run and then heard nothing must not blame those early drops.
+    pub fn relevant_drops(&self) -> &[(String, u64)] {
+        match &self.recent {
+            Some((_, d)) => d,
+            None => &self.drops,
+        }
+    }
+
+    /// The words for the span [`Stall::relevant_drops`] covers: " in the last 4.5 s", or
+    /// nothing when the counts are since the device started.
+    pub fn drops_span(&self) -> String {
+        match &self.recent {
+            Some((d, _)) => format!(" in the last {:.1} s", d.as_secs_f64()),
+            None => String::new(),
+        }
+    }
+
+    /// Whether the device dropped anything for `reason` in [`Stall::relevant_drops`].
     pub fn dropped(&self, reason: &str) -> bool {
-        self.drops.iter().any(|(r, _)| r == reason)
+        self.relevant_drops().iter().any(|(r, _)| r == reason)
     }
 }
 
@@ -48,8 +72,84 @@ pub fn diagnose(ctx: &mut Context, dev: &str, port: u8) -> softib::Result<Option
             .find(|p| p.number == port)
             .and_then(|p| p.why_not_active(&d.name)),
         drops: d.drops.clone(),
+        recent: None,
         faults,
     }))
+}
+
+/// How long a run stands still before [`StallWatch`] asks the HCA for its drop counts: long
+/// enough that a run making progress never asks, short next to any `--timeout`.
+const BASELINE_AFTER: Duration = Duration::from_millis(500);
+
+/// Follows a run's progress so that, when it stalls, [`StallWatch::diagnose`] can say what the
+/// HCA dropped while it stood still rather than since the device started.
+#[derive(Debug)]
+pub struct StallWatch {
+    last_progress: Instant,
+    /// The drop counts when the run had stood still for [`BASELINE_AFTER`], and when.
+    baseline: Option<(Instant, Vec<(String, u64)>)>,
+}
+
+impl Default for StallWatch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StallWatch {
+    /// A watch on a run that has just made progress.
+    pub fn new() -> Self {
+        Self {
+            last_progress: Instant::now(),
+            baseline: None,
+        }
+    }
+
+    /// The run moved on.
+    pub fn progressed(&mut self) {
+        self.last_progress = Instant::now();
+        self.baseline = None;
+    }
+
+    /// How long the run has stood still.
+    pub fn still_for(&self) -> Duration {
+        self.last_progress.elapsed()
+    }
+
+    /// The run is standing still: once it has for a moment, note the HCA's drop counts (a
+    /// failed ask is tried again at the next call).
+    pub fn idle(&mut self, ctx: &mut Context, dev: &str, port: u8) {
+        if self.baseline.is_some() || self.still_for() < BASELINE_AFTER {
+            return;
+        }
+        if let Ok(Some(now)) = diagnose(ctx, dev, port) {
+            self.baseline = Some((Instant::now(), now.drops));
+        }
+    }
+
+    /// [`diagnose`], with what was dropped since the baseline when one was taken.
+    pub fn diagnose(
+        &self,
+        ctx: &mut Context,
+        dev: &str,
+        port: u8,
+    ) -> softib::Result<Option<Stall>> {
+        let mut stall = diagnose(ctx, dev, port)?;
+        if let (Some(s), Some((at, base))) = (stall.as_mut(), &self.baseline) {
+            s.recent = Some((at.elapsed(), drops_since(base, &s.drops)));
+        }
+        Ok(stall)
+    }
+}
+
+/// The nonzero increases from `base` to `now`, by reason.
+fn drops_since(base: &[(String, u64)], now: &[(String, u64)]) -> Vec<(String, u64)> {
+    now.iter()
+        .filter_map(|(r, n)| {
+            let before = base.iter().find(|(b, _)| b == r).map_or(0, |(_, b)| *b);
+            (*n > before).then(|| (r.clone(), n - before))
+        })
+        .collect()
 }
 
 /// The GID index a RoCE port sends from when none is asked for: the device's own address
@@ -182,4 +282,35 @@ pub fn ready_connected(
     }
     ctx.modify_qp(dev, qpn, &rts, mask)
         .map_err(|e| refused("RTS", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(v: &[(&str, u64)]) -> Vec<(String, u64)> {
+        v.iter().map(|(r, n)| (r.to_string(), *n)).collect()
+    }
+
+    #[test]
+    fn a_stall_counts_only_what_was_dropped_while_it_lasted() {
+        let base = counts(&[("ud_no_receive", 8188)]);
+        let now = counts(&[("ud_no_receive", 8188), ("bad_icrc", 3)]);
+        assert_eq!(drops_since(&base, &now), counts(&[("bad_icrc", 3)]));
+        let mut stall = Stall {
+            port_down: None,
+            drops: now.clone(),
+            recent: Some((Duration::from_millis(4500), drops_since(&base, &now))),
+            faults: None,
+        };
+        assert!(stall.dropped("bad_icrc"));
+        assert!(!stall.dropped("ud_no_receive"));
+        assert_eq!(stall.drops_span(), " in the last 4.5 s");
+        stall.recent = Some((Duration::from_secs(4), drops_since(&now, &now)));
+        assert!(stall.relevant_drops().is_empty());
+        // Without a baseline, every drop since the device started counts.
+        stall.recent = None;
+        assert_eq!(stall.relevant_drops(), &now[..]);
+        assert_eq!(stall.drops_span(), "");
+    }
 }

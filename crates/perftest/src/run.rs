@@ -23,6 +23,7 @@ use crate::exchange::{
     self, Dest, Exchange, ExchangeListener, NegotiateParams, Negotiation, PeerVersion, Role,
     SysData, SOFTIB_PERFTEST_VERSION,
 };
+use crate::port::StallWatch;
 use crate::report::{
     self, address_lines, BannerInfo, BannerStyle, BwResult, BwUnit, LatResult, LinkLayer, Side,
 };
@@ -742,7 +743,7 @@ impl Local {
             );
             // A peer that stopped answering: what this side's port can tell about why.
             if matches!(bad.status, WcStatus::RetryExcErr | WcStatus::RnrRetryExcErr) {
-                msg.push_str(&self.findings(false));
+                msg.push_str(&self.findings(None));
             }
             return fail(msg);
         }
@@ -750,20 +751,27 @@ impl Local {
     }
 
     /// What to say when nothing happened for `--timeout`.
-    fn stalled(&mut self, what: &str, done: u64, need: u64) -> RunError {
+    fn stalled(&mut self, watch: &StallWatch, what: &str, done: u64, need: u64) -> RunError {
         let mut msg = format!(
             " No progress for {} s while {what}: {done} of {need} done.",
             self.timeout.as_secs()
         );
-        msg.push_str(&self.findings(true));
+        msg.push_str(&self.findings(Some(watch)));
         RunError(msg)
     }
 
     /// What the HCA can say about a transfer that stopped: the port's state, the faults set
-    /// on it, what it dropped (`nothing_dropped`: whether to say so when it dropped nothing).
-    fn findings(&mut self, nothing_dropped: bool) -> String {
+    /// on it, what it dropped. With the `watch` of a run that stood still, the drops counted
+    /// while it did, and a word when there were none; without, the drops since the device
+    /// started.
+    fn findings(&mut self, watch: Option<&StallWatch>) -> String {
         let mut msg = String::new();
-        match crate::port::diagnose(&mut self.ctx, &self.info.name, self.port.number) {
+        let (dev, port) = (self.info.name.clone(), self.port.number);
+        let stall = match watch {
+            Some(w) => w.diagnose(&mut self.ctx, &dev, port),
+            None => crate::port::diagnose(&mut self.ctx, &dev, port),
+        };
+        match stall {
             Ok(Some(stall)) => {
                 if let Some(why) = &stall.port_down {
                     msg.push_str(&format!("\n {why}"));
@@ -783,13 +791,17 @@ impl Local {
                         self.info.name
                     ));
                 }
-                if stall.drops.is_empty() {
-                    if nothing_dropped {
-                        msg.push_str("\n This HCA dropped nothing: the peer did not send (is it running, is its port Active?).");
+                let span = stall.drops_span();
+                if stall.relevant_drops().is_empty() {
+                    if watch.is_some() {
+                        msg.push_str(&format!(
+                            "\n This HCA dropped nothing{span}: the peer did not send (is it \
+                             running, is its port Active?)."
+                        ));
                     }
                 } else {
-                    msg.push_str("\n This HCA dropped packets:");
-                    for (r, n) in &stall.drops {
+                    msg.push_str(&format!("\n This HCA dropped packets{span}:"));
+                    for (r, n) in stall.relevant_drops() {
                         msg.push_str(&format!(" {r}={n}"));
                     }
                     if stall.dropped("ud_no_receive") || stall.dropped("uc_no_receive") {
@@ -888,7 +900,7 @@ impl Local {
         // Stamps in global post and completion order across QPs, as upstream keeps them
         // (`totscnt`, `totccnt`): the peak windows are computed over that order.
         let (mut totscnt, mut totccnt) = (0usize, 0usize);
-        let mut last = Instant::now();
+        let mut watch = StallWatch::new();
         let mut sending = sender;
         // --run_infinitely: a report per `-D` seconds of what completed in it, forever.
         let mut window = (Instant::now(), 0u64);
@@ -928,7 +940,7 @@ impl Local {
                 }
                 // A receiver in duration mode stops once the sender has had its time and
                 // the line has been quiet for a moment.
-                if over && receiver && last.elapsed() > Duration::from_millis(300) && sent_done {
+                if over && receiver && watch.still_for() > Duration::from_millis(300) && sent_done {
                     break;
                 }
             }
@@ -968,17 +980,18 @@ impl Local {
             let side = if server { "server" } else { "client" };
             let wcs = self.poll(Duration::from_millis(20), side)?;
             if wcs.is_empty() {
-                if last.elapsed() > self.timeout {
+                if watch.still_for() > self.timeout {
                     let (what, done, need) = if !recv_done {
                         ("receiving messages", received, total)
                     } else {
                         ("waiting for send completions", ccnt.iter().sum(), total)
                     };
-                    return Err(self.stalled(what, done, need));
+                    return Err(self.stalled(&watch, what, done, need));
                 }
+                watch.idle(&mut self.ctx, &self.info.name, self.port.number);
                 continue;
             }
-            last = Instant::now();
+            watch.progressed();
             let now = origin.elapsed().as_nanos() as u64;
             let mut repost = vec![0u64; nq];
             for w in wcs {
@@ -1147,7 +1160,7 @@ impl Local {
     /// Waits for one completion of the given side (`recv`: a receive; otherwise a send,
     /// write, read or atomic), keeping completions of the other side for later.
     fn wait_one(&mut self, recv: bool, i: u64, n: u64, what: &str) -> Result<()> {
-        let t0 = Instant::now();
+        let mut watch = StallWatch::new();
         loop {
             if let Some(at) = self.held.iter().position(|w| is_receive(w.opcode) == recv) {
                 self.held.remove(at);
@@ -1159,22 +1172,25 @@ impl Local {
             if self.held.iter().any(|w| is_receive(w.opcode) == recv) {
                 continue;
             }
-            if t0.elapsed() > self.timeout {
-                return Err(self.stalled(what, i, n));
+            if watch.still_for() > self.timeout {
+                return Err(self.stalled(&watch, what, i, n));
             }
+            watch.idle(&mut self.ctx, &self.info.name, self.port.number);
         }
     }
 
     fn wait_byte(&mut self, at: usize, mark: u8, i: u64, n: u64) -> Result<()> {
         let t0 = Instant::now();
+        let mut watch = StallWatch::new();
         let mut b = [0u8; 1];
         loop {
             if self.buf.read(at, &mut b) && b[0] == mark {
                 return Ok(());
             }
-            if t0.elapsed() > self.timeout {
-                return Err(self.stalled("waiting for the peer's RDMA WRITE", i, n));
+            if watch.still_for() > self.timeout {
+                return Err(self.stalled(&watch, "waiting for the peer's RDMA WRITE", i, n));
             }
+            watch.idle(&mut self.ctx, &self.info.name, self.port.number);
             // The daemon that moves the peer's bytes needs a CPU too: on a machine with fewer
             // cores than spinning processes a spinner holds it back. Spin (yielding) for a
             // moment, then sleep in short naps.

@@ -13,6 +13,7 @@ use softib::{
 use super::args::Args;
 use super::exchange::Dest;
 use super::{because, Fail, Pp, Result, Transport, FILL, GRH_BYTES, RECV_WRID, SEND_WRID};
+use crate::port::StallWatch;
 
 impl Pp {
     /// `pp_init_ctx`: buffer, PD, MR, CQ, QP, and the QP to INIT.
@@ -213,6 +214,7 @@ impl Pp {
     /// what the HCA dropped.
     pub(super) fn stalled(
         &mut self,
+        watch: &StallWatch,
         timeout: Duration,
         rcnt: u32,
         scnt: u32,
@@ -224,20 +226,26 @@ impl Pp {
              {scnt} of {iters} sent.",
             timeout.as_secs_f64()
         );
-        match crate::port::diagnose(&mut self.ctx, &self.info.name, self.port.number) {
+        let (dev, port) = (self.info.name.clone(), self.port.number);
+        match watch.diagnose(&mut self.ctx, &dev, port) {
             Ok(Some(stall)) => {
                 if let Some(why) = &stall.port_down {
                     msg.push('\n');
                     msg.push_str(why);
                 }
-                if stall.drops.is_empty() {
-                    msg.push_str(
-                        "\nThis HCA dropped nothing: the peer sent nothing more (did it \
-                         exit, or is its port no longer Active?).",
-                    );
+                let span = stall.drops_span();
+                if stall.relevant_drops().is_empty() {
+                    msg.push_str(&format!(
+                        "\nThis HCA dropped nothing{span}: the peer sent nothing more (did \
+                         it exit, or is its port no longer Active?)."
+                    ));
                 } else {
-                    msg.push_str("\nThis HCA has dropped (counts since it started):");
-                    for (r, n) in &stall.drops {
+                    let span = match span.as_str() {
+                        "" => " (counts since it started)",
+                        s => s,
+                    };
+                    msg.push_str(&format!("\nThis HCA has dropped{span}:"));
+                    for (r, n) in stall.relevant_drops() {
                         msg.push_str(&format!(" {r}={n}"));
                     }
                 }

@@ -23,6 +23,7 @@ use softib::{
     AhHandle, Buffer, Context, CqHandle, DeviceInfo, MrKeys, PdHandle, PortInfo, Qpn, WcStatus,
 };
 
+use crate::port::StallWatch;
 use args::{parse, Args, Parsed};
 use exchange::{address_line, client_exchange, server_exchange, Dest};
 
@@ -302,28 +303,30 @@ fn run(t: Transport, a: &Args) -> Result<u8> {
 
     let start = Instant::now();
     let (mut rcnt, mut scnt) = (0u32, 0u32);
-    let mut last = Instant::now();
+    let mut watch = StallWatch::new();
     while rcnt < a.iters || scnt < a.iters {
         let wait = a
             .timeout
-            .saturating_sub(last.elapsed())
+            .saturating_sub(watch.still_for())
             .min(Duration::from_millis(100));
         let wcs = pp
             .ctx
             .poll_cq(pp.dev, pp.cq, 16, wait)
             .map_err(|e| because("poll CQ failed", e))?;
         if wcs.is_empty() {
-            if last.elapsed() >= a.timeout {
+            if watch.still_for() >= a.timeout {
                 let waiting = if pending & SEND_WRID != 0 {
                     "waiting for the send to complete"
                 } else {
                     "waiting for the peer's message"
                 };
-                return Err(pp.stalled(a.timeout, rcnt, scnt, a.iters, waiting));
+                return Err(pp.stalled(&watch, a.timeout, rcnt, scnt, a.iters, waiting));
             }
+            let (dev, port) = (pp.info.name.clone(), pp.port.number);
+            watch.idle(&mut pp.ctx, &dev, port);
             continue;
         }
-        last = Instant::now();
+        watch.progressed();
         for wc in wcs {
             if wc.status != WcStatus::Success {
                 let mut m = format!(
