@@ -219,6 +219,61 @@ fn ud_sends_arrive_whole() {
     });
 }
 
+/// UC between two engines of one host goes through their rings too (at the path MTU: UC has
+/// no in-process segments), SENDs and WRITEs with every byte right.
+#[test]
+fn uc_sends_and_writes_go_through_the_rings() {
+    process_path();
+    with_pair(QpType::Uc, |p| {
+        let Pair {
+            a,
+            b,
+            buf_a,
+            buf_b,
+            cq_a,
+            cq_b,
+            mr_a,
+            mr_b,
+            qp_a,
+            qp_b,
+        } = *p;
+        // SEND: five packets at MTU 1024.
+        let data = pattern(9, 4_500);
+        buf_a.write(0, &data);
+        qp_b.recv(mr_b, 0, 8192, 1).unwrap();
+        qp_a.send(mr_a, 0, data.len(), None, 2).unwrap();
+        done(cq_a, 2, WcOpcode::Send);
+        assert_eq!(done(cq_b, 1, WcOpcode::Recv) as usize, data.len());
+        let mut got = vec![0u8; data.len()];
+        buf_b.read(0, &mut got);
+        assert!(got == data, "UC SEND");
+        // WRITE: three packets into B, which no thread of B polls for.
+        let data = pattern(10, 3_000);
+        buf_a.write(5_000, &data);
+        qp_a.write(mr_a, 5_000, data.len(), mr_b.addr() + 4_999, mr_b.rkey(), 3)
+            .unwrap();
+        done(cq_a, 3, WcOpcode::RdmaWrite);
+        let t0 = std::time::Instant::now();
+        let mut got = vec![0u8; data.len()];
+        loop {
+            buf_b.read(4_999, &mut got);
+            if got == data || t0.elapsed() > Duration::from_secs(10) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert!(got == data, "UC WRITE");
+        let (ca, cb) = (
+            a.process_counters().unwrap().unwrap(),
+            b.process_counters().unwrap().unwrap(),
+        );
+        assert_eq!((ca.peers, cb.peers), (1, 1), "{ca:?} {cb:?}");
+        assert_eq!(ca.ring_sent, 8, "five SEND and three WRITE packets: {ca:?}");
+        assert_eq!(cb.ring_received, 8, "{cb:?}");
+        assert_eq!((ca.ring_lost, cb.ring_lost), (0, 0));
+    });
+}
+
 /// UD multicast on the process path: each engine joins the IPv4 group its QP attaches to
 /// (on its device's interface, as the daemon does for its own), and a datagram a third QP
 /// sends to the group reaches both attached QPs, in two engines; a QP that detached gets no

@@ -528,11 +528,11 @@ impl Engine {
         Ok(())
     }
 
-    /// Before RC QP `qpn` goes to RTR with `attr`'s path: when its peer is another process's
-    /// engine on this daemon, its packets go through a ring to it (the daemon makes one on
-    /// the first such path between the two). Anything else — a peer elsewhere, the daemon's
-    /// own QP, a daemon that answers otherwise — leaves the QP on the kernel's path, which is
-    /// always correct.
+    /// Before connected (RC or UC) QP `qpn` goes to RTR with `attr`'s path: when its peer is
+    /// another process's engine on this daemon, its packets go through a ring to it (the
+    /// daemon makes one on the first such path between the two; RC in in-process segments,
+    /// UC at the path MTU). Anything else — a peer elsewhere, the daemon's own QP, a daemon
+    /// that answers otherwise — leaves the QP on the kernel's path, which is always correct.
     fn ring_to(&self, conn: &mut Conn, qpn: Qpn, attr: &QpAttr) {
         let Some(grh) = attr.ah_attr.grh.filter(|_| rings_wanted()) else {
             return;
@@ -541,12 +541,13 @@ impl Engine {
         let peer_ip = softib_link::roce::framing::ip_of(&grh.dgid);
         {
             let mut st = self.lock();
-            let rc = st
-                .ca
-                .hca()
-                .qp(qpn)
-                .is_some_and(|q| q.qp_type() == softib_engine::verbs::QpType::Rc);
-            if !rc {
+            let connected = st.ca.hca().qp(qpn).is_some_and(|q| {
+                matches!(
+                    q.qp_type(),
+                    softib_engine::verbs::QpType::Rc | softib_engine::verbs::QpType::Uc
+                )
+            });
+            if !connected {
                 return;
             }
             if st.peers.reaches(peer_ip, dqpn) {
