@@ -22,7 +22,7 @@
 
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::shm::SharedRegion;
 
@@ -196,11 +196,17 @@ impl Ring {
     }
 }
 
+/// A [`PacketRing`]'s consumer flags, on a line of their own that is written only when one
+/// changes, so that the producer's look at them after every publish finds them in its cache
+/// (the consumer's position, written at every record taken, has its own line).
+///
+/// The consumer's polling flag (as [`Ring`]'s at 72).
+const PR_POLLING: usize = 128;
+/// Set when the consumer cannot take records that name the producer's memory instead of
+/// carrying it ([`PacketRing::refuse_references`]).
+const REFERENCES_REFUSED: usize = 136;
 /// Where a [`PacketRing`]'s records start.
-const DATA: usize = 128;
-/// A [`PacketRing`]'s consumer sets this flag (on its own line) when it cannot take records
-/// that name the producer's memory instead of carrying it ([`PacketRing::refuse_references`]).
-const REFERENCES_REFUSED: usize = 80;
+const DATA: usize = 192;
 /// A record's header: its length and the producer's tag, each a little-endian `u32`.
 const RECORD_HEADER: usize = 8;
 /// The length of a record header that says "the rest of the data area is unused; the next
@@ -210,16 +216,24 @@ const WRAP: u32 = u32::MAX;
 /// A single-producer, single-consumer ring of variable-length records in shared memory.
 ///
 /// Layout: the producer's and the consumer's byte positions at offsets 0 and 64 (`u64`s that
-/// only grow), the consumer's polling flag at 72 (as in [`Ring`]), and `capacity` bytes of
-/// records from offset 128. A record is an 8-byte header (length, tag) and its bytes, padded
-/// to a multiple of 8; one that would cross the end of the area is preceded by a wrap marker
-/// and starts at the beginning instead. The consumer checks every header against the
-/// producer's position and the area before it reads: a broken producer makes the ring report
-/// [`RingError::Corrupt`], never read out of place.
+/// only grow, each on its own cache line), the consumer's flags on the line at 128 (polling,
+/// references refused), and `capacity` bytes of records from offset 192. A record is an
+/// 8-byte header (length, tag) and its bytes, padded to a multiple of 8; one that would cross
+/// the end of the area is preceded by a wrap marker and starts at the beginning instead. The consumer checks every header against the producer's position and
+/// the area before it reads: a broken producer makes the ring report [`RingError::Corrupt`],
+/// never read out of place.
+///
+/// Each side keeps the other's position as it last read it and reads it again only when that
+/// is not enough (the producer when the ring looks full, the consumer when it looks empty):
+/// a line the other side writes at every record is a cache miss at every read.
 #[derive(Debug)]
 pub struct PacketRing {
     region: SharedRegion,
     capacity: u64,
+    /// The producer's copy of the consumer's position (never ahead of it).
+    seen_consumer: AtomicU64,
+    /// The consumer's copy of the producer's position (never ahead of it).
+    seen_producer: AtomicU64,
 }
 
 impl PacketRing {
@@ -233,20 +247,24 @@ impl PacketRing {
     pub fn create(name: &str, capacity: usize) -> io::Result<PacketRing> {
         PacketRing::check_shape(capacity)?;
         let region = SharedRegion::create(name, PacketRing::bytes_for(capacity))?;
-        Ok(PacketRing {
-            region,
-            capacity: capacity as u64,
-        })
+        Ok(PacketRing::over(region, capacity))
     }
 
     /// Maps a ring another process created.
     pub fn from_fd(fd: OwnedFd, capacity: usize) -> io::Result<PacketRing> {
         PacketRing::check_shape(capacity)?;
         let region = SharedRegion::from_fd(fd, PacketRing::bytes_for(capacity))?;
-        Ok(PacketRing {
+        Ok(PacketRing::over(region, capacity))
+    }
+
+    fn over(region: SharedRegion, capacity: usize) -> PacketRing {
+        PacketRing {
             region,
             capacity: capacity as u64,
-        })
+            // Behind any real position: the first use reads the real one.
+            seen_consumer: AtomicU64::new(0),
+            seen_producer: AtomicU64::new(0),
+        }
     }
 
     fn check_shape(capacity: usize) -> io::Result<()> {
@@ -294,14 +312,15 @@ impl PacketRing {
 
     /// As [`Ring::set_polling`].
     pub fn set_polling(&self, polling: bool) -> Result<(), RingError> {
-        set_polling(self.index(POLLING)?, polling);
+        set_polling(self.index(PR_POLLING)?, polling);
         Ok(())
     }
 
-    /// As [`Ring::wants_wakeup`].
+    /// As [`Ring::wants_wakeup`]: the flag lives on a line the consumer writes only when it
+    /// changes, so after the fence this look finds it in the cache.
     pub fn wants_wakeup(&self) -> Result<bool, RingError> {
         std::sync::atomic::fence(Ordering::SeqCst);
-        Ok(self.index(POLLING)?.load(Ordering::Relaxed) == 0)
+        Ok(self.index(PR_POLLING)?.load(Ordering::Relaxed) == 0)
     }
 
     /// The consumer says it cannot read the producer's memory (the kernel refused it): from
@@ -326,19 +345,25 @@ impl PacketRing {
         }
         let size = (RECORD_HEADER + len).next_multiple_of(8) as u64;
         let mut p = self.index(PRODUCER)?.load(Ordering::Relaxed);
-        let c = self.index(CONSUMER)?.load(Ordering::Acquire);
-        let used = p.wrapping_sub(c);
-        if used > self.capacity {
-            return Err(RingError::Corrupt);
-        }
         let at = p % self.capacity;
         let skip = if at + size > self.capacity {
             self.capacity - at
         } else {
             0
         };
-        if used + skip + size > self.capacity {
-            return Ok(None);
+        let fits = |c: u64| {
+            let used = p.wrapping_sub(c);
+            used <= self.capacity && used + skip + size <= self.capacity
+        };
+        if !fits(self.seen_consumer.load(Ordering::Relaxed)) {
+            let c = self.index(CONSUMER)?.load(Ordering::Acquire);
+            if p.wrapping_sub(c) > self.capacity {
+                return Err(RingError::Corrupt);
+            }
+            self.seen_consumer.store(c, Ordering::Relaxed);
+            if !fits(c) {
+                return Ok(None);
+            }
         }
         let w = |off: u64, bytes: &[u8]| {
             self.region
@@ -409,7 +434,12 @@ impl PacketRing {
     /// and the consumer position after it. `None` when the ring is empty.
     fn front(&self) -> Result<Option<(u32, usize, usize, u64)>, RingError> {
         let mut c = self.index(CONSUMER)?.load(Ordering::Relaxed);
-        let p = self.index(PRODUCER)?.load(Ordering::Acquire);
+        let mut p = self.seen_producer.load(Ordering::Relaxed);
+        let seen = p.wrapping_sub(c);
+        if seen == 0 || seen > self.capacity {
+            p = self.index(PRODUCER)?.load(Ordering::Acquire);
+            self.seen_producer.store(p, Ordering::Relaxed);
+        }
         loop {
             let waiting = p.wrapping_sub(c);
             if waiting > self.capacity {

@@ -46,7 +46,7 @@ pub use types::{
 };
 
 /// The protocol version; bumped on any incompatible change.
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 
 /// The record bytes of each ring between two process engines ([`Event::Ring`]). Large
 /// payloads travel by reference (the records hold headers), so this holds perftest's default
