@@ -97,7 +97,16 @@ pub(crate) struct Station {
     pub groups: Groups,
     /// The engine's event channel (set once it is open).
     pub daemon_events: Option<super::DaemonEvents>,
+    /// Who looks at the rings now: the progress thread while it spins, an application
+    /// thread during its poll's turn. While anyone looks, peers need not write the doorbell
+    /// (which would wake the progress thread for what the poller takes itself).
+    progress_looking: bool,
+    app_looking: bool,
 }
+
+/// The most turns of its rings a peer that is gone gets (each takes up to 256 records of every
+/// peer): enough for a whole ring of small records.
+const MAX_GONE_DRAINS: usize = 64;
 
 impl Station {
     /// An engine running `hca` on the member socket `member` of the group at `addr`.
@@ -145,7 +154,33 @@ impl Station {
             oversight: Oversight::new()?,
             groups: Groups::new(addr)?,
             daemon_events: None,
+            progress_looking: false,
+            app_looking: false,
         })
+    }
+
+    /// The progress thread starts or stops looking at the rings (it spins, or goes to
+    /// sleep); returns whether a ring holds a record nobody looks for now (which a thread
+    /// about to sleep takes first: its producer may have seen the flag set and not rung).
+    pub fn progress_looks(&mut self, on: bool) -> bool {
+        self.progress_looking = on;
+        self.say_looking()
+    }
+
+    /// An application thread starts or stops looking at the rings (a poll's turn, under the
+    /// lock); returns whether a ring holds a record, as [`Station::progress_looks`].
+    pub fn app_looks(&mut self, on: bool) -> bool {
+        self.app_looking = on;
+        self.say_looking()
+    }
+
+    /// Tells every ring whether anyone looks (each ring is written only when its flag
+    /// changes, so a ring that came since is told too); returns whether records wait that
+    /// nobody will look for (one who still looks takes them).
+    fn say_looking(&mut self) -> bool {
+        let looking = self.progress_looking || self.app_looking;
+        let waiting = self.peers.set_polling(looking);
+        waiting && !looking
     }
 
     /// The member socket (what the progress thread waits on).
@@ -311,6 +346,18 @@ impl Station {
             }
             let _ = ca.handle_group_datagram(now, &Incoming::wire(from, 0, data), group);
         })
+    }
+
+    /// A peer engine is gone (`RingGone`): what it put into its ring before it went is taken
+    /// first, as packets already on a wire arrive after their sender dies — a ping-pong's
+    /// last acknowledgement among them — and then its rings are dropped.
+    pub fn peer_gone(&mut self, id: u64) {
+        for _ in 0..MAX_GONE_DRAINS {
+            if !self.receive_rings() {
+                break;
+            }
+        }
+        self.peers.gone(id);
     }
 
     fn receive_rings(&mut self) -> bool {
@@ -623,5 +670,42 @@ mod tests {
             None,
             "its own went to the engine"
         );
+    }
+
+    /// A peer engine that goes (`RingGone`) may have left records in its ring, a ping-pong's
+    /// last acknowledgement among them: they reach the engine before the ring is dropped.
+    #[test]
+    fn what_a_peer_put_into_its_ring_before_it_went_is_taken() {
+        let member = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = member.local_addr().unwrap();
+        let hand_on = PacketRing::create("softib-unit-hand-on", 4096).unwrap();
+        let hca = Hca::new(HcaConfig::with_seed(1), LocalMemory::default());
+        let mut st = Station::new(hca, member, addr, hand_on).unwrap();
+        let bytes = softib_proto::PEER_RING_BYTES;
+        let (to_us, to_peer) = (
+            PacketRing::create("t", bytes).unwrap(),
+            PacketRing::create("t", bytes).unwrap(),
+        );
+        let fd = |r: &PacketRing| r.fd().try_clone_to_owned().unwrap();
+        let bell = rustix::event::eventfd(0, rustix::event::EventfdFlags::empty()).unwrap();
+        let peer: SocketAddr = "127.0.0.3:4791".parse().unwrap();
+        st.peers
+            .add(
+                7,
+                peer,
+                std::process::id(),
+                &[0x4000],
+                [fd(&to_us), fd(&to_peer), bell],
+            )
+            .unwrap();
+        // The peer's last record: a whole datagram (headers only, tag = their length).
+        let head = [
+            0x11u8, 0, 0xff, 0xff, 0, 0, 0x20, 0x40, 0, 0, 0, 1, 0, 0, 0, 0,
+        ];
+        let from = softib_proto::hand_on_addr("127.0.0.3:50000".parse().unwrap());
+        assert!(to_us.push(head.len() as u32, &[&from, &head]).unwrap());
+        st.peer_gone(7);
+        assert_eq!(st.peers.received, 1, "the record was taken");
+        assert_eq!(st.peers.len(), 0, "and the rings dropped");
     }
 }

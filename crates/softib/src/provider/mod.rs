@@ -60,6 +60,8 @@ pub struct ProcessCounters {
     pub ring_sent: u64,
     /// Packets taken from peers' rings.
     pub ring_received: u64,
+    /// Doorbells written to peers: records put into a ring while its reader was not looking.
+    pub ring_bells: u64,
     /// Packets for a peer lost (its ring and backlog full, or the peer gone).
     pub ring_lost: u64,
     /// Payloads sent by reference (the peer read them from this process's memory).
@@ -88,17 +90,18 @@ fn rings_wanted() -> bool {
 /// kernel (a program that sends to thousands of QPs gains little from rings).
 const MAX_UD_ASKED: usize = 4096;
 
-/// An application thread waiting for a completion, counted while it waits.
-struct Waiting<'a>(&'a std::sync::atomic::AtomicU32);
+/// An application thread counted while it is in a poll (waiting for a completion, or turning
+/// the engine).
+struct Counted<'a>(&'a std::sync::atomic::AtomicU32);
 
-impl<'a> Waiting<'a> {
-    fn new(count: &'a std::sync::atomic::AtomicU32) -> Waiting<'a> {
+impl<'a> Counted<'a> {
+    fn new(count: &'a std::sync::atomic::AtomicU32) -> Counted<'a> {
         count.fetch_add(1, Ordering::SeqCst);
-        Waiting(count)
+        Counted(count)
     }
 }
 
-impl Drop for Waiting<'_> {
+impl Drop for Counted<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }
@@ -175,6 +178,11 @@ struct Shared {
     stop: AtomicBool,
     /// When the progress thread sleeps until, in engine microseconds (`u64::MAX`: no timer).
     sleeping_until: AtomicU64,
+    /// A timerfd the progress thread sleeps on too, set by application threads to an earlier
+    /// deadline than `sleeping_until` (`Engine::after_command`), and when it is set for
+    /// (engine microseconds; `u64::MAX`: unset since the progress thread last slept).
+    timer: OwnedFd,
+    timer_at: AtomicU64,
     /// The engine's member socket, which application threads waiting for a completion
     /// sleep on (with the kick, which peers write, and `app_bell`).
     socket: OwnedFd,
@@ -183,6 +191,10 @@ struct Shared {
     /// their completion.
     app_bell: OwnedFd,
     app_waiting: std::sync::atomic::AtomicU32,
+    /// Application threads inside a poll that run the engine's turns themselves (not those
+    /// asleep in one): while any does, the progress thread leaves them the turns the socket
+    /// or a timer would wake it for ([`SOCKET_DEFER`]).
+    app_turning: std::sync::atomic::AtomicU32,
     /// The engine's multicast groups' epoll set, which the progress thread sleeps on too.
     groups: OwnedFd,
 }
@@ -260,9 +272,16 @@ impl Engine {
             kick,
             stop: AtomicBool::new(false),
             sleeping_until: AtomicU64::new(u64::MAX),
+            timer: rustix::time::timerfd_create(
+                rustix::time::TimerfdClockId::Monotonic,
+                rustix::time::TimerfdFlags::CLOEXEC | rustix::time::TimerfdFlags::NONBLOCK,
+            )
+            .map_err(std::io::Error::from)?,
+            timer_at: AtomicU64::new(u64::MAX),
             socket,
             app_bell: eventfd()?,
             app_waiting: std::sync::atomic::AtomicU32::new(0),
+            app_turning: std::sync::atomic::AtomicU32::new(0),
             groups,
         });
         // The event channel: the daemon pushes rings to other processes' engines on it, and
@@ -320,13 +339,32 @@ impl Engine {
             .unwrap_or_else(|p| p.into_inner())
     }
 
-    /// After a command that may have armed a timer: wakes the progress thread when the
-    /// engine's deadline is now earlier than the one it sleeps until.
+    /// After a command that may have armed a timer: when the engine's deadline is now
+    /// earlier than the one the progress thread sleeps until, sets the progress thread's
+    /// timer to it — a system call on this thread, where a kick would wake the progress
+    /// thread now, on every post of a ping-pong, for a deadline milliseconds away.
     fn after_command(&self, st: &Station) {
-        if let Some(t) = st.ca.poll_timeout() {
-            if t.as_micros() < self.shared.sleeping_until.load(Ordering::Acquire) {
-                self.shared.kick();
-            }
+        let Some(t) = st.ca.poll_timeout() else {
+            return;
+        };
+        let s = &self.shared;
+        let at = t.as_micros();
+        if at >= s.sleeping_until.load(Ordering::Acquire)
+            || at >= s.timer_at.load(Ordering::Acquire)
+        {
+            return;
+        }
+        s.timer_at.store(at, Ordering::Release);
+        let after = Duration::from_micros(t.saturating_since(st.now()).as_micros());
+        let spec = rustix::time::Itimerspec {
+            it_interval: timespec(Duration::ZERO),
+            // A deadline already passed still sets the timer (zero would disarm it).
+            it_value: timespec(after.max(Duration::from_nanos(1))),
+        };
+        if rustix::time::timerfd_settime(&s.timer, rustix::time::TimerfdTimerFlags::empty(), &spec)
+            .is_err()
+        {
+            s.kick();
         }
     }
 
@@ -788,6 +826,10 @@ impl Engine {
             st = self.lock();
         }
         let mut r = Ok(());
+        // Looking at the rings meanwhile: a reply to what this thread sent a moment ago (the
+        // ACK of a ping-pong's last message) often comes during the post, and its sender
+        // need not ring for it — this thread takes it before it leaves.
+        st.app_looks(true);
         for (i, wr) in wrs.into_iter().enumerate() {
             if let Err(e) = st.ca.hca_mut().post_send(qpn, wr) {
                 r = Err(at_wr("send WR", i, e));
@@ -795,6 +837,9 @@ impl Engine {
             }
         }
         st.send_now();
+        if st.app_looks(false) {
+            st.app_turn();
+        }
         self.after_command(&st);
         r
     }
@@ -828,10 +873,14 @@ impl Engine {
         let mut out = Vec::new();
         // Counted before the first look, so that a turn of the progress thread after it rings
         // the bell (see `progress`).
-        let _waiting = (!wait.is_zero()).then(|| Waiting::new(&self.shared.app_waiting));
+        let _waiting = (!wait.is_zero()).then(|| Counted::new(&self.shared.app_waiting));
+        let _turning = Counted::new(&self.shared.app_turning);
+        // This thread looks at the rings from its first turn until it returns or sleeps
+        // (also while it yields between turns): peers' packets meanwhile ring no doorbell.
         loop {
-            let next = {
+            let (now, next) = {
                 let mut st = self.lock();
+                st.app_looks(true);
                 st.app_turn();
                 while out.len() < max as usize {
                     match st.ca.hca_mut().poll_cq(cq) {
@@ -839,24 +888,47 @@ impl Engine {
                         None => break,
                     }
                 }
-                if out.is_empty() && !st.ca.hca().has_cq(cq) {
-                    // A CQ that does not exist is refused rather than waited on.
-                    return Err(refused(VerbsError::NotFound("CQ")));
+                let now = StdInstant::now();
+                let spinning = now < start + spin;
+                let missing = out.is_empty() && !st.ca.hca().has_cq(cq);
+                if missing || !out.is_empty() || now >= until {
+                    let left = st.app_looks(false);
+                    drop(st);
+                    self.hand_over(left);
+                    if missing {
+                        // A CQ that does not exist is refused rather than waited on.
+                        return Err(refused(VerbsError::NotFound("CQ")));
+                    }
+                    return Ok(out);
                 }
-                st.ca.poll_timeout().map(|t| st.std_time(t))
+                if !spinning && st.app_looks(false) {
+                    // Came while this thread looked, so nobody rang: taken before it sleeps.
+                    continue;
+                }
+                (now, st.ca.poll_timeout().map(|t| st.std_time(t)))
             };
-            let now = StdInstant::now();
-            if !out.is_empty() || now >= until {
-                return Ok(out);
-            }
             if now < start + spin {
                 // The completion is often microseconds away (a peer's reply through a ring):
                 // look again rather than pay a wakeup, letting others run meanwhile.
-                std::thread::yield_now();
+                if now >= start + APP_PURE_SPIN {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
                 continue;
             }
             let wake = next.map_or(until, |t| t.min(until));
+            self.shared.app_turning.fetch_sub(1, Ordering::SeqCst);
             self.wait_readable(wake.saturating_duration_since(now));
+            self.shared.app_turning.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A poll leaving with records in the rings that came while it looked (their producers
+    /// saw it looking and rang no doorbell) wakes the progress thread for them.
+    fn hand_over(&self, left: bool) {
+        if left {
+            self.shared.kick();
         }
     }
 
@@ -884,6 +956,7 @@ impl Engine {
             peers: st.peers.len() as u64,
             ring_sent: st.peers.sent,
             ring_received: st.peers.received,
+            ring_bells: st.peers.bells,
             ring_lost: st.peers.lost,
             by_reference: st.peers.by_reference,
             read_by_reference: st.peers.read_by_reference,
@@ -997,7 +1070,7 @@ fn take_events(st: &mut Station, reader: &mut softib_proto::FrameReader) {
                 }
             }
             Ok(Event::RingGone { id }) => {
-                st.peers.gone(id);
+                st.peer_gone(id);
                 // UD destinations are asked about again (another engine may hold them now).
                 st.ud_asked.clear();
                 st.ca.clear_ud_local();
@@ -1039,6 +1112,19 @@ fn at_wr(what: &str, i: usize, e: VerbsError) -> Error {
 /// ping-pong, the rest of a window — and a sleeping thread pays a wakeup for each.
 const PROGRESS_SPIN: Duration = Duration::from_micros(50);
 
+/// How long an application thread's poll looks again without yielding, before it yields
+/// between looks: a ping-pong's reply through a ring comes within microseconds when the peer
+/// runs, and a yield hands the core to a spinning progress thread for its whole turn
+/// (docs/performance.md: 8 B `ib_send_lat` through rings 4–6 µs with a yield per look,
+/// 1.3–2.5 µs with this). Beyond it the poll yields, so that a peer or progress thread that
+/// shares this core gets it.
+const APP_PURE_SPIN: Duration = Duration::from_micros(5);
+
+/// How long the progress thread leaves the socket and the timers to an application thread it
+/// found turning the engine (`Shared::app_turning`) before it looks again: the most a
+/// datagram waits when that thread leaves just after the progress thread looked.
+const SOCKET_DEFER: Duration = Duration::from_micros(20);
+
 fn progress_spin() -> Duration {
     std::env::var("SOFTIB_PROVIDER_SPIN_US")
         .ok()
@@ -1046,11 +1132,16 @@ fn progress_spin() -> Duration {
         .map_or(PROGRESS_SPIN, Duration::from_micros)
 }
 
-/// The progress thread: sleeps on the socket and the kick until the engine's deadline, then
-/// runs a turn — what arrived, the due timers, what is to send — and, for [`PROGRESS_SPIN`]
-/// after a turn that had work, keeps turning without sleeping. While it spins it never waits
-/// for the engine's lock: an application thread that holds it (a poll, a post) runs the
-/// engine itself, so the progress thread yields to it instead.
+/// The progress thread: sleeps on the socket, the kick and its timer until the engine's
+/// deadline, then runs a turn — what arrived, the due timers, what is to send — and, for
+/// [`PROGRESS_SPIN`] after a turn that had work, keeps turning without sleeping. While it
+/// spins it never waits for the engine's lock: an application thread that holds it (a poll,
+/// a post) runs the engine itself, so the progress thread yields to it instead. Woken by the
+/// socket or a timer alone while an application thread turns the engine in a poll, it leaves
+/// both to that thread for [`SOCKET_DEFER`] and looks again.
+///
+/// Peers write the kick only when nobody looks at the rings: the progress thread looks while
+/// it spins, an application thread while it polls or posts (`Station::app_looks`).
 ///
 /// It also watches the control connection (`control`): when the daemon goes (stopped,
 /// restarted, killed), the HCA's identity goes with it — QPN and key uniqueness, steering — so
@@ -1061,19 +1152,28 @@ fn progress(shared: &Shared, control: OwnedFd, events: OwnedFd) {
     use rustix::event::{PollFd, PollFlags};
     let mut control = Some(control);
     let mut events = Some(events);
-    let socket = &shared.socket;
     let spin = progress_spin();
     let mut last_busy: Option<StdInstant> = None;
+    // Until when the socket and the timers are left to an application thread that turns.
+    let mut deferred: Option<StdInstant> = None;
     let mut drain = [0u8; 8];
     while !shared.stop.load(Ordering::Acquire) {
         pause::park_point();
         let spinning = last_busy.is_some_and(|t| t.elapsed() < spin);
+        let defer_left = deferred
+            .map(|d| d.saturating_duration_since(StdInstant::now()))
+            .filter(|d| !d.is_zero());
         let timeout = if spinning {
             Some(Duration::ZERO)
+        } else if defer_left.is_some() {
+            // It stopped looking at the rings (under the lock) in the sleep before it deferred.
+            defer_left
         } else {
-            let st = shared.station.lock().unwrap_or_else(|p| p.into_inner());
-            // Peers write the kick from now on; what they put in before is looked at now.
-            if st.peers.set_polling(false) {
+            let mut st = shared.station.lock().unwrap_or_else(|p| p.into_inner());
+            // Peers write the kick from now on; what they put in before, while this thread
+            // looked, is taken now — whatever an application thread seems to be doing: one
+            // that stopped looking may be on its way to sleep, and nobody rang for these.
+            if st.progress_looks(false) {
                 Some(Duration::ZERO)
             } else {
                 let (engine, at) = st.next_wakeup();
@@ -1081,33 +1181,63 @@ fn progress(shared: &Shared, control: OwnedFd, events: OwnedFd) {
                     engine.map_or(u64::MAX, |t| t.as_micros()),
                     Ordering::Release,
                 );
+                // What the timer is set for is covered by this sleep's own deadline now.
+                shared.timer_at.store(u64::MAX, Ordering::Release);
                 at.map(|at| at.saturating_duration_since(StdInstant::now()))
             }
         };
         let timeout = timeout.map(timespec);
         let events_fd = events.as_ref().map(|e| e.as_fd());
+        // While deferred, the socket's place holds the kick again (looked at twice, harmless).
+        let socket = if defer_left.is_some() {
+            shared.kick.as_fd()
+        } else {
+            shared.socket.as_fd()
+        };
         let mut pfd = [
-            PollFd::new(socket, PollFlags::IN),
+            PollFd::from_borrowed_fd(socket, PollFlags::IN),
             PollFd::new(&shared.kick, PollFlags::IN),
             PollFd::from_borrowed_fd(events_fd.unwrap_or(shared.kick.as_fd()), PollFlags::IN),
             PollFd::new(&shared.groups, PollFlags::IN),
+            PollFd::new(&shared.timer, PollFlags::IN),
             // Only the peer's hang-up, never the answers the application thread reads.
             PollFd::new(control.as_ref().unwrap_or(&shared.kick), PollFlags::RDHUP),
         ];
-        let n = if control.is_some() { 5 } else { 4 };
+        let n = if control.is_some() { 6 } else { 5 };
         let _ = rustix::event::poll(&mut pfd[..n], timeout.as_ref());
-        if pfd[1].revents().contains(PollFlags::IN) {
+        let kicked = pfd[1].revents().contains(PollFlags::IN);
+        if kicked {
             let _ = rustix::io::read(&shared.kick, &mut drain);
         }
         let event = events.is_some() && !pfd[2].revents().is_empty();
-        let gone = n == 5
-            && pfd[4]
+        if pfd[4].revents().contains(PollFlags::IN) {
+            let _ = rustix::io::read(&shared.timer, &mut drain);
+        }
+        let gone = n == 6
+            && pfd[5]
                 .revents()
                 .intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR);
         if shared.stop.load(Ordering::Acquire) {
             break;
         }
-        let mut st = if spinning && !gone {
+        let grouped = !pfd[3].revents().is_empty();
+        if !spinning
+            && !kicked
+            && !event
+            && !gone
+            && !grouped
+            && shared.app_turning.load(Ordering::SeqCst) > 0
+        {
+            // Only the socket or a timer, and an application thread turns the engine: its
+            // turns take both (taking the lock now would only make it wait). Looked at again
+            // in a moment, in case it has left.
+            deferred = Some(StdInstant::now() + SOCKET_DEFER);
+            continue;
+        }
+        deferred = None;
+        // An event from the daemon (faults, a capture, rings) is taken now, even from under a
+        // polling application thread: only this thread reads the channel.
+        let mut st = if spinning && !gone && !event {
             match shared.station.try_lock() {
                 Ok(st) => st,
                 Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
@@ -1129,7 +1259,7 @@ fn progress(shared: &Shared, control: OwnedFd, events: OwnedFd) {
         let busy = st.turn();
         if busy {
             // While it spins, peers need not write the kick.
-            st.peers.set_polling(true);
+            st.progress_looks(true);
         }
         drop(st);
         if busy && shared.app_waiting.load(Ordering::SeqCst) > 0 {

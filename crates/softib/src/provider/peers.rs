@@ -246,6 +246,8 @@ pub(crate) struct Peers {
     pub received: u64,
     /// Packets lost for a full backlog, or for a peer that is gone.
     pub lost: u64,
+    /// Doorbells written: turns that put records into a ring whose reader was not looking.
+    pub bells: u64,
     /// Rings a peer broke (impossible indices): the pair is dropped.
     pub broken: u64,
     /// Payloads sent by reference, and those read from a peer's buffers or memory.
@@ -466,6 +468,7 @@ impl Peers {
             }
             waiting |= !p.backlog.is_empty();
             if std::mem::take(&mut p.wrote) && p.writes.wants_wakeup().unwrap_or(true) {
+                self.bells += 1;
                 let _ = rustix::io::write(&p.bell, &1u64.to_ne_bytes());
             }
         }
