@@ -19,7 +19,7 @@ use std::cell::RefCell;
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use softib_fabric::rmpp::Reassembly;
+use softib::mad::rmpp::Reassembly;
 use softib_fabric::sm::{SmConfig, SubnetManager};
 use softib_fabric::testing::TestFabric;
 use softib_fabric::topology::Topology;
