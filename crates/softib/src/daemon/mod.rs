@@ -618,6 +618,9 @@ impl Session {
     }
 
     pub(crate) fn post_send(&mut self, dev: u32, qpn: Qpn, wrs: Vec<SendWr>) -> Result<()> {
+        if let Some(e) = started(&self.process, dev) {
+            return e.post_send(&mut self.conn, qpn, wrs);
+        }
         if let Some(e) = self.engine(dev)? {
             return e.post_send(&mut self.conn, qpn, wrs);
         }
@@ -625,6 +628,9 @@ impl Session {
     }
 
     pub(crate) fn post_recv(&mut self, dev: u32, qpn: Qpn, wrs: Vec<RecvWr>) -> Result<()> {
+        if let Some(e) = started(&self.process, dev) {
+            return e.post_recv(qpn, wrs);
+        }
         if let Some(e) = self.engine(dev)? {
             return e.post_recv(qpn, wrs);
         }
@@ -646,6 +652,9 @@ impl Session {
         max: u32,
         wait: Duration,
     ) -> Result<Vec<WorkCompletion>> {
+        if let Some(e) = started(&self.process, dev) {
+            return e.poll_cq(cq, max, wait);
+        }
         if let Some(e) = self.engine(dev)? {
             return e.poll_cq(cq, max, wait);
         }
@@ -906,4 +915,11 @@ impl Session {
             sm_info: sm_info.map(|b| b.to_vec()),
         })
     }
+}
+
+/// The started engine of device `dev` among a session's (see `Session::engine`): the data
+/// path's look-up, which leaves the engine's reference count alone (two atomic operations per
+/// post and poll).
+fn started(process: &Option<BTreeMap<u32, Option<Arc<Engine>>>>, dev: u32) -> Option<&Engine> {
+    process.as_ref()?.get(&dev)?.as_deref()
 }

@@ -570,12 +570,16 @@ impl Peers {
     }
 
     /// Tells every peer whether this engine is polling its rings (then they need not write
-    /// its doorbell); returns whether any of them holds a record.
+    /// its doorbell). Stopping, returns whether any of them holds a record (one that came
+    /// while it looked, for which nobody rang); starting, false without looking — the ring's
+    /// producer position is a line the peer writes at every record, a cache miss each time.
     pub fn set_polling(&self, polling: bool) -> bool {
         let mut waiting = false;
         for p in self.by_id.values() {
             let _ = p.reads.set_polling(polling);
-            waiting |= !p.reads.is_empty().unwrap_or(true);
+            if !polling {
+                waiting |= !p.reads.is_empty().unwrap_or(true);
+            }
         }
         waiting
     }
