@@ -225,18 +225,8 @@ fn ud_sends_arrive_whole() {
 fn uc_sends_and_writes_go_through_the_rings() {
     process_path();
     with_pair(QpType::Uc, |p| {
-        let Pair {
-            a,
-            b,
-            buf_a,
-            buf_b,
-            cq_a,
-            cq_b,
-            mr_a,
-            mr_b,
-            qp_a,
-            qp_b,
-        } = *p;
+        let (buf_a, buf_b, mr_a, mr_b) = (p.buf_a, p.buf_b, p.mr_a, p.mr_b);
+        let (qp_a, qp_b, cq_a, cq_b) = (p.qp_a, p.qp_b, p.cq_a, p.cq_b);
         // SEND: five packets at MTU 1024.
         let data = pattern(9, 4_500);
         buf_a.write(0, &data);
@@ -264,8 +254,8 @@ fn uc_sends_and_writes_go_through_the_rings() {
         }
         assert!(got == data, "UC WRITE");
         let (ca, cb) = (
-            a.process_counters().unwrap().unwrap(),
-            b.process_counters().unwrap().unwrap(),
+            p.a.process_counters().unwrap().unwrap(),
+            p.b.process_counters().unwrap().unwrap(),
         );
         assert_eq!((ca.peers, cb.peers), (1, 1), "{ca:?} {cb:?}");
         assert_eq!(ca.ring_sent, 8, "five SEND and three WRITE packets: {ca:?}");
