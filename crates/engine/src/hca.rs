@@ -83,27 +83,7 @@ impl From<ModifyQpError> for VerbsError {
 /// busy daemon; a hash table with a fixed hash keeps runs reproducible (no per-process
 /// seed), and what must come out in order (`qpns`, events) is sorted. QPNs are the engine's
 /// own choice, so no peer can pick keys that collide.
-type QpTable = std::collections::HashMap<Qpn, Qp, std::hash::BuildHasherDefault<QpnHasher>>;
-
-/// A multiplicative hash of a QPN (`Qpn` hashes as one `u32`).
-#[derive(Debug, Default, Clone, Copy)]
-struct QpnHasher(u64);
-
-impl std::hash::Hasher for QpnHasher {
-    fn finish(&self) -> u64 {
-        self.0 ^ (self.0 >> 29)
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u32(u32::from(b));
-        }
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        self.0 = (self.0.rotate_left(26) ^ u64::from(n)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
+type QpTable = std::collections::HashMap<Qpn, Qp, crate::hash::FixedState>;
 
 /// A soft HCA: one device with its ports, as a pure state machine over memory `M`.
 pub struct Hca<M: Memory> {

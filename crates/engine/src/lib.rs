@@ -68,6 +68,7 @@ handle!(
 pub mod config;
 pub mod counters;
 pub mod cq;
+pub mod hash;
 pub mod hca;
 mod invariant;
 pub mod memory;

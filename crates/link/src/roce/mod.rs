@@ -37,10 +37,11 @@ pub mod gsi;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashSet, VecDeque};
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
+use softib_engine::hash::FixedState;
 use softib_engine::verbs::{AsyncEvent, QpState, QpType};
 use softib_engine::{AttrMask, Hca, Instant, Memory, QpAttr, RxMeta, Transmit, VerbsError};
 use softib_net::TxQueue;
@@ -285,10 +286,10 @@ pub struct RoceCa<M: Memory> {
     local_peers: Vec<SocketAddr>,
     /// The QPs whose peer the embedder reaches locally whatever their path's address (a
     /// ring to another process's engine on the same daemon).
-    local_qps: BTreeSet<Qpn>,
+    local_qps: HashSet<Qpn, FixedState>,
     /// The UD destinations (device address, QP) the embedder reaches locally (a ring to the
     /// engine that holds the QP).
-    local_ud: BTreeSet<(std::net::IpAddr, Qpn)>,
+    local_ud: HashSet<(std::net::IpAddr, Qpn), FixedState>,
     /// Whether nothing between this device and a local peer could see or change a datagram.
     trust_local: bool,
     /// The RC QPs whose in-process flag was decided from their path, to decide again when the
@@ -312,8 +313,8 @@ impl<M: Memory> RoceCa<M> {
             hca,
             config,
             local_peers: Vec::new(),
-            local_qps: BTreeSet::new(),
-            local_ud: BTreeSet::new(),
+            local_qps: HashSet::default(),
+            local_ud: HashSet::default(),
             trust_local: false,
             decided: BTreeSet::new(),
             ident: IdentPatch::default(),

@@ -13,6 +13,7 @@ use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Instant as StdInstant;
 
+use softib_engine::hash::FixedState;
 use softib_engine::{Hca, Instant, Memory, IN_PROCESS_MAX_LEN};
 use softib_link::roce::framing;
 use softib_link::{Incoming, RoceCa, SrcKey};
@@ -70,7 +71,7 @@ pub(crate) struct Station {
     pub peers: Peers,
     /// The UD destinations (device address, QP) the daemon was asked about
     /// (`Engine::post_send`): each is asked once, until the rings change.
-    pub ud_asked: std::collections::HashSet<(std::net::IpAddr, Qpn)>,
+    pub ud_asked: std::collections::HashSet<(std::net::IpAddr, Qpn), FixedState>,
     /// Where datagrams for those peers are built.
     local_room: Box<[u8]>,
     /// Application threads' turns, counted ([`Station::app_turn`]).
@@ -140,7 +141,7 @@ impl Station {
             inbound: PacketRing::create("softib-inbound", softib_proto::INBOUND_RING_BYTES)?,
             inbound_buf: Vec::new(),
             peers: Peers::default(),
-            ud_asked: std::collections::HashSet::new(),
+            ud_asked: std::collections::HashSet::default(),
             local_room: vec![0u8; ROOM].into_boxed_slice(),
             app_turns: 0,
             notify: Notifications::default(),

@@ -40,6 +40,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::fd::OwnedFd;
 
 use rustix::process::{Pid, PidfdFlags, PidfdGetfdFlags};
+use softib_engine::hash::FixedState;
 use softib_engine::QPN_BLOCK;
 use softib_net::procmem::ProcessMemory;
 use softib_net::ring::PacketRing;
@@ -163,7 +164,7 @@ struct PeerBuffers {
     /// The peer process (a pid used again cannot stand in for it); `None` when the kernel
     /// gave none.
     pidfd: Option<OwnedFd>,
-    maps: HashMap<(u32, u64), SharedRegion>,
+    maps: HashMap<(u32, u64), SharedRegion, FixedState>,
 }
 
 impl PeerBuffers {
@@ -174,7 +175,7 @@ impl PeerBuffers {
             .and_then(|p| rustix::process::pidfd_open(p, PidfdFlags::empty()).ok());
         PeerBuffers {
             pidfd,
-            maps: HashMap::new(),
+            maps: HashMap::default(),
         }
     }
 
@@ -240,7 +241,7 @@ struct Peer {
 pub(crate) struct Peers {
     by_id: BTreeMap<u64, Peer>,
     /// (the peer device's address, the first QPN of a block) → the pair that reaches it.
-    routes: HashMap<(IpAddr, u32), u64>,
+    routes: HashMap<(IpAddr, u32), u64, FixedState>,
     /// Packets put into peers' rings (or their backlogs), and taken from them.
     pub sent: u64,
     pub received: u64,
