@@ -25,9 +25,12 @@
 //! decides); a duplicate REP gets the RTU again; a duplicate DREQ gets the DREP again (from
 //! TimeWait); a REQ from a QP that is connected here already is rejected as a stale
 //! connection; a REQ for a service nobody listens on is rejected at once (InvalidServiceID);
-//! a REQ beyond a listener's backlog is rejected with NoResources. Malformed MADs are
-//! dropped and counted ([`Counters`]); a message for an unknown connection is answered the
-//! way the spec says (REJ InvalidCommID for a REP, DREP for a DREQ) or dropped.
+//! a REQ beyond a listener's backlog is rejected with NoResources; a REQ no QP could take is
+//! rejected naming the field (InvalidTransportType, InvalidMTU). Malformed MADs (not 256
+//! bytes, another ClassVersion or method, an attribute that is no message, LAP and APR
+//! included) are dropped and counted ([`Counters`]); a message for an unknown connection is
+//! answered the way the spec says (REJ InvalidCommID for a REP, DREP for a DREQ) or dropped,
+//! and counted.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -258,6 +261,9 @@ pub struct Counters {
     pub backlog_full: u64,
     /// REQs from a QP connected here already (rejected: StaleConnection).
     pub stale: u64,
+    /// REQs asking for what no QP can be (rejected: InvalidTransportType for a transport
+    /// other than RC and UC, InvalidMTU for a path MTU code outside 256–4096 bytes).
+    pub invalid_req: u64,
     /// Requests sent again after a timeout.
     pub retransmits: u64,
     /// Connection attempts and DREQs given up after every retry.
@@ -762,7 +768,9 @@ impl<A: Copy + Ord + std::fmt::Debug> Cm<A> {
 
     /// A CM MAD arrived from `from`.
     pub fn handle_mad(&mut self, now: Duration, from: A, mad: &[u8]) {
-        let Ok((_, m)) = Message::parse(mad) else {
+        // A MAD is exactly 256 bytes (IBA §13.4.2); what is not is no CM message.
+        let parsed = (mad.len() == MAD_LEN).then(|| Message::parse(mad));
+        let Some(Ok((_, m))) = parsed else {
             self.counters.malformed += 1;
             return;
         };
@@ -843,9 +851,29 @@ impl<A: Copy + Ord + std::fmt::Debug> Cm<A> {
             self.reject_req(from, &req, RejectReason::StaleConn);
             return;
         }
-        let Some(l) = self.listeners.get_mut(&req.service_id) else {
+        if !self.listeners.contains_key(&req.service_id) {
             self.counters.no_listener += 1;
             self.reject_req(from, &req, RejectReason::InvalidServiceId);
+            return;
+        }
+        // What no QP could be set up for is rejected before the consumer hears of it, with
+        // the reason that names the field (IBA §12.6.7, table 107).
+        let invalid = if !matches!(
+            req.transport_service,
+            TransportService::Rc | TransportService::Uc
+        ) {
+            Some(RejectReason::InvalidTransportType)
+        } else if !(1..=5).contains(&req.path_mtu) {
+            Some(RejectReason::InvalidMtu)
+        } else {
+            None
+        };
+        if let Some(reason) = invalid {
+            self.counters.invalid_req += 1;
+            self.reject_req(from, &req, reason);
+            return;
+        }
+        let Some(l) = self.listeners.get_mut(&req.service_id) else {
             return;
         };
         if l.pending >= l.backlog {

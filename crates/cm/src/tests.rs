@@ -305,33 +305,208 @@ fn a_req_from_a_qp_connected_here_is_stale() {
     assert_eq!(b.counters().stale, 1);
 }
 
+/// Every kind of bad input, one at a time, at a machine with an established connection: what
+/// is no CM message (wrong length, ClassVersion, method, an attribute that is no message or
+/// one softib does not take — LAP, APR —, a REJ whose ARI length overflows) is dropped and
+/// counted as malformed; a message that names a connection this side does not have, or
+/// names one from the wrong peer, is dropped and counted, except what the spec answers (a
+/// REP with REJ InvalidCommID, a DREQ with a DREP); a REQ no QP could take is rejected with
+/// the reason naming the field. The consumer hears nothing, and the connection is untouched.
 #[test]
-fn malformed_and_misaddressed_mads_are_counted() {
+fn bad_cm_mads_are_dropped_or_answered_per_the_spec_and_counted() {
     let t = Duration::ZERO;
-    let mut b = Cm::<u8>::new(config(1));
-    b.handle_mad(t, A, &[0u8; 100]);
-    let mut bad = Message::Rtu(Rtu {
-        local_comm_id: 1,
-        remote_comm_id: 2,
-        private_data: [0; private_len::RTU],
-    })
-    .emit(1);
-    b.handle_mad(t, A, &bad);
-    bad[2] = 1; // ClassVersion 1
-    b.handle_mad(t, A, &bad);
-    let c = b.counters();
-    assert_eq!((c.malformed, c.unknown_comm_id), (2, 1));
-    // A DREQ for an unknown connection is still answered.
-    let dreq = Message::Dreq(Dreq {
-        local_comm_id: 5,
-        remote_comm_id: 6,
-        remote_qpn: Qpn::new(1),
-        private_data: [0; private_len::DREQ],
-    })
-    .emit(2);
-    b.handle_mad(t, A, &dreq);
-    assert_eq!(kind(&drain(&mut b)[0].1), "DREP");
-    assert!(events(&mut b).is_empty());
+    let (mut a, mut b) = (Cm::new(config(1)), Cm::new(config(500)));
+    b.listen(SERVICE, 8).expect("listen");
+    let id_a = a.connect(t, B, &connect_params(17));
+    b.handle_mad(t, A, &drain(&mut a)[0].1);
+    let Some(Event::ConnectRequest { id: id_b, .. }) = b.poll_event() else {
+        panic!("no request");
+    };
+    b.accept(t, id_b, &accept_params(33)).expect("accept");
+    a.handle_mad(t, B, &drain(&mut b)[0].1);
+    a.poll_event();
+    a.ready_to_use(id_a, &[]).expect("rtu");
+    b.handle_mad(t, A, &drain(&mut a)[0].1);
+    assert!(b.is_established(id_b));
+    events(&mut b);
+
+    let rtu = |local, remote| {
+        Message::Rtu(Rtu {
+            local_comm_id: local,
+            remote_comm_id: remote,
+            private_data: [0; private_len::RTU],
+        })
+        .emit(7)
+    };
+    let with = |mut m: [u8; MAD_LEN], at: usize, v: &[u8]| {
+        m[at..at + v.len()].copy_from_slice(v);
+        m
+    };
+    let rej = Message::Rej(Rej::new(9, 99, MessageKind::Rep, RejectReason::Timeout)).emit(8);
+    let malformed: Vec<(&str, Vec<u8>)> = vec![
+        ("shorter than a MAD", rtu(id_a, id_b)[..255].to_vec()),
+        ("longer than a MAD", [&rtu(id_a, id_b)[..], &[0]].concat()),
+        ("ClassVersion 1", with(rtu(id_a, id_b), 2, &[1]).to_vec()),
+        ("method Get", with(rtu(id_a, id_b), 3, &[0x01]).to_vec()),
+        ("LAP", with(rtu(id_a, id_b), 16, &[0x00, 0x19]).to_vec()),
+        ("APR", with(rtu(id_a, id_b), 16, &[0x00, 0x1A]).to_vec()),
+        (
+            "attribute 0x0030",
+            with(rtu(id_a, id_b), 16, &[0x00, 0x30]).to_vec(),
+        ),
+        ("REJ ARI length 127", with(rej, 24 + 9, &[0xFE]).to_vec()),
+    ];
+    for (n, (what, mad)) in malformed.iter().enumerate() {
+        b.handle_mad(t, A, mad);
+        assert_eq!(b.counters().malformed, n as u64 + 1, "{what}");
+        assert!(drain(&mut b).is_empty(), "{what} was answered");
+    }
+
+    // Communication IDs this side does not have.
+    let unknown = 0x0BAD;
+    let dropped = [
+        ("RTU", rtu(unknown, unknown)),
+        (
+            "MRA",
+            Message::Mra(Mra {
+                local_comm_id: unknown,
+                remote_comm_id: unknown,
+                message_mraed: MessageKind::Rep,
+                service_timeout: 10,
+                private_data: [0; private_len::MRA],
+            })
+            .emit(9),
+        ),
+        (
+            "REJ",
+            Message::Rej(Rej::new(
+                unknown,
+                unknown,
+                MessageKind::Rep,
+                RejectReason::Timeout,
+            ))
+            .emit(10),
+        ),
+        (
+            "DREP",
+            Message::Drep(Drep {
+                local_comm_id: unknown,
+                remote_comm_id: unknown,
+                private_data: [0; private_len::DREP],
+            })
+            .emit(11),
+        ),
+        // The connection's own ID, from another peer.
+        ("RTU from another peer", rtu(id_a, id_b)),
+    ];
+    for (n, (what, mad)) in dropped.iter().enumerate() {
+        let from = if what.contains("another") { 3 } else { A };
+        b.handle_mad(t, from, mad);
+        assert_eq!(b.counters().unknown_comm_id, n as u64 + 1, "{what}");
+        assert!(drain(&mut b).is_empty(), "{what} was answered");
+    }
+    // A REP for no connection of ours: REJ InvalidCommID (IBA §12.6.5), naming its sender's ID.
+    let rep = Rep {
+        local_comm_id: 0x51,
+        remote_comm_id: unknown,
+        local_qkey: QKey(0),
+        local_qpn: Qpn::new(5),
+        local_eecn: 0,
+        starting_psn: Psn::new(1),
+        responder_resources: 1,
+        initiator_depth: 1,
+        target_ack_delay: 0,
+        failover_accepted: 1,
+        end_to_end_flow_control: true,
+        rnr_retry_count: 7,
+        srq: false,
+        vendor_id: 0,
+        local_ca_guid: Guid(3),
+        private_data: [0; private_len::REP],
+    };
+    b.handle_mad(t, A, &Message::Rep(rep).emit(12));
+    let out = drain(&mut b);
+    assert!(
+        matches!(
+            Message::parse(&out[0].1),
+            Ok((
+                _,
+                Message::Rej(Rej {
+                    reason: RejectReason::InvalidCommId,
+                    remote_comm_id: 0x51,
+                    ..
+                })
+            ))
+        ),
+        "{:?}",
+        out.iter().map(|m| kind(&m.1)).collect::<Vec<_>>()
+    );
+    // A DREQ for no connection of ours (or naming another QP): a DREP (IBA §12.9.8.4).
+    for (what, remote, qpn) in [("unknown ID", unknown, 17), ("another QP", id_b, 18)] {
+        let dreq = Message::Dreq(Dreq {
+            local_comm_id: id_a,
+            remote_comm_id: remote,
+            remote_qpn: Qpn::new(qpn),
+            private_data: [0; private_len::DREQ],
+        })
+        .emit(13);
+        b.handle_mad(t, A, &dreq);
+        assert_eq!(kind(&drain(&mut b)[0].1), "DREP", "{what}");
+    }
+    assert_eq!(b.counters().unknown_comm_id, dropped.len() as u64 + 3);
+
+    // REQs no QP could take: rejected, naming the field.
+    for (what, transport, mtu, reason) in [
+        (
+            "RD",
+            TransportService::Rd,
+            3,
+            RejectReason::InvalidTransportType,
+        ),
+        (
+            "transport 3",
+            TransportService::Unknown(3),
+            3,
+            RejectReason::InvalidTransportType,
+        ),
+        (
+            "MTU code 0",
+            TransportService::Rc,
+            0,
+            RejectReason::InvalidMtu,
+        ),
+        (
+            "MTU code 7",
+            TransportService::Uc,
+            7,
+            RejectReason::InvalidMtu,
+        ),
+    ] {
+        let mut c = Cm::<u8>::new(config(900));
+        c.connect(
+            t,
+            B,
+            &ConnectParams {
+                transport,
+                path_mtu: mtu,
+                ..connect_params(40)
+            },
+        );
+        b.handle_mad(t, 4, &drain(&mut c)[0].1);
+        let out = drain(&mut b);
+        assert!(
+            matches!(
+                Message::parse(&out[0].1),
+                Ok((_, Message::Rej(Rej { reason: r, .. }))) if r == reason
+            ),
+            "{what}"
+        );
+    }
+    assert_eq!(b.counters().invalid_req, 4);
+
+    assert!(events(&mut b).is_empty(), "the consumer heard of bad input");
+    assert!(b.is_established(id_b), "bad input touched the connection");
+    assert_eq!(b.connections(), 1);
 }
 
 #[test]
