@@ -666,9 +666,32 @@ fn a_flood_beyond_the_backlog_is_rejected_with_no_resources_and_leaves_no_state(
     }
     assert_eq!(no_resources, u32::from(FLOOD) - BACKLOG as u32);
     assert_eq!(server.connections(), BACKLOG);
+    // Only that listener's backlog is full: another service of the same CM still takes a REQ.
+    const OTHER: u64 = SERVICE + 1;
+    server.listen(OTHER, 1).expect("listen");
+    let mut other = Cm::<u16>::new(config(800_000));
+    other.connect(
+        t,
+        0,
+        &ConnectParams {
+            service_id: OTHER,
+            ..connect_params(98)
+        },
+    );
+    for (_, m) in drain(&mut other) {
+        server.handle_mad(t, 50_000, &m);
+    }
+    assert!(
+        drain(&mut server).is_empty(),
+        "the other service's REQ was rejected"
+    );
+    assert_eq!(server.connections(), BACKLOG + 1);
     // The consumer rejects the flood it now hears, which frees the backlog.
     while let Some(e) = server.poll_event() {
-        if let Event::ConnectRequest { id, .. } = e {
+        if let Event::ConnectRequest { id, req, .. } = e {
+            if req.service_id == OTHER {
+                continue;
+            }
             server
                 .reject(id, RejectReason::ConsumerDefined, &[])
                 .expect("reject");
