@@ -353,6 +353,58 @@ fn rdma_server_and_rdma_client_use_synchronous_endpoints() {
     );
 }
 
+/// rdma_xserver and rdma_xclient: over RC (their default) the client's endpoint QP asks for
+/// no inline data and one SGE, then sends 16 bytes inline, which rxe allows (a send WQE
+/// holds 16 bytes per SGE) and so must softib; over XRC (`-c x`, RDMA_PS_IB ids) the client
+/// is told at once that softib has no XRC QPs, as rxe has none (EOPNOTSUPP).
+#[test]
+fn rdma_xserver_and_rdma_xclient_connect_rc_and_xrc_is_refused_clearly() {
+    if !have("rdma_xserver", "rdmacm-utils") {
+        return;
+    }
+    let p = port().to_string();
+    let b = hosts().b.addr;
+    let (s, c) = pair(
+        &["rdma_xserver", "-p", &p],
+        &["rdma_xclient", "-s", b, "-p", &p],
+    );
+    ours(&s);
+    ours(&c);
+    assert!(
+        s.stdout.contains("rdma_xserver: end 0"),
+        "{}\n{}",
+        s.stdout,
+        s.stderr
+    );
+    assert!(
+        c.stdout.contains("rdma_xclient: end 0"),
+        "{}\n{}",
+        c.stdout,
+        c.stderr
+    );
+
+    let p = port().to_string();
+    // The XRC server listens until it is stopped (when `s` drops): no client can reach it.
+    let s = Run::start(&hosts().b, &["rdma_xserver", "-p", &p, "-c", "x"], &[]);
+    let c = Run::start(
+        &hosts().a,
+        &["rdma_xclient", "-s", b, "-p", &p, "-c", "x"],
+        &[],
+    )
+    .wait();
+    drop(s);
+    c.loaded_ours_lib("librdmacm.so.1");
+    assert!(!c.status.success(), "{}: {}", c.what, c.stdout);
+    assert!(
+        c.stderr.contains("softib has no XRC QPs")
+            && c.stderr.contains("rdma_create_ep: Operation not supported"),
+        "{}:\n{}\n{}",
+        c.what,
+        c.stdout,
+        c.stderr
+    );
+}
+
 /// The voluntary context switches of the thread named `name` in process `pid`, once it
 /// exists (waits up to 10 s for it).
 fn thread_switches(pid: u32, name: &str) -> u64 {

@@ -154,11 +154,21 @@ pub unsafe extern "C" fn rdma_create_id(
         if out.is_null() {
             return Err(libc::EINVAL);
         }
-        if ps != port_space::TCP && ps != port_space::IPOIB && ps != port_space::UDP {
+        if ![
+            port_space::TCP,
+            port_space::IPOIB,
+            port_space::UDP,
+            port_space::IB,
+        ]
+        .contains(&ps)
+        {
             return Err(crate::refused(
                 "rdma_create_id",
-                "only RDMA_PS_TCP, RDMA_PS_IPOIB and RDMA_PS_UDP are implemented on softib",
-                libc::ENOSYS,
+                &format!(
+                    "port space 0x{ps:04x} is none of RDMA_PS_TCP, RDMA_PS_UDP, RDMA_PS_IPOIB \
+                     and RDMA_PS_IB"
+                ),
+                libc::EINVAL,
             ));
         }
         agent::with(|st| {

@@ -222,6 +222,13 @@ fn create(
     let c = unsafe { &mut *id };
     // SAFETY: the caller's attributes (checked non-null).
     let a = unsafe { &mut *attr };
+    if a.qp_type == qp_type::XRC_SEND || a.qp_type == qp_type::XRC_RECV {
+        return Err(crate::refused(
+            "rdma_create_qp",
+            "softib has no XRC QPs (as rxe): connect RC QPs instead",
+            libc::EOPNOTSUPP,
+        ));
+    }
     let mut own_cqs = false;
     if a.send_cq.is_null() || a.recv_cq.is_null() {
         let n = a.cap.max_send_wr.max(a.cap.max_recv_wr).max(1) as c_int;
