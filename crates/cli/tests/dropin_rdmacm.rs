@@ -405,6 +405,40 @@ fn rdma_xserver_and_rdma_xclient_connect_rc_and_xrc_is_refused_clearly() {
     );
 }
 
+/// RDMA_PS_IB ids with IPv4 addresses (the port space rdma_xserver's XRC mode uses, and
+/// AF_IB programs): a synchronous RC endpoint listens on its ServiceID (0x013F_pppp), one
+/// connects, and a message crosses.
+#[test]
+fn an_rdma_ps_ib_endpoint_connects_rc() {
+    if !have("cc", "gcc") || !std::path::Path::new("/usr/include/rdma/rdma_cma.h").exists() {
+        assert!(
+            std::env::var_os("CI").is_none_or(|v| v != "true"),
+            "no C compiler or rdma_cma.h under CI=true: .ci/run installs gcc and librdmacm-dev"
+        );
+        eprintln!("skipped: needs gcc and librdmacm-dev");
+        return;
+    }
+    let exe = build_c(
+        &hosts().a.dir.join("ps_ib"),
+        "cm_ps_ib",
+        &["rdmacm", "ibverbs"],
+    );
+    let p = port().to_string();
+    let b = hosts().b.addr;
+    let s = Run::start(&hosts().b, &[&exe, "server", &p], &[]);
+    let c = client_once_listening(&[&exe, "client", b, &p], &[]);
+    let s = s.wait();
+    ours(&s);
+    ours(&c);
+    assert!(c.stdout.contains("ok sent"), "{}\n{}", c.stdout, c.stderr);
+    assert!(
+        s.stdout.contains("ok received: ps-ib hello"),
+        "{}\n{}",
+        s.stdout,
+        s.stderr
+    );
+}
+
 /// The voluntary context switches of the thread named `name` in process `pid`, once it
 /// exists (waits up to 10 s for it).
 fn thread_switches(pid: u32, name: &str) -> u64 {
