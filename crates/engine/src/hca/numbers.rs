@@ -293,9 +293,12 @@ mod tests {
     #[test]
     fn a_qp_gets_what_its_send_wqe_holds_as_rxe_gives_it() {
         let (mut h, init) = hca();
-        for ((sge, inline), (got_sge, got_inline)) in
-            [((1, 0), (1, 16)), ((2, 100), (6, 100)), ((4, 0), (4, 64)), ((0, 0), (0, 0))]
-        {
+        for ((sge, inline), (got_sge, got_inline)) in [
+            ((1, 0), (1, 16)),
+            ((2, 100), (6, 100)),
+            ((4, 0), (4, 64)),
+            ((0, 0), (0, 0)),
+        ] {
             let mut init = init;
             init.cap.max_send_sge = sge;
             init.cap.max_inline_data = inline;

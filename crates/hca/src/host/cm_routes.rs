@@ -376,7 +376,10 @@ mod tests {
         let svc = cm::service_id(cm::PortSpace::Tcp, 18515);
         let mut r = CmRoutes::default();
         let t0 = Instant::now();
-        assert!(matches!(r.route(0, 1, &test_req(1, svc, 1)), Route::Answer(_)));
+        assert!(matches!(
+            r.route(0, 1, &test_req(1, svc, 1)),
+            Route::Answer(_)
+        ));
         assert!(r.listen(0, svc, 3, true));
         assert!(r.listen(0, svc, 3, false));
         assert_eq!(r.route(0, 1, &test_req(1, svc, 1)), Route::Hold(svc));
@@ -398,11 +401,21 @@ mod tests {
         assert!(r.hold(t0, 0, svc, mad_in(test_req(4, svc, 4))).is_none());
         r.forget(3);
         assert_eq!(r.expired(t0).len(), 1);
-        assert!(matches!(r.route(0, 1, &test_req(5, svc, 5)), Route::Answer(_)));
+        assert!(matches!(
+            r.route(0, 1, &test_req(5, svc, 5)),
+            Route::Answer(_)
+        ));
         let rej = CmRoutes::no_listener(&test_req(5, svc, 5)).expect("a REJ");
         assert!(matches!(
             Message::parse(&rej[..]),
-            Ok((_, Message::Rej(Rej { reason: RejectReason::InvalidServiceId, remote_comm_id: 5, .. })))
+            Ok((
+                _,
+                Message::Rej(Rej {
+                    reason: RejectReason::InvalidServiceId,
+                    remote_comm_id: 5,
+                    ..
+                })
+            ))
         ));
     }
 }

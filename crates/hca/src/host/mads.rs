@@ -83,7 +83,9 @@ pub(super) fn dispatch_mad(h: &mut Host, clients: &mut BTreeMap<u64, Client>, de
                 return;
             }
             Route::Hold(service_id) => {
-                if let Some(m) = h.cm.hold(std::time::Instant::now(), dev, service_id, m.clone()) {
+                if let Some(m) =
+                    h.cm.hold(std::time::Instant::now(), dev, service_id, m.clone())
+                {
                     let answer = super::cm_routes::CmRoutes::no_listener(&m.mad);
                     if let Some(answer) = answer {
                         answer_gmp(&mut h.devs, dev, &m, &answer);
