@@ -37,6 +37,25 @@ fn client_once_listening(client: &[&str], env: &[(&str, &str)]) -> Done {
     }
 }
 
+/// `tests/dropin/NAME.c` built against Debian's rdma_cma.h and linked with softib's
+/// librdmacm and libibverbs; `None` (skipped, said) without a C compiler or the header, a
+/// failure under `CI=true`.
+fn c_program(name: &str) -> Option<String> {
+    if !have("cc", "gcc") || !std::path::Path::new("/usr/include/rdma/rdma_cma.h").exists() {
+        assert!(
+            std::env::var_os("CI").is_none_or(|v| v != "true"),
+            "no C compiler or rdma_cma.h under CI=true: .ci/run installs gcc and librdmacm-dev"
+        );
+        eprintln!("skipped: needs gcc and librdmacm-dev");
+        return None;
+    }
+    Some(build_c(
+        &hosts().a.dir.join(name),
+        name,
+        &["rdmacm", "ibverbs"],
+    ))
+}
+
 fn ours(d: &Done) {
     d.ok();
     d.loaded_ours_lib("librdmacm.so.1");
@@ -410,19 +429,9 @@ fn rdma_xserver_and_rdma_xclient_connect_rc_and_xrc_is_refused_clearly() {
 /// connects, and a message crosses.
 #[test]
 fn an_rdma_ps_ib_endpoint_connects_rc() {
-    if !have("cc", "gcc") || !std::path::Path::new("/usr/include/rdma/rdma_cma.h").exists() {
-        assert!(
-            std::env::var_os("CI").is_none_or(|v| v != "true"),
-            "no C compiler or rdma_cma.h under CI=true: .ci/run installs gcc and librdmacm-dev"
-        );
-        eprintln!("skipped: needs gcc and librdmacm-dev");
+    let Some(exe) = c_program("cm_ps_ib") else {
         return;
-    }
-    let exe = build_c(
-        &hosts().a.dir.join("ps_ib"),
-        "cm_ps_ib",
-        &["rdmacm", "ibverbs"],
-    );
+    };
     let p = port().to_string();
     let b = hosts().b.addr;
     let s = Run::start(&hosts().b, &[&exe, "server", &p], &[]);
@@ -510,19 +519,9 @@ fn an_idle_listener_does_not_wake_its_cm_thread() {
 /// took it goes with the id.
 #[test]
 fn teardown_leaves_the_qp_and_a_destroyed_channel_alone() {
-    if !have("cc", "gcc") || !std::path::Path::new("/usr/include/rdma/rdma_cma.h").exists() {
-        assert!(
-            std::env::var_os("CI").is_none_or(|v| v != "true"),
-            "no C compiler or rdma_cma.h under CI=true: .ci/run installs gcc and librdmacm-dev"
-        );
-        eprintln!("skipped: needs gcc and librdmacm-dev");
+    let Some(exe) = c_program("cm_teardown") else {
         return;
-    }
-    let exe = build_c(
-        &hosts().a.dir.join("cm"),
-        "cm_teardown",
-        &["rdmacm", "ibverbs"],
-    );
+    };
     let p = port().to_string();
     let b = hosts().b.addr;
     let s = Run::start(&hosts().b, &[&exe, "server", b, &p], &[]);
