@@ -84,7 +84,7 @@ pub struct IdState {
     pub rep: Option<Box<Rep>>,
     /// The peer CM.
     pub peer: Option<Peer>,
-    /// The PSN its QP starts sending with.
+    /// The Starting PSN of its REQ or REP: the PSN its QP receives from first (`qp::rtr_attr`).
     pub psn: u32,
     /// What `rdma_connect`/`rdma_accept` asked for.
     pub responder_resources: u8,

@@ -106,7 +106,7 @@ fn zeroed_id() -> RdmaCmId {
     }
 }
 
-fn new_state(c: *mut RdmaCmId, ps: c_int) -> IdState {
+pub(crate) fn new_state(c: *mut RdmaCmId, ps: c_int) -> IdState {
     IdState {
         c,
         ps,
@@ -727,7 +727,7 @@ pub unsafe extern "C" fn rdma_accept(id: *mut RdmaCmId, param: *mut RdmaConnPara
             state.psn = psn;
             let rtr = {
                 let s = &st.ids[&(id as usize)];
-                qp::rtr_attr(st, s, req.local_qpn.value(), req.starting_psn.value())
+                qp::rtr_attr(st, s, req.local_qpn.value())
             };
             let s = &st.ids[&(id as usize)];
             qp::modify(s, rtr)?;
@@ -982,7 +982,7 @@ pub fn on_cm_event(st: &mut State, ev: CmEvent<Peer>) {
                 connect_response(st, key, &rep);
                 return;
             }
-            let rtr = qp::rtr_attr(st, s, rep.local_qpn.value(), rep.starting_psn.value());
+            let rtr = qp::rtr_attr(st, s, rep.local_qpn.value());
             let ready = qp::modify(s, rtr).and_then(|()| qp::modify(s, qp::rts_attr(s)));
             match ready {
                 Ok(()) => {
