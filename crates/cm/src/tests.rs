@@ -409,20 +409,8 @@ fn bad_cm_mads_are_dropped_or_answered_per_the_spec_and_counted() {
     let rep = Rep {
         local_comm_id: 0x51,
         remote_comm_id: unknown,
-        local_qkey: QKey(0),
         local_qpn: Qpn::new(5),
-        local_eecn: 0,
-        starting_psn: Psn::new(1),
-        responder_resources: 1,
-        initiator_depth: 1,
-        target_ack_delay: 0,
-        failover_accepted: 1,
-        end_to_end_flow_control: true,
-        rnr_retry_count: 7,
-        srq: false,
-        vendor_id: 0,
-        local_ca_guid: Guid(3),
-        private_data: [0; private_len::REP],
+        ..Rep::default()
     };
     b.handle_mad(t, A, &Message::Rep(rep).emit(12));
     let out = drain(&mut b);

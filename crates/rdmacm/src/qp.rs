@@ -402,8 +402,7 @@ pub fn release_own(id: &IdState) {
 #[cfg(test)]
 mod tests {
     use softib_cm::Rep;
-    use softib_wire::mad::cm::private_len;
-    use softib_wire::{Guid, Psn, QKey, Qpn};
+    use softib_wire::{Psn, Qpn};
 
     use super::*;
 
@@ -416,22 +415,9 @@ mod tests {
         id.psn = 0x11_1111;
         assert_eq!(rts_attr(&id).0.sq_psn, 0x11_1111, "no peer yet (UD)");
         id.rep = Some(Box::new(Rep {
-            local_comm_id: 9,
-            remote_comm_id: 8,
-            local_qkey: QKey(0),
             local_qpn: Qpn::new(0x44),
-            local_eecn: 0,
             starting_psn: Psn::new(0x22_2222),
-            responder_resources: 1,
-            initiator_depth: 1,
-            target_ack_delay: 0,
-            failover_accepted: 1,
-            end_to_end_flow_control: true,
-            rnr_retry_count: 7,
-            srq: false,
-            vendor_id: 0,
-            local_ca_guid: Guid(1),
-            private_data: [0; private_len::REP],
+            ..Rep::default()
         }));
         assert_eq!(rts_attr(&id).0.sq_psn, 0x22_2222);
         assert_eq!(remote_of(&id), Some((0x44, 0x22_2222)));

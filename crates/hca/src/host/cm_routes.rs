@@ -256,7 +256,7 @@ pub(super) fn test_req(local_comm_id: u32, service_id: u64, tid: u64) -> [u8; MA
 mod tests {
     use super::*;
     use softib_wire::mad::cm::{self, Dreq, Rep, Rtu};
-    use softib_wire::{Guid, Psn, QKey, Qpn};
+    use softib_wire::Qpn;
 
     fn rtu(local: u32, remote: u32) -> [u8; MAD_LEN] {
         Message::Rtu(Rtu {
@@ -327,20 +327,8 @@ mod tests {
         let rep = Message::Rep(Rep {
             local_comm_id: 0x99,
             remote_comm_id: 0x42,
-            local_qkey: QKey(0),
             local_qpn: Qpn::new(0x20),
-            local_eecn: 0,
-            starting_psn: Psn::new(1),
-            responder_resources: 1,
-            initiator_depth: 1,
-            target_ack_delay: 0,
-            failover_accepted: 1,
-            end_to_end_flow_control: true,
-            rnr_retry_count: 7,
-            srq: false,
-            vendor_id: 0,
-            local_ca_guid: Guid(1),
-            private_data: [0; private_len::REP],
+            ..Rep::default()
         })
         .emit(5);
         let answer = CmRoutes::answer_unclaimed(&rep).expect("a REP is answered");
