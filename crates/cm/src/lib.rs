@@ -768,7 +768,7 @@ impl<A: Copy + Ord + std::fmt::Debug> Cm<A> {
 
     /// A CM MAD arrived from `from`.
     pub fn handle_mad(&mut self, now: Duration, from: A, mad: &[u8]) {
-        // A MAD is exactly 256 bytes (IBA §13.4.2); what is not is no CM message.
+        // A MAD is exactly 256 bytes (IBA §13.4); what is not is no CM message.
         let parsed = (mad.len() == MAD_LEN).then(|| Message::parse(mad));
         let Some(Ok((_, m))) = parsed else {
             self.counters.malformed += 1;
@@ -857,7 +857,7 @@ impl<A: Copy + Ord + std::fmt::Debug> Cm<A> {
             return;
         }
         // What no QP could be set up for is rejected before the consumer hears of it, with
-        // the reason that names the field (IBA §12.6.7, table 107).
+        // the reason that names the field (IBA §12.6.7.2, table 106).
         let invalid = if !matches!(
             req.transport_service,
             TransportService::Rc | TransportService::Uc
