@@ -90,19 +90,19 @@ pub fn accept(st: &mut State, id: *mut RdmaCmId, qp_num: u32, user: &[u8]) -> Re
 /// A SIDR_REQ: a new id and CONNECT_REQUEST on the listener's channel, or a SIDR_REP that
 /// says why not.
 pub fn on_sidr_request(st: &mut State, comm: CommId, from: Peer, req: &SidrReq) {
-    let (c, lkey, channel) = match id::request_id(st, comm, from, req.service_id, &req.private_data)
-    {
-        Ok(x) => x,
-        Err(reason) => {
-            let status = match reason {
-                softib_cm::RejectReason::InvalidServiceId => SidrStatus::UnsupportedServiceId,
-                softib_cm::RejectReason::NoResources => SidrStatus::NoQp,
-                _ => SidrStatus::Rejected,
-            };
-            let _ = st.cm.sidr_reply(comm, status, Qpn::new(0), QKey(0), &[]);
-            return;
-        }
-    };
+    let (c, lkey, channel) =
+        match crate::cm_event::request_id(st, comm, from, req.service_id, &req.private_data) {
+            Ok(x) => x,
+            Err(reason) => {
+                let status = match reason {
+                    softib_cm::RejectReason::InvalidServiceId => SidrStatus::UnsupportedServiceId,
+                    softib_cm::RejectReason::NoResources => SidrStatus::NoQp,
+                    _ => SidrStatus::Rejected,
+                };
+                let _ = st.cm.sidr_reply(comm, status, Qpn::new(0), QKey(0), &[]);
+                return;
+            }
+        };
     let mut e = new_event(c, event::CONNECT_REQUEST, 0);
     e.ev.listen_id = lkey as *mut RdmaCmId;
     set_private_data(&mut e, &req.private_data[CmaHeader::LEN..]);
@@ -120,7 +120,7 @@ pub fn on_sidr_reply(st: &mut State, comm: CommId, rep: &SidrRep) {
     };
     if rep.status != SidrStatus::Ok {
         let status = c_int::from(u8::from(rep.status));
-        id::finish(st, key, comm, event::UNREACHABLE, status, &[]);
+        crate::cm_event::finish(st, key, comm, event::UNREACHABLE, status, &[]);
         return;
     }
     st.by_comm.remove(&comm);
