@@ -30,6 +30,12 @@
 #        (softib fabric up --no-sm, opensm through the drop-in libibumad.so.3) beside the same
 #        opensm on ibsim (umad2sim), and softib's own opensm on softib (issue 20: figures, no
 #        target).
+# cm     RDMA-CM between two hosts (a daemon each, on lo in one namespace): connections set
+#        up per second to one listener by Debian's cmtime (rdmacm-utils, on the drop-in
+#        librdmacm.so.1; create id to ESTABLISHED, and the REQ/REP/RTU step alone), Debian's
+#        rping's time per ping, beside softib's own perftest connecting 256 more QPs over its
+#        TCP exchange and over rdma_cm (-R): QP connections per second each way (issue 19:
+#        figures, no target).
 #
 # Every figure is the median of --runs runs (3; --quick: 1) with min and max. It prints one
 # table (figure, softib, peer, ratio, target from issue 7, met) and writes it as JSON to
@@ -41,7 +47,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 RUNS=3
 QUICK=0
-ONLY=intra,inter,scale,ipoib,dropin,sm
+ONLY=intra,inter,scale,ipoib,dropin,sm,cm
 MTUS="1500 9000"
 DATAPATHS="daemon process"
 INSTALL=1
@@ -74,7 +80,7 @@ while [ $# -gt 0 ]; do
 done
 want() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 for p in ${ONLY//,/ }; do
-  case $p in intra|inter|scale|ipoib|dropin|sm) ;; *) echo "--only: unknown phase $p" >&2; exit 2 ;; esac
+  case $p in intra|inter|scale|ipoib|dropin|sm|cm) ;; *) echo "--only: unknown phase $p" >&2; exit 2 ;; esac
 done
 [ "$(id -u)" = 0 ] || { echo "bench/run.sh needs root (network namespaces, veth)" >&2; exit 2; }
 
@@ -86,7 +92,7 @@ log() { printf '[%s] %s\n' "$(date -u +%T)" "$*" >&2; }
 need=()
 # ping: the IPoIB figure checks that ib0 carries traffic with it before iperf3.
 for c in ucx_perftest:ucx-utils iperf3:iperf3 qperf:qperf jq:jq gcc:gcc bc:bc ss:iproute2 ip:iproute2 \
-    ping:iputils-ping /usr/bin/ib_write_bw:perftest; do
+    ping:iputils-ping /usr/bin/ib_write_bw:perftest cmtime:rdmacm-utils rping:rdmacm-utils; do
   command -v "${c%%:*}" >/dev/null || need+=("${c#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -687,6 +693,98 @@ if want ipoib; then
     "$S" fabric down --dir "$FD" > /dev/null 2>&1
   fi
   row "ipoib iperf3 TCP over ib0 (MTU ${IBMTU:-?})" MiB/s ipoib.iperf3.tcp "iperf3 TCP over veth, same MTU" ipoib.veth.iperf3.tcp - -
+fi
+
+if want cm; then
+  log "cm: rdma_cm between two hosts on lo (127.0.0.2, 127.0.0.3; namespace $NSA)"
+  CA=$W/cm-a CB=$W/cm-b
+  start_daemon "$NSA" "$CA"; CPA=$DPID
+  start_daemon "$NSA" "$CB"; CPB=$DPID
+  sib "$NSA" "$CA" link add rxe0 type rxe netdev lo --addr 127.0.0.2
+  sib "$NSA" "$CB" link add rxe0 type rxe netdev lo --addr 127.0.0.3
+  CONNS=200; [ $QUICK = 1 ] && CONNS=100
+  PINGS=2000
+  # cm_run NAME CLIENT_TIMED... : starts the server ($CM_SERVER, an array) on host B, then the
+  # client on host A until it no longer hears that nobody listens yet (rdma_cm clients do not
+  # retry a REJ), at most 20 s; CM_T is the client's last run's wall time (s), RC_C/RC_S.
+  cm_run() {
+    next
+    echo "${CM_SERVER[*]} / $*" > "$L-cmd.txt"
+    ip netns exec "$NSA" timeout $T_RUN "$S" run --no-dev --host "$CB" -- "${CM_SERVER[@]}" > "$L-s.txt" 2>&1 &
+    local sp=$! t0 t1 tries=0
+    while :; do
+      sleep 0.2
+      t0=$(date +%s.%N)
+      fgwait ip netns exec "$NSA" timeout $T_RUN "$S" run --no-dev --host "$CA" -- "$@" > "$L-c.txt" 2>&1
+      RC_C=$?
+      t1=$(date +%s.%N)
+      tries=$((tries + 1))
+      grep -qE 'REJECTED, error:? 8|REJECTED; error: 8' "$L-c.txt" && [ $tries -lt 100 ] || break
+    done
+    CM_T=$(echo "$t1 - $t0" | bc)
+    # cmtime's server serves until stopped; rping's and perftest's end with their client.
+    if [ "${CM_SERVER[0]}" = cmtime ]; then kill $sp 2>/dev/null; wait $sp; RC_S=0; else wait $sp; RC_S=$?; fi
+  }
+  # own_cm_run TOOL ARGS...: softib's own perftest pair with ARGS (-R or not); CM_T as cm_run
+  own_cm_run() {
+    next
+    echo "softib $* (server 127.0.0.3, client 127.0.0.2)" > "$L-cmd.txt"
+    SOFTIB_RUNTIME_DIR=$CB ip netns exec "$NSA" timeout $T_RUN "$S" "$@" -d rxe0 -p $PORT --timeout=10 \
+      > "$L-s.txt" 2>&1 &
+    local sp=$! t0 t1
+    # The same head start either way (an rdma_cm listen cannot be seen from outside as a TCP
+    # one can): the client's time is then its own start, the connections and 5 iterations.
+    sleep 1
+    t0=$(date +%s.%N)
+    SOFTIB_RUNTIME_DIR=$CA fgwait ip netns exec "$NSA" timeout $T_RUN "$S" "$@" -d rxe0 -p $PORT \
+      --timeout=10 127.0.0.3 > "$L-c.txt" 2>&1
+    RC_C=$?
+    t1=$(date +%s.%N)
+    wait $sp; RC_S=$?
+    CM_T=$(echo "$t1 - $t0" | bc)
+  }
+  for r in $(seq 1 "$RUNS"); do
+    log "cm run $r/$RUNS"
+    # cmtime: each step for every connection before the next; the steps' totals from
+    # creating the ids to the last ESTABLISHED are the time to set CONNS connections up.
+    CM_SERVER=(cmtime -b 127.0.0.3 -p $((PORT + 1)))
+    cm_run cmtime -s 127.0.0.3 -p $((PORT + 1)) -c $CONNS
+    st() { awk -v k="$1" -F: '$1 ~ "^"k" *$" {split($2, f, " "); print f[1]; exit}' "$L-c.txt"; }
+    setup=$(echo "$(st 'create id') + $(st 'resolve addr') + $(st 'resolve route') + $(st 'create qp') + $(st connect)" | bc -l 2>/dev/null)
+    conn=$(st connect)
+    m=$(why $RC_C "$L-c.txt")
+    ok=$([ $RC_C = 0 ] && ! grep -q 'event: RDMA_CM_EVENT' "$L-c.txt" && echo 1)
+    rec_num cm.cmtime.setup_per_s conn/s "$([ -n "$ok" ] && [ -n "$setup" ] && echo "$CONNS * 1000 / $setup" | bc -l)" "$m"
+    rec_num cm.cmtime.connect_per_s conn/s "$([ -n "$ok" ] && [ -n "$conn" ] && echo "$CONNS * 1000 / $conn" | bc -l)" "$m"
+    show cm.cmtime.setup_per_s; show cm.cmtime.connect_per_s
+    # rping: one ping (the client's SEND, the server's RDMA READ and WRITE, their SENDs) is
+    # the time of PINGS + 1 pings less that of one, over PINGS.
+    t=() m=""
+    for n in 1 $((PINGS + 1)); do
+      CM_SERVER=(rping -s -a 127.0.0.3 -p $((PORT + 1)) -C $n)
+      cm_run rping -c -a 127.0.0.3 -p $((PORT + 1)) -C $n
+      [ $RC_C = 0 ] && [ $RC_S = 0 ] && t+=("$CM_T") || m=$(why $RC_C "$L-c.txt"; echo -n ' | server '; why $RC_S "$L-s.txt")
+    done
+    rec_num cm.rping.per_ping us "$([ ${#t[@]} = 2 ] && echo "(${t[1]} - ${t[0]}) * 1000000 / $PINGS" | bc -l)" "$m"
+    show cm.rping.per_ping
+    # softib's own perftest: 256 QPs more (-q 257 against -q 1), 5 iterations each, over the
+    # TCP exchange and over rdma_cm; the client's wall time.
+    for how in tcp rdma_cm; do
+      t=() m="the -q 257 client took no longer than the -q 1 one (noise)"
+      for q in 1 257; do
+        a=(ib_write_bw -q $q -n 5 -s 8); [ $how = rdma_cm ] && a+=(-R)
+        own_cm_run "${a[@]}"
+        [ $RC_C = 0 ] && [ $RC_S = 0 ] && t+=("$CM_T") || m=$(why $RC_C "$L-c.txt"; echo -n ' | server '; why $RC_S "$L-s.txt")
+      done
+      rec_num cm.own.$how.qps_per_s QP/s "$([ ${#t[@]} = 2 ] && echo "256 / (${t[1]} - ${t[0]})" | bc -l)" "$m"
+      show cm.own.$how.qps_per_s
+    done
+  done
+  stop_daemon "$CPA"; stop_daemon "$CPB"
+  row "cm cmtime: connections set up per second to one listener ($CONNS)" conn/s cm.cmtime.setup_per_s "softib perftest TCP exchange, QP/s" cm.own.tcp.qps_per_s - -
+  row "cm cmtime: the connect step alone (REQ/REP/RTU), per second" conn/s cm.cmtime.connect_per_s - - - -
+  row "cm softib perftest -R: QPs connected per second" QP/s cm.own.rdma_cm.qps_per_s "the same over its TCP exchange" cm.own.tcp.qps_per_s - -
+  row "cm rping: time per ping" us cm.rping.per_ping - - - -
 fi
 
 if want sm; then

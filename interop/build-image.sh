@@ -18,9 +18,9 @@ CACHE=${SOFTIB_INTEROP_CACHE:-/var/cache/softib-interop}
 MIRROR=${SOFTIB_INTEROP_MIRROR:-http://deb.debian.org/debian}
 SUITE=bookworm
 IMAGE_SIZE=${SOFTIB_INTEROP_IMAGE_SIZE:-3G}
-GUEST_PKGS="linux-image-amd64 rdma-core ibverbs-providers ibverbs-utils perftest infiniband-diags iproute2 tcpdump kmod procps iputils-ping"
+GUEST_PKGS="linux-image-amd64 rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest infiniband-diags iproute2 tcpdump kmod procps iputils-ping"
 # Bumped whenever what goes into the image changes, so a cached image is rebuilt.
-IMAGE_VERSION=3
+IMAGE_VERSION=4
 
 log() { printf '[build-image %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 2; }
@@ -164,8 +164,8 @@ for u in systemd-networkd-wait-online.service apt-daily.timer apt-daily-upgrade.
     ln -sf /dev/null "$ROOT/etc/systemd/system/$u"
 done
 chroot "$ROOT" dpkg-query -W -f='${Package} ${Version}\n' \
-    linux-image-amd64 rdma-core ibverbs-providers ibverbs-utils perftest infiniband-diags \
-    iproute2 tcpdump systemd >"$CACHE/versions.txt"
+    linux-image-amd64 rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest \
+    infiniband-diags iproute2 tcpdump systemd >"$CACHE/versions.txt"
 ls "$ROOT/boot" >>"$CACHE/versions.txt"
 cp -L "$ROOT"/boot/vmlinuz-* "$CACHE/vmlinuz"
 cp -L "$ROOT"/boot/initrd.img-* "$CACHE/initrd.img"

@@ -37,6 +37,25 @@ fn client_once_listening(client: &[&str], env: &[(&str, &str)]) -> Done {
     }
 }
 
+/// `tests/dropin/NAME.c` built against Debian's rdma_cma.h and linked with softib's
+/// librdmacm and libibverbs; `None` (skipped, said) without a C compiler or the header, a
+/// failure under `CI=true`.
+fn c_program(name: &str) -> Option<String> {
+    if !have("cc", "gcc") || !std::path::Path::new("/usr/include/rdma/rdma_cma.h").exists() {
+        assert!(
+            std::env::var_os("CI").is_none_or(|v| v != "true"),
+            "no C compiler or rdma_cma.h under CI=true: .ci/run installs gcc and librdmacm-dev"
+        );
+        eprintln!("skipped: needs gcc and librdmacm-dev");
+        return None;
+    }
+    Some(build_c(
+        &hosts().a.dir.join(name),
+        name,
+        &["rdmacm", "ibverbs"],
+    ))
+}
+
 fn ours(d: &Done) {
     d.ok();
     d.loaded_ours_lib("librdmacm.so.1");
@@ -353,6 +372,82 @@ fn rdma_server_and_rdma_client_use_synchronous_endpoints() {
     );
 }
 
+/// rdma_xserver and rdma_xclient: over RC (their default) the client's endpoint QP asks for
+/// no inline data and one SGE, then sends 16 bytes inline, which rxe allows (a send WQE
+/// holds 16 bytes per SGE) and so must softib; over XRC (`-c x`, RDMA_PS_IB ids) the client
+/// is told at once that softib has no XRC QPs, as rxe has none (EOPNOTSUPP).
+#[test]
+fn rdma_xserver_and_rdma_xclient_connect_rc_and_xrc_is_refused_clearly() {
+    if !have("rdma_xserver", "rdmacm-utils") {
+        return;
+    }
+    let p = port().to_string();
+    let b = hosts().b.addr;
+    let (s, c) = pair(
+        &["rdma_xserver", "-p", &p],
+        &["rdma_xclient", "-s", b, "-p", &p],
+    );
+    ours(&s);
+    ours(&c);
+    assert!(
+        s.stdout.contains("rdma_xserver: end 0"),
+        "{}\n{}",
+        s.stdout,
+        s.stderr
+    );
+    assert!(
+        c.stdout.contains("rdma_xclient: end 0"),
+        "{}\n{}",
+        c.stdout,
+        c.stderr
+    );
+
+    let p = port().to_string();
+    // The XRC server listens until it is stopped (when `s` drops): no client can reach it.
+    let s = Run::start(&hosts().b, &["rdma_xserver", "-p", &p, "-c", "x"], &[]);
+    let c = Run::start(
+        &hosts().a,
+        &["rdma_xclient", "-s", b, "-p", &p, "-c", "x"],
+        &[],
+    )
+    .wait();
+    drop(s);
+    c.loaded_ours_lib("librdmacm.so.1");
+    assert!(!c.status.success(), "{}: {}", c.what, c.stdout);
+    assert!(
+        c.stderr.contains("softib has no XRC QPs")
+            && c.stderr.contains("rdma_create_ep: Operation not supported"),
+        "{}:\n{}\n{}",
+        c.what,
+        c.stdout,
+        c.stderr
+    );
+}
+
+/// RDMA_PS_IB ids with IPv4 addresses (the port space rdma_xserver's XRC mode uses, and
+/// AF_IB programs): a synchronous RC endpoint listens on its ServiceID (0x013F_pppp), one
+/// connects, and a message crosses.
+#[test]
+fn an_rdma_ps_ib_endpoint_connects_rc() {
+    let Some(exe) = c_program("cm_ps_ib") else {
+        return;
+    };
+    let p = port().to_string();
+    let b = hosts().b.addr;
+    let s = Run::start(&hosts().b, &[&exe, "server", &p], &[]);
+    let c = client_once_listening(&[&exe, "client", b, &p], &[]);
+    let s = s.wait();
+    ours(&s);
+    ours(&c);
+    assert!(c.stdout.contains("ok sent"), "{}\n{}", c.stdout, c.stderr);
+    assert!(
+        s.stdout.contains("ok received: ps-ib hello"),
+        "{}\n{}",
+        s.stdout,
+        s.stderr
+    );
+}
+
 /// The voluntary context switches of the thread named `name` in process `pid`, once it
 /// exists (waits up to 10 s for it).
 fn thread_switches(pid: u32, name: &str) -> u64 {
@@ -424,19 +519,9 @@ fn an_idle_listener_does_not_wake_its_cm_thread() {
 /// took it goes with the id.
 #[test]
 fn teardown_leaves_the_qp_and_a_destroyed_channel_alone() {
-    if !have("cc", "gcc") || !std::path::Path::new("/usr/include/rdma/rdma_cma.h").exists() {
-        assert!(
-            std::env::var_os("CI").is_none_or(|v| v != "true"),
-            "no C compiler or rdma_cma.h under CI=true: .ci/run installs gcc and librdmacm-dev"
-        );
-        eprintln!("skipped: needs gcc and librdmacm-dev");
+    let Some(exe) = c_program("cm_teardown") else {
         return;
-    }
-    let exe = build_c(
-        &hosts().a.dir.join("cm"),
-        "cm_teardown",
-        &["rdmacm", "ibverbs"],
-    );
+    };
     let p = port().to_string();
     let b = hosts().b.addr;
     let s = Run::start(&hosts().b, &[&exe, "server", b, &p], &[]);

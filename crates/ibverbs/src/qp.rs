@@ -153,6 +153,8 @@ fn create(
     }));
     inner.qps.insert(qpn.value(), q);
     drop(inner);
+    // What the QP got, as a provider writes it back into the caller's init struct.
+    a.cap = c_cap(&init.cap.as_created());
     // SAFETY: a fresh allocation nobody else sees yet.
     let c = unsafe { &mut *(*q).c.get() };
     c.qp_base.context = ctx.ibv();

@@ -602,6 +602,11 @@ fn connect_params(route: &Route, end: &QpEnd) -> ConnectParams {
     }
 }
 
+/// A REQ's or REP's Starting PSN is the PSN its sender receives from first, and so the one its
+/// receiver sends from, as the kernel's CM reads it (`cm_req_handler` and `cm_rep_handler`
+/// take it as the QP's `sq_psn`; `ib_send_cm_req` and `ib_send_cm_rep` keep their own as
+/// `rq_psn`): each side's QP receives from the PSN it sent and sends from its peer's.
+///
 /// The active side's QP from the peer's REP: its QPN and PSN, as many reads/atomics
 /// outstanding as the peer answers (and this side asked for), as many answered as the peer
 /// will have outstanding (within the device's limit), and the peer's RNR retry count.
@@ -610,8 +615,8 @@ fn active_qp(route: &Route, end: &QpEnd, rep: &Rep) -> ConnectedQp {
         reliable: true,
         mtu: mtu_of(end.mtu),
         remote_qpn: rep.local_qpn,
-        remote_psn: rep.starting_psn,
-        local_psn: Psn::new(end.psn),
+        remote_psn: Psn::new(end.psn),
+        local_psn: rep.starting_psn,
         av: av(route),
         max_dest_rd_atomic: rep.initiator_depth.min(end.rd_atomic_max),
         max_rd_atomic: rep.responder_resources.min(end.rd_atomic),
@@ -629,8 +634,8 @@ fn passive_qp(route: &Route, end: &QpEnd, req: &Req) -> (ConnectedQp, AcceptPara
         reliable: true,
         mtu: mtu_of(end.mtu.min(req.path_mtu)),
         remote_qpn: req.local_qpn,
-        remote_psn: req.starting_psn,
-        local_psn: Psn::new(end.psn),
+        remote_psn: Psn::new(end.psn),
+        local_psn: req.starting_psn,
         av: av(route),
         max_dest_rd_atomic: req.initiator_depth.min(end.rd_atomic_max),
         max_rd_atomic: req.responder_resources.min(end.rd_atomic),
@@ -1214,12 +1219,15 @@ mod tests {
         a.ready_to_use(comm, &[]).unwrap();
         deliver(&mut a, gid(2), &mut b);
         assert!(a.is_established(comm) && b.is_established(id));
-        assert_eq!((qa.remote_qpn, qa.remote_psn), (eb.qpn, Psn::new(eb.psn)));
-        assert_eq!((qb.remote_qpn, qb.remote_psn), (ea.qpn, Psn::new(ea.psn)));
+        // Each QP receives from the Starting PSN its side sent and sends from its peer's, as
+        // the kernel's CM has it: what one sends from is what the other receives from.
+        assert_eq!((qa.remote_qpn, qa.remote_psn), (eb.qpn, Psn::new(ea.psn)));
+        assert_eq!((qb.remote_qpn, qb.remote_psn), (ea.qpn, Psn::new(eb.psn)));
         assert_eq!(
             (qa.local_psn, qb.local_psn),
-            (Psn::new(ea.psn), Psn::new(eb.psn))
+            (Psn::new(eb.psn), Psn::new(ea.psn))
         );
+        assert_ne!(ea.psn, eb.psn, "the test tells the two apart");
         assert_eq!((qa.mtu, qb.mtu), (Mtu::Mtu4096, Mtu::Mtu1024));
         assert_eq!(qa.max_rd_atomic, 16);
         assert!(qb.max_dest_rd_atomic >= qa.max_rd_atomic);

@@ -84,7 +84,7 @@ pub struct IdState {
     pub rep: Option<Box<Rep>>,
     /// The peer CM.
     pub peer: Option<Peer>,
-    /// The PSN its QP starts sending with.
+    /// The Starting PSN of its REQ or REP: the PSN its QP receives from first (`qp::rtr_attr`).
     pub psn: u32,
     /// What `rdma_connect`/`rdma_accept` asked for.
     pub responder_resources: u8,
@@ -372,7 +372,7 @@ fn run(mut agent: softib::Context, mad_wake: OwnedFd, kick: OwnedFd) {
             }
             st.cm.handle_timeout(now);
             while let Some(ev) = st.cm.poll_event() {
-                crate::id::on_cm_event(st, ev);
+                crate::cm_event::on_cm_event(st, ev);
             }
             let out = std::iter::from_fn(|| st.cm.poll_transmit()).collect::<Vec<_>>();
             let listens: Vec<_> = st.listens.drain(..).collect();
@@ -465,7 +465,7 @@ const FLUSH_WAIT: Duration = Duration::from_millis(500);
 /// this keeps the order the program sees the same as the machine's.
 pub fn drain_events(st: &mut State) {
     while let Some(ev) = st.cm.poll_event() {
-        crate::id::on_cm_event(st, ev);
+        crate::cm_event::on_cm_event(st, ev);
     }
 }
 

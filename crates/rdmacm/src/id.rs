@@ -1,16 +1,14 @@
 //! `rdma_cm_id`s: creation, addresses (bind, resolve_addr, resolve_route: on RoCE an IP
 //! address is a GID, and the route is the GRH to it), the connection calls (listen, connect,
-//! accept, reject, disconnect, establish), options, and the CM machine's events turned into
-//! rdma_cm's, in rdma_cm's order (ADDR_RESOLVED, ROUTE_RESOLVED, then CONNECT_REQUEST on the
-//! listener's channel, ESTABLISHED, REJECTED with the REJ's reason as status, UNREACHABLE or
-//! CONNECT_ERROR with -ETIMEDOUT, DISCONNECTED).
+//! accept, reject, disconnect, establish) and options. ADDR_RESOLVED and ROUTE_RESOLVED come
+//! from here; the CM machine's events become rdma_cm's in `cm_event`.
 
 use std::ffi::{c_int, c_void};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use softib_cm::{
-    msg, AcceptParams, CmaHeader, ConnectParams, Event as CmEvent, Path, PortSpace, RejectReason,
-    SidrStatus, TransportService,
+    msg, AcceptParams, CmaHeader, ConnectParams, Path, PortSpace, RejectReason, SidrStatus,
+    TransportService,
 };
 use softib_verbs_abi::rdma_cm::{
     event, option, port_space, RdmaCmId, RdmaConnParam, RdmaEventChannel, RdmaRoute,
@@ -21,7 +19,7 @@ use softib_wire::mad::cm::private_len;
 use softib_wire::{PKey, Psn, QKey, Qpn};
 
 use crate::agent::{self, IdState, Peer, State};
-use crate::event::{new_event, set_private_data};
+use crate::event::new_event;
 use crate::qp;
 use crate::{ffi, ffi_ptr};
 
@@ -82,7 +80,7 @@ pub fn storage_of(a: SocketAddr) -> SockaddrStorage {
     s
 }
 
-fn zeroed_id() -> RdmaCmId {
+pub(crate) fn zeroed_id() -> RdmaCmId {
     RdmaCmId {
         verbs: std::ptr::null_mut(),
         channel: std::ptr::null_mut(),
@@ -106,7 +104,7 @@ fn zeroed_id() -> RdmaCmId {
     }
 }
 
-fn new_state(c: *mut RdmaCmId, ps: c_int) -> IdState {
+pub(crate) fn new_state(c: *mut RdmaCmId, ps: c_int) -> IdState {
     IdState {
         c,
         ps,
@@ -154,11 +152,21 @@ pub unsafe extern "C" fn rdma_create_id(
         if out.is_null() {
             return Err(libc::EINVAL);
         }
-        if ps != port_space::TCP && ps != port_space::IPOIB && ps != port_space::UDP {
+        if ![
+            port_space::TCP,
+            port_space::IPOIB,
+            port_space::UDP,
+            port_space::IB,
+        ]
+        .contains(&ps)
+        {
             return Err(crate::refused(
                 "rdma_create_id",
-                "only RDMA_PS_TCP, RDMA_PS_IPOIB and RDMA_PS_UDP are implemented on softib",
-                libc::ENOSYS,
+                &format!(
+                    "port space 0x{ps:04x} is none of RDMA_PS_TCP, RDMA_PS_UDP, RDMA_PS_IPOIB \
+                     and RDMA_PS_IB"
+                ),
+                libc::EINVAL,
             ));
         }
         agent::with(|st| {
@@ -717,7 +725,7 @@ pub unsafe extern "C" fn rdma_accept(id: *mut RdmaCmId, param: *mut RdmaConnPara
             state.psn = psn;
             let rtr = {
                 let s = &st.ids[&(id as usize)];
-                qp::rtr_attr(st, s, req.local_qpn.value(), req.starting_psn.value())
+                qp::rtr_attr(st, s, req.local_qpn.value())
             };
             let s = &st.ids[&(id as usize)];
             qp::modify(s, rtr)?;
@@ -947,249 +955,8 @@ pub unsafe extern "C" fn rdma_destroy_ep(id: *mut RdmaCmId) {
     unsafe { rdma_destroy_id(id) };
 }
 
-/// Turns one of the machine's events into rdma_cm's.
-pub fn on_cm_event(st: &mut State, ev: CmEvent<Peer>) {
-    match ev {
-        CmEvent::ConnectRequest {
-            id: comm,
-            from,
-            req,
-        } => connect_request(st, comm, from, &req),
-        CmEvent::Reply { id: comm, rep } => {
-            let Some(&key) = st.by_comm.get(&comm) else {
-                return;
-            };
-            let Some(s) = st.ids.get_mut(&key) else {
-                return;
-            };
-            s.initiator_depth = s.initiator_depth.min(rep.responder_resources);
-            s.responder_resources = s.responder_resources.min(rep.initiator_depth);
-            s.rnr_retry_count = rep.rnr_retry_count;
-            s.rep = Some(Box::new(rep));
-            let s = &st.ids[&key];
-            // SAFETY: the id's C struct.
-            if unsafe { (*s.c).qp }.is_null() {
-                connect_response(st, key, &rep);
-                return;
-            }
-            let rtr = qp::rtr_attr(st, s, rep.local_qpn.value(), rep.starting_psn.value());
-            let ready = qp::modify(s, rtr).and_then(|()| qp::modify(s, qp::rts_attr(s)));
-            match ready {
-                Ok(()) => {
-                    let _ = st.cm.ready_to_use(comm, &[]);
-                }
-                Err(e) => {
-                    let _ = st.cm.reject(comm, RejectReason::ConsumerDefined, &[]);
-                    finish(st, key, comm, event::CONNECT_ERROR, -e, &[]);
-                }
-            }
-        }
-        CmEvent::Established { id: comm } => {
-            let Some(&key) = st.by_comm.get(&comm) else {
-                return;
-            };
-            let Some(s) = st.ids.get(&key) else { return };
-            // SAFETY: the id's C struct.
-            if s.rep.is_some() && unsafe { (*s.c).qp }.is_null() {
-                // The program heard CONNECT_RESPONSE and sent the RTU (rdma_establish).
-                return;
-            }
-            let mut e = new_event(s.c, event::ESTABLISHED, 0);
-            if let Some(rep) = &s.rep {
-                set_private_data(&mut e, &rep.private_data);
-                // Writing a union's plain-data fields is safe.
-                e.ev.param.conn.responder_resources = rep.responder_resources;
-                e.ev.param.conn.initiator_depth = rep.initiator_depth;
-                e.ev.param.conn.qp_num = rep.local_qpn.value();
-            }
-            // SAFETY: the id's C struct.
-            let channel = unsafe { (*s.c).channel };
-            st.post(channel, e);
-        }
-        CmEvent::Rejected {
-            id: comm,
-            reason,
-            private_data,
-        } => {
-            let Some(&key) = st.by_comm.get(&comm) else {
-                return;
-            };
-            let status = c_int::from(u16::from(reason));
-            finish(st, key, comm, event::REJECTED, status, &private_data);
-        }
-        CmEvent::TimedOut { id: comm, active } => {
-            let Some(&key) = st.by_comm.get(&comm) else {
-                return;
-            };
-            let kind = if active {
-                event::UNREACHABLE
-            } else {
-                event::CONNECT_ERROR
-            };
-            finish(st, key, comm, kind, -libc::ETIMEDOUT, &[]);
-        }
-        CmEvent::Disconnected { id: comm } => {
-            let Some(&key) = st.by_comm.get(&comm) else {
-                return;
-            };
-            let Some(s) = st.ids.get(&key) else { return };
-            // The QP is left as it is, as rdma-core leaves it: the program moves it with
-            // rdma_disconnect, and may already have destroyed it with ibv_destroy_qp (rping
-            // does, after its own rdma_disconnect) while the id still points at it.
-            let e = new_event(s.c, event::DISCONNECTED, 0);
-            // SAFETY: the id's C struct.
-            let channel = unsafe { (*s.c).channel };
-            st.post(channel, e);
-        }
-        CmEvent::TimeWaitExit { id: comm } => {
-            st.by_comm.remove(&comm);
-        }
-        CmEvent::SidrRequest { id, from, req } => crate::ud::on_sidr_request(st, id, from, &req),
-        CmEvent::SidrReply { id, rep } => crate::ud::on_sidr_reply(st, id, &rep),
-        CmEvent::SidrTimedOut { id } => {
-            let Some(&key) = st.by_comm.get(&id) else {
-                return;
-            };
-            finish(st, key, id, event::UNREACHABLE, -libc::ETIMEDOUT, &[]);
-        }
-    }
-}
-
-/// The REP of a connection without a QP: CONNECT_RESPONSE with the REP's parameters, for
-/// the program to ready its QP and call `rdma_establish`.
-fn connect_response(st: &mut State, key: usize, rep: &softib_cm::Rep) {
-    let Some(s) = st.ids.get(&key) else { return };
-    let mut e = new_event(s.c, event::CONNECT_RESPONSE, 0);
-    set_private_data(&mut e, &rep.private_data);
-    e.ev.param.conn.responder_resources = rep.responder_resources;
-    e.ev.param.conn.initiator_depth = rep.initiator_depth;
-    e.ev.param.conn.flow_control = u8::from(rep.end_to_end_flow_control);
-    e.ev.param.conn.rnr_retry_count = rep.rnr_retry_count;
-    e.ev.param.conn.srq = u8::from(rep.srq);
-    e.ev.param.conn.qp_num = rep.local_qpn.value();
-    // SAFETY: the id's C struct.
-    let channel = unsafe { (*s.c).channel };
-    st.post(channel, e);
-}
-
-/// Ends a connection attempt with `kind` (REJECTED, UNREACHABLE, CONNECT_ERROR).
-pub fn finish(
-    st: &mut State,
-    key: usize,
-    comm: softib_cm::CommId,
-    kind: c_int,
-    status: c_int,
-    pd: &[u8],
-) {
-    st.by_comm.remove(&comm);
-    let Some(s) = st.ids.get_mut(&key) else {
-        return;
-    };
-    s.comm = None;
-    let mut e = new_event(s.c, kind, status);
-    if !pd.is_empty() {
-        set_private_data(&mut e, pd);
-    }
-    // SAFETY: the id's C struct.
-    let channel = unsafe { (*s.c).channel };
-    st.post(channel, e);
-}
-
-/// A REQ for a service listened on: a new id on the listener's channel, and
-/// CONNECT_REQUEST with the consumer's private data (after rdma_cm's header).
-fn connect_request(st: &mut State, comm: softib_cm::CommId, from: Peer, req: &softib_cm::Req) {
-    let (c, lkey, listen_channel) =
-        match request_id(st, comm, from, req.service_id, &req.private_data) {
-            Ok(x) => x,
-            Err(reason) => {
-                let _ = st.cm.reject(comm, reason, &[]);
-                return;
-            }
-        };
-    if let Some(s) = st.ids.get_mut(&(c as usize)) {
-        s.req = Some(Box::new(*req));
-    }
-    let mut e = new_event(c, event::CONNECT_REQUEST, 0);
-    e.ev.listen_id = lkey as *mut RdmaCmId;
-    set_private_data(&mut e, &req.private_data[CmaHeader::LEN..]);
-    e.ev.param.conn.responder_resources = req.responder_resources;
-    e.ev.param.conn.initiator_depth = req.initiator_depth;
-    e.ev.param.conn.flow_control = u8::from(req.end_to_end_flow_control);
-    e.ev.param.conn.retry_count = req.retry_count;
-    e.ev.param.conn.rnr_retry_count = req.rnr_retry_count;
-    e.ev.param.conn.srq = u8::from(req.srq);
-    e.ev.param.conn.qp_num = req.local_qpn.value();
-    st.post(listen_channel, e);
-}
-
-/// The id a request (REQ or SIDR_REQ) for `service_id` from `from` gets: made like the
-/// listener, bound to the addresses rdma_cm's header in `private_data` names, and holding
-/// connection `comm`. Returns it, the listener, and the channel CONNECT_REQUEST goes to;
-/// or why the request is refused.
-pub fn request_id(
-    st: &mut State,
-    comm: softib_cm::CommId,
-    from: Peer,
-    service_id: u64,
-    private_data: &[u8],
-) -> Result<(*mut RdmaCmId, usize, *mut RdmaEventChannel), RejectReason> {
-    let &lkey = st
-        .listeners
-        .get(&service_id)
-        .ok_or(RejectReason::InvalidServiceId)?;
-    let (peer_addr, our_ip) =
-        softib_cm::rdma_cm::request_addrs(private_data).ok_or(RejectReason::ConsumerDefined)?;
-    let dev = st
-        .devs
-        .iter()
-        .position(|d| d.index == from.0)
-        .ok_or(RejectReason::NoResources)?;
-    let ctx = crate::device::context(st, dev).map_err(|_| RejectReason::NoResources)?;
-    let pd = crate::device::pd(st, dev).map_err(|_| RejectReason::NoResources)?;
-    let l = st.ids.get(&lkey).ok_or(RejectReason::InvalidServiceId)?;
-    let port = l.src.map_or(0, |s| s.port());
-    let (ps, sync) = (l.ps, l.sync);
-    // SAFETY: the listener's C struct.
-    let (listen_channel, context) = unsafe { ((*l.c).channel, (*l.c).context) };
-    // A synchronous listener's requests become synchronous ids, each with its channel.
-    let channel = if sync {
-        crate::event::new_channel(st).map_err(|_| RejectReason::NoResources)?
-    } else {
-        listen_channel
-    };
-    let src = SocketAddr::new(our_ip, port);
-    let dst = peer_addr;
-    let mut c = zeroed_id();
-    c.verbs = ctx;
-    c.pd = pd;
-    c.channel = channel;
-    c.context = context;
-    c.ps = ps;
-    c.port_num = 1;
-    c.qp_type = qp_type_of(ps);
-    c.route.addr.src_addr = storage_of(src);
-    c.route.addr.dst_addr = storage_of(dst);
-    c.route.addr.ibaddr.sgid = IbvGid {
-        raw: agent::gid_of(our_ip).0,
-    };
-    c.route.addr.ibaddr.dgid = IbvGid { raw: from.1 .0 };
-    c.route.addr.ibaddr.pkey = 0xFFFF;
-    c.route.num_paths = 0;
-    let c = Box::into_raw(Box::new(c));
-    let mut s = new_state(c, ps);
-    s.dev = Some(dev);
-    s.src = Some(src);
-    s.dst = Some(dst);
-    s.comm = Some(comm);
-    s.peer = Some(from);
-    s.sync = sync;
-    st.ids.insert(c as usize, s);
-    st.by_comm.insert(comm, c as usize);
-    Ok((c, lkey, listen_channel))
-}
-
 /// The QP type ids of port space `ps` start with: UD for RDMA_PS_UDP, RC for the others.
-fn qp_type_of(ps: c_int) -> u32 {
+pub(crate) fn qp_type_of(ps: c_int) -> u32 {
     if ps == port_space::UDP {
         qp_type::UD
     } else {

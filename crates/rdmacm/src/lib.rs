@@ -30,6 +30,7 @@ use std::ffi::c_int;
 
 mod addrinfo;
 mod agent;
+mod cm_event;
 mod device;
 mod event;
 mod ibv;

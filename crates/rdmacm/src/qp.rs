@@ -70,14 +70,18 @@ fn init_attr(id: &IdState, qp_kind: u32) -> (IbvQpAttr, c_int) {
     (a, m)
 }
 
-/// The RTR attributes of a connected QP: its peer's QPN and first PSN, the path.
-pub fn rtr_attr(st: &State, id: &IdState, remote_qpn: u32, remote_psn: u32) -> (IbvQpAttr, c_int) {
+/// The RTR attributes of a connected QP: its peer's QPN, the path, and the first PSN it
+/// receives: the Starting PSN this side put in its REQ or REP. The kernel's CM reads a
+/// message's Starting PSN as the PSN its sender will receive from (its receiver's send queue
+/// starts there: `cm_req_handler` and `cm_rep_handler` take it as `sq_psn`, `ib_send_cm_req`
+/// and `ib_send_cm_rep` keep their own as `rq_psn`), so softib does too.
+pub fn rtr_attr(st: &State, id: &IdState, remote_qpn: u32) -> (IbvQpAttr, c_int) {
     let (dgid, sgid_index, mtu) = path_of(st, id);
     let a = IbvQpAttr {
         qp_state: state::RTR,
         path_mtu: u32::from(mtu),
         dest_qp_num: remote_qpn,
-        rq_psn: remote_psn,
+        rq_psn: id.psn,
         max_dest_rd_atomic: id.responder_resources.max(1),
         min_rnr_timer: 12,
         ah_attr: IbvAhAttr {
@@ -104,11 +108,12 @@ pub fn rtr_attr(st: &State, id: &IdState, remote_qpn: u32, remote_psn: u32) -> (
     (a, m)
 }
 
-/// The RTS attributes: this side's first PSN, timeouts and retries.
+/// The RTS attributes: the first PSN this side sends (the peer's Starting PSN, see
+/// [`rtr_attr`]; a UD QP, which has no peer, its own), timeouts and retries.
 pub fn rts_attr(id: &IdState) -> (IbvQpAttr, c_int) {
     let a = IbvQpAttr {
         qp_state: state::RTS,
-        sq_psn: id.psn,
+        sq_psn: remote_of(id).map_or(id.psn, |(_, psn)| psn),
         timeout: id.ack_timeout,
         retry_cnt: id.retry_count.min(7),
         rnr_retry: id.rnr_retry_count.min(7),
@@ -222,6 +227,13 @@ fn create(
     let c = unsafe { &mut *id };
     // SAFETY: the caller's attributes (checked non-null).
     let a = unsafe { &mut *attr };
+    if a.qp_type == qp_type::XRC_SEND || a.qp_type == qp_type::XRC_RECV {
+        return Err(crate::refused(
+            "rdma_create_qp",
+            "softib has no XRC QPs (as rxe): connect RC QPs instead",
+            libc::EOPNOTSUPP,
+        ));
+    }
     let mut own_cqs = false;
     if a.send_cq.is_null() || a.recv_cq.is_null() {
         let n = a.cap.max_send_wr.max(a.cap.max_recv_wr).max(1) as c_int;
@@ -349,8 +361,8 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
             let (a, m) = match want {
                 state::INIT => init_attr(state, kind),
                 state::RTR => {
-                    let (qpn, psn) = remote_of(state).ok_or(libc::EINVAL)?;
-                    rtr_attr(st, state, qpn, psn)
+                    let (qpn, _) = remote_of(state).ok_or(libc::EINVAL)?;
+                    rtr_attr(st, state, qpn)
                 }
                 state::RTS => rts_attr(state),
                 _ => {
@@ -368,7 +380,8 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
     })
 }
 
-/// The peer's QPN and first PSN, once known (REQ on the passive side, REP on the active).
+/// The peer's QPN and the Starting PSN of its message, once known (REQ on the passive side,
+/// REP on the active).
 pub fn remote_of(id: &IdState) -> Option<(u32, u32)> {
     if let Some(r) = &id.req {
         return Some((r.local_qpn.value(), r.starting_psn.value()));
@@ -383,5 +396,30 @@ pub fn remote_of(id: &IdState) -> Option<(u32, u32)> {
 pub fn release_own(id: &IdState) {
     if id.own_cqs {
         release(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use softib_cm::Rep;
+    use softib_wire::{Psn, Qpn};
+
+    use super::*;
+
+    /// A connected QP sends from its peer's Starting PSN (the kernel's CM reads a Starting
+    /// PSN as the one its sender receives from: rxe answers anything else with a PSN sequence
+    /// NAK); a UD QP, with no peer, from its own.
+    #[test]
+    fn a_connected_qp_sends_from_the_peers_starting_psn() {
+        let mut id = crate::id::new_state(std::ptr::null_mut(), port_space::TCP);
+        id.psn = 0x11_1111;
+        assert_eq!(rts_attr(&id).0.sq_psn, 0x11_1111, "no peer yet (UD)");
+        id.rep = Some(Box::new(Rep {
+            local_qpn: Qpn::new(0x44),
+            starting_psn: Psn::new(0x22_2222),
+            ..Rep::default()
+        }));
+        assert_eq!(rts_attr(&id).0.sq_psn, 0x22_2222);
+        assert_eq!(remote_of(&id), Some((0x44, 0x22_2222)));
     }
 }

@@ -5,7 +5,7 @@
 
 use std::ffi::c_int;
 
-use softib_verbs_abi::rdma_cm::{event, rai, RdmaAddrinfo, RdmaCmEvent, RdmaCmId};
+use softib_verbs_abi::rdma_cm::{event, port_space, rai, RdmaAddrinfo, RdmaCmEvent, RdmaCmId};
 use softib_verbs_abi::{IbvPd, IbvQpInitAttr};
 
 use crate::agent::{self, EventBox};
@@ -153,6 +153,12 @@ pub unsafe extern "C" fn rdma_create_ep(
         } != 0
         {
             return Err(last());
+        }
+        if r.ai_port_space == port_space::IB {
+            // RDMA_PS_IB holds connected and UD services: the id is of the addrinfo's QP
+            // type, as rdma-core's rdma_create_ep makes it (rdma_create_id2).
+            // SAFETY: the id just made.
+            unsafe { (*idp).qp_type = r.ai_qp_type as u32 };
         }
         let fail = |e: c_int| {
             // SAFETY: the id just made, destroyed once.

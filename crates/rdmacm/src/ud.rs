@@ -10,7 +10,7 @@ use std::ffi::c_int;
 
 use softib_cm::{CmaHeader, CommId, SidrRep, SidrReq, SidrStatus};
 use softib_verbs_abi::rdma_cm::{event, port_space, RdmaCmId};
-use softib_verbs_abi::{IbvAhAttr, IbvGid, IbvGlobalRoute};
+use softib_verbs_abi::{qp_type, IbvAhAttr, IbvGid, IbvGlobalRoute};
 use softib_wire::mad::cm::private_len;
 use softib_wire::{PKey, QKey, Qpn};
 
@@ -26,9 +26,16 @@ pub const SIDR_REQ_USER_LEN: usize = private_len::SIDR_REQ - CmaHeader::LEN;
 /// The hop limit of the GRH to a UD peer (the kernel's `IPV6_DEFAULT_HOPLIMIT`).
 const HOP_LIMIT: u8 = 64;
 
-/// Whether `id` is of the UD port space.
+/// Whether `id` resolves a UD service: of the UD port space, or of RDMA_PS_IB (which holds
+/// both kinds, as the kernel's rdma_cm decides by the id's QP type) with a UD QP type.
 pub fn is_ud(id: *mut RdmaCmId) -> bool {
-    agent::with(|st| Ok(st.id(id)?.ps == port_space::UDP)).unwrap_or(false)
+    agent::with(|st| {
+        let ps = st.id(id)?.ps;
+        // SAFETY: the id's C struct, live while in the table.
+        let qp_type = unsafe { (*id).qp_type };
+        Ok(ps == port_space::UDP || (ps == port_space::IB && qp_type == qp_type::UD))
+    })
+    .unwrap_or(false)
 }
 
 /// `rdma_connect` on a UD id: the SIDR_REQ.
@@ -83,19 +90,19 @@ pub fn accept(st: &mut State, id: *mut RdmaCmId, qp_num: u32, user: &[u8]) -> Re
 /// A SIDR_REQ: a new id and CONNECT_REQUEST on the listener's channel, or a SIDR_REP that
 /// says why not.
 pub fn on_sidr_request(st: &mut State, comm: CommId, from: Peer, req: &SidrReq) {
-    let (c, lkey, channel) = match id::request_id(st, comm, from, req.service_id, &req.private_data)
-    {
-        Ok(x) => x,
-        Err(reason) => {
-            let status = match reason {
-                softib_cm::RejectReason::InvalidServiceId => SidrStatus::UnsupportedServiceId,
-                softib_cm::RejectReason::NoResources => SidrStatus::NoQp,
-                _ => SidrStatus::Rejected,
-            };
-            let _ = st.cm.sidr_reply(comm, status, Qpn::new(0), QKey(0), &[]);
-            return;
-        }
-    };
+    let (c, lkey, channel) =
+        match crate::cm_event::request_id(st, comm, from, req.service_id, &req.private_data) {
+            Ok(x) => x,
+            Err(reason) => {
+                let status = match reason {
+                    softib_cm::RejectReason::InvalidServiceId => SidrStatus::UnsupportedServiceId,
+                    softib_cm::RejectReason::NoResources => SidrStatus::NoQp,
+                    _ => SidrStatus::Rejected,
+                };
+                let _ = st.cm.sidr_reply(comm, status, Qpn::new(0), QKey(0), &[]);
+                return;
+            }
+        };
     let mut e = new_event(c, event::CONNECT_REQUEST, 0);
     e.ev.listen_id = lkey as *mut RdmaCmId;
     set_private_data(&mut e, &req.private_data[CmaHeader::LEN..]);
@@ -113,7 +120,7 @@ pub fn on_sidr_reply(st: &mut State, comm: CommId, rep: &SidrRep) {
     };
     if rep.status != SidrStatus::Ok {
         let status = c_int::from(u8::from(rep.status));
-        id::finish(st, key, comm, event::UNREACHABLE, status, &[]);
+        crate::cm_event::finish(st, key, comm, event::UNREACHABLE, status, &[]);
         return;
     }
     st.by_comm.remove(&comm);

@@ -288,6 +288,30 @@ mod tests {
         (h, init)
     }
 
+    /// A send WQE holds the QP's SGEs or its inline data, whichever is more, and the QP
+    /// gets both (rxe's `rxe_qp_init_req`): one SGE and no inline data is 16 bytes inline.
+    #[test]
+    fn a_qp_gets_what_its_send_wqe_holds_as_rxe_gives_it() {
+        let (mut h, init) = hca();
+        for ((sge, inline), (got_sge, got_inline)) in [
+            ((1, 0), (1, 16)),
+            ((2, 100), (6, 100)),
+            ((4, 0), (4, 64)),
+            ((0, 0), (0, 0)),
+        ] {
+            let mut init = init;
+            init.cap.max_send_sge = sge;
+            init.cap.max_inline_data = inline;
+            let qpn = h.create_qp(init).unwrap();
+            let cap = h.query_qp(qpn).unwrap().1.cap;
+            assert_eq!(
+                (cap.max_send_sge, cap.max_inline_data),
+                (got_sge, got_inline),
+                "asked for {sge} SGEs and {inline} bytes inline"
+            );
+        }
+    }
+
     #[test]
     fn a_reserved_block_is_never_handed_out_by_create_qp() {
         let (mut h, init) = hca();

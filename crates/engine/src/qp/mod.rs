@@ -40,6 +40,26 @@ pub struct QpCap {
     pub max_inline_data: u32,
 }
 
+impl QpCap {
+    /// What a QP created for these sizes gets, as rxe gives it (`rxe_qp_init_req`): a send
+    /// WQE holds `max_send_sge` SGEs of 16 bytes or `max_inline_data` bytes, whichever is
+    /// more, and each of the two is raised to what the WQE holds. Programs count on it:
+    /// rdma-core's rdma_xclient asks for no inline data and one SGE, then sends 16 bytes
+    /// inline.
+    pub fn as_created(self) -> QpCap {
+        const SGE_LEN: u32 = 16;
+        let wqe = self
+            .max_send_sge
+            .saturating_mul(SGE_LEN)
+            .max(self.max_inline_data);
+        QpCap {
+            max_send_sge: self.max_send_sge.max(wqe / SGE_LEN),
+            max_inline_data: wqe,
+            ..self
+        }
+    }
+}
+
 /// How a QP is created (`struct ibv_qp_init_attr`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -97,7 +117,10 @@ impl Qp {
     pub(crate) fn new(qpn: Qpn, init: QpInitAttr) -> Qp {
         Qp {
             qpn,
-            init,
+            init: QpInitAttr {
+                cap: init.cap.as_created(),
+                ..init
+            },
             state: QpState::Reset,
             attr: QpAttr::default(),
             sq: SendQueue::default(),

@@ -7,7 +7,14 @@
 //! agent sent a message carrying it as its LocalCommID.
 //!
 //! A REQ for a service nobody listens on is rejected here and now (REJ, InvalidServiceID),
-//! as the kernel's CM does; a SIDR_REQ gets a SIDR_REP saying the same. A message that names
+//! as the kernel's CM does; a SIDR_REQ gets a SIDR_REP saying the same. One exception: a
+//! service that a process still connected to the daemon listened on and stopped listening on
+//! has its REQs held for [`HOLD`] (then rejected), and handed to the process if it listens
+//! again meanwhile. A listen here is a request to the daemon through the process's CM
+//! thread, slower than the kernel's system call, and programs count on a listen's speed:
+//! perftest's `-R` server stops listening after the connection of its exchange, then listens
+//! on the same port for its test QPs while its client, told to go on by that exchange,
+//! already sends its REQ. A message that names
 //! no known connection goes to every agent of the port, whose machines answer as the spec
 //! says (a DREP for a stray DREQ) or drop it; when no agent is there to hear it (the process
 //! that owned the connection has exited), the daemon answers it itself as the kernel's CM,
@@ -15,13 +22,24 @@
 //! DREQ goes unanswered through every retry.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use softib_wire::mad::cm::{private_len, Drep, Message, MessageKind, Rej, RejectReason, SidrRep};
 use softib_wire::mad::MAD_LEN;
 
+use crate::ib::MadIn;
+
 /// Connections remembered per host; beyond this the table starts again (old connections'
 /// messages then go to every agent, which filter them).
 const MAX_CONNECTIONS: usize = 64 * 1024;
+
+/// How long a REQ (or SIDR_REQ) for a service its process stopped listening on waits for it
+/// to listen again. Below the CM response timeout rdma_cm's REQs give (4.3 s), so that the
+/// requester does not retransmit meanwhile.
+pub(super) const HOLD: Duration = Duration::from_secs(2);
+
+/// REQs held at once; beyond this they are rejected at once.
+const MAX_HELD: usize = 1024;
 
 /// (device, port) → the routes of its CM.
 #[derive(Debug, Default)]
@@ -30,6 +48,12 @@ pub(super) struct CmRoutes {
     owners: BTreeMap<(u32, u8, u32), u64>,
     /// (device, ServiceID) → the client listening.
     listeners: BTreeMap<(u32, u64), u64>,
+    /// (device, ServiceID) → the client that listened there last and no longer does (while
+    /// it is connected).
+    unlistened: BTreeMap<(u32, u64), u64>,
+    /// REQs and SIDR_REQs for an unlistened service, oldest first: until when, the device,
+    /// the ServiceID, the MAD.
+    held: Vec<(Instant, u32, u64, MadIn)>,
 }
 
 /// Where an arriving CM MAD goes.
@@ -41,6 +65,8 @@ pub(super) enum Route {
     All,
     /// Nobody listens: send this answer back instead.
     Answer(Box<[u8; MAD_LEN]>),
+    /// A REQ for a service its process stopped listening on: hold it ([`CmRoutes::hold`]).
+    Hold(u64),
 }
 
 impl CmRoutes {
@@ -76,10 +102,12 @@ impl CmRoutes {
             (true, Some(&other)) if other != client => false,
             (true, _) => {
                 self.listeners.insert((dev, service_id), client);
+                self.unlistened.remove(&(dev, service_id));
                 true
             }
             (false, Some(&owner)) if owner == client => {
                 self.listeners.remove(&(dev, service_id));
+                self.unlistened.insert((dev, service_id), client);
                 true
             }
             (false, _) => true,
@@ -90,11 +118,50 @@ impl CmRoutes {
     pub fn forget(&mut self, client: u64) {
         self.owners.retain(|_, c| *c != client);
         self.listeners.retain(|_, c| *c != client);
+        self.unlistened.retain(|_, c| *c != client);
+    }
+
+    /// Holds `m`, a REQ or SIDR_REQ for `service_id` ([`Route::Hold`]), until `now` +
+    /// [`HOLD`]; gives it back (answer it now) when too many are held.
+    pub fn hold(&mut self, now: Instant, dev: u32, service_id: u64, m: MadIn) -> Option<MadIn> {
+        if self.held.len() >= MAX_HELD {
+            return Some(m);
+        }
+        self.held.push((now + HOLD, dev, service_id, m));
+        None
+    }
+
+    /// The held REQs for `service_id` of `dev`, which a client now listens on.
+    pub fn take_held(&mut self, dev: u32, service_id: u64) -> Vec<MadIn> {
+        let (take, keep) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|h| h.1 == dev && h.2 == service_id);
+        self.held = keep;
+        take.into_iter().map(|h| h.3).collect()
+    }
+
+    /// The held REQs whose wait ran out by `now`, or whose service's process went away,
+    /// with the device they came on: to be answered as for a service nobody listens on.
+    pub fn expired(&mut self, now: Instant) -> Vec<(u32, MadIn)> {
+        if self.held.is_empty() {
+            return Vec::new();
+        }
+        let unlistened = &self.unlistened;
+        let (gone, keep) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|h| now >= h.0 || !unlistened.contains_key(&(h.1, h.2)));
+        self.held = keep;
+        gone.into_iter().map(|h| (h.1, h.3)).collect()
+    }
+
+    /// When the first held REQ's wait runs out.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.held.iter().map(|h| h.0).min()
     }
 
     /// Where `mad`, arrived on `port` of `dev`, goes.
     pub fn route(&self, dev: u32, port: u8, mad: &[u8]) -> Route {
-        let Ok((header, m)) = Message::parse(mad) else {
+        let Ok((_, m)) = Message::parse(mad) else {
             // Malformed: every agent's machine counts it.
             return Route::All;
         };
@@ -104,25 +171,8 @@ impl CmRoutes {
                 .map_or(Route::All, |&c| Route::To(c))
         };
         match m {
-            Message::Req(req) => match self.listeners.get(&(dev, req.service_id)) {
-                Some(&c) => Route::To(c),
-                None => {
-                    let rej = Rej::new(
-                        0,
-                        req.local_comm_id,
-                        MessageKind::Req,
-                        RejectReason::InvalidServiceId,
-                    );
-                    Route::Answer(Box::new(Message::Rej(rej).emit(header.tid)))
-                }
-            },
-            Message::SidrReq(req) => match self.listeners.get(&(dev, req.service_id)) {
-                Some(&c) => Route::To(c),
-                None => {
-                    let rep = SidrRep::unsupported(&req);
-                    Route::Answer(Box::new(Message::SidrRep(rep).emit(header.tid)))
-                }
-            },
+            Message::Req(req) => self.to_listener(dev, req.service_id, mad),
+            Message::SidrReq(req) => self.to_listener(dev, req.service_id, mad),
             Message::Mra(x) => owner(x.remote_comm_id),
             Message::Rej(x) => owner(x.remote_comm_id),
             Message::Rep(x) => owner(x.remote_comm_id),
@@ -131,6 +181,36 @@ impl CmRoutes {
             Message::Drep(x) => owner(x.remote_comm_id),
             Message::SidrRep(x) => owner(x.request_id),
         }
+    }
+
+    /// Where a REQ or SIDR_REQ for `service_id` goes: to its listener; held, when its
+    /// process stopped listening there; else answered at once.
+    fn to_listener(&self, dev: u32, service_id: u64, mad: &[u8]) -> Route {
+        if let Some(&c) = self.listeners.get(&(dev, service_id)) {
+            return Route::To(c);
+        }
+        if self.unlistened.contains_key(&(dev, service_id)) {
+            return Route::Hold(service_id);
+        }
+        // A REQ or SIDR_REQ that parsed always has an answer.
+        Self::no_listener(mad).map_or(Route::All, Route::Answer)
+    }
+
+    /// The answer to a REQ (REJ InvalidServiceID) or SIDR_REQ (SIDR_REP unsupported
+    /// ServiceID) for a service nobody listens on.
+    pub fn no_listener(mad: &[u8]) -> Option<Box<[u8; MAD_LEN]>> {
+        let (header, m) = Message::parse(mad).ok()?;
+        let answer = match m {
+            Message::Req(req) => Message::Rej(Rej::new(
+                0,
+                req.local_comm_id,
+                MessageKind::Req,
+                RejectReason::InvalidServiceId,
+            )),
+            Message::SidrReq(req) => Message::SidrRep(SidrRep::unsupported(&req)),
+            _ => return None,
+        };
+        Some(Box::new(answer.emit(header.tid)))
     }
 
     /// The answer to a CM MAD no agent of the port took, as a CM that has no such
@@ -157,11 +237,26 @@ impl CmRoutes {
     }
 }
 
+/// A REQ from communication ID `local_comm_id` for `service_id`, with `tid` (an RTU with a
+/// REQ's attribute and ServiceID: the routes read no more of it).
+#[cfg(test)]
+pub(super) fn test_req(local_comm_id: u32, service_id: u64, tid: u64) -> [u8; MAD_LEN] {
+    let mut m = Message::Rtu(softib_wire::mad::cm::Rtu {
+        local_comm_id,
+        remote_comm_id: 0,
+        private_data: [0; private_len::RTU],
+    })
+    .emit(tid);
+    m[16..18].copy_from_slice(&0x0010u16.to_be_bytes());
+    m[32..40].copy_from_slice(&service_id.to_be_bytes());
+    m
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use softib_wire::mad::cm::{self, Dreq, Rep, Rtu};
-    use softib_wire::{Guid, Psn, QKey, Qpn};
+    use softib_wire::Qpn;
 
     fn rtu(local: u32, remote: u32) -> [u8; MAD_LEN] {
         Message::Rtu(Rtu {
@@ -187,18 +282,7 @@ mod tests {
     #[test]
     fn a_req_goes_to_its_listener_or_is_rejected_here() {
         let mut r = CmRoutes::default();
-        let req = {
-            let mut m = Message::Rtu(Rtu {
-                local_comm_id: 5,
-                remote_comm_id: 0,
-                private_data: [0; private_len::RTU],
-            })
-            .emit(9);
-            // A REQ: attribute 0x0010 and a ServiceID at bytes 32..40.
-            m[16..18].copy_from_slice(&0x0010u16.to_be_bytes());
-            m[32..40].copy_from_slice(&cm::service_id(cm::PortSpace::Tcp, 7174).to_be_bytes());
-            m
-        };
+        let req = test_req(5, cm::service_id(cm::PortSpace::Tcp, 7174), 9);
         let Route::Answer(rej) = r.route(0, 1, &req) else {
             panic!("no REJ");
         };
@@ -243,20 +327,8 @@ mod tests {
         let rep = Message::Rep(Rep {
             local_comm_id: 0x99,
             remote_comm_id: 0x42,
-            local_qkey: QKey(0),
             local_qpn: Qpn::new(0x20),
-            local_eecn: 0,
-            starting_psn: Psn::new(1),
-            responder_resources: 1,
-            initiator_depth: 1,
-            target_ack_delay: 0,
-            failover_accepted: 1,
-            end_to_end_flow_control: true,
-            rnr_retry_count: 7,
-            srq: false,
-            vendor_id: 0,
-            local_ca_guid: Guid(1),
-            private_data: [0; private_len::REP],
+            ..Rep::default()
         })
         .emit(5);
         let answer = CmRoutes::answer_unclaimed(&rep).expect("a REP is answered");
@@ -269,5 +341,69 @@ mod tests {
         );
         assert!(CmRoutes::answer_unclaimed(&rtu(1, 2)).is_none(), "an RTU");
         assert!(CmRoutes::answer_unclaimed(&[0u8; 12]).is_none(), "junk");
+    }
+
+    fn mad_in(mad: [u8; MAD_LEN]) -> MadIn {
+        MadIn {
+            port: 1,
+            qp: softib_proto::MadQp::Gsi,
+            slid: softib_wire::Lid(0),
+            src_qpn: Qpn::GSI,
+            sgid: None,
+            mad,
+        }
+    }
+
+    /// perftest's `-R` server stops listening on its port after the exchange's connection and
+    /// listens there again for its test QPs; the client's REQ that arrives in between waits
+    /// for the listen instead of being rejected. A port nobody listened on is still
+    /// rejected at once, and a held REQ is rejected once its wait runs out or its process
+    /// goes.
+    #[test]
+    fn a_req_for_a_service_its_process_stopped_listening_on_waits_for_it() {
+        let svc = cm::service_id(cm::PortSpace::Tcp, 18515);
+        let mut r = CmRoutes::default();
+        let t0 = Instant::now();
+        assert!(matches!(
+            r.route(0, 1, &test_req(1, svc, 1)),
+            Route::Answer(_)
+        ));
+        assert!(r.listen(0, svc, 3, true));
+        assert!(r.listen(0, svc, 3, false));
+        assert_eq!(r.route(0, 1, &test_req(1, svc, 1)), Route::Hold(svc));
+        assert!(r.hold(t0, 0, svc, mad_in(test_req(1, svc, 1))).is_none());
+        assert_eq!(r.next_deadline(), Some(t0 + HOLD));
+        assert!(r.expired(t0).is_empty(), "held until the listen");
+        assert!(r.listen(0, svc, 3, true));
+        let released = r.take_held(0, svc);
+        assert_eq!(released.len(), 1);
+        assert_eq!(released[0].mad, test_req(1, svc, 1));
+        assert_eq!(r.route(0, 1, &test_req(2, svc, 2)), Route::To(3));
+        // Not listened on again: rejected when the wait runs out.
+        assert!(r.listen(0, svc, 3, false));
+        assert!(r.hold(t0, 0, svc, mad_in(test_req(3, svc, 3))).is_none());
+        assert!(r.expired(t0 + HOLD / 2).is_empty());
+        assert_eq!(r.expired(t0 + HOLD).len(), 1);
+        assert_eq!(r.next_deadline(), None);
+        // The process went away: at once.
+        assert!(r.hold(t0, 0, svc, mad_in(test_req(4, svc, 4))).is_none());
+        r.forget(3);
+        assert_eq!(r.expired(t0).len(), 1);
+        assert!(matches!(
+            r.route(0, 1, &test_req(5, svc, 5)),
+            Route::Answer(_)
+        ));
+        let rej = CmRoutes::no_listener(&test_req(5, svc, 5)).expect("a REJ");
+        assert!(matches!(
+            Message::parse(&rej[..]),
+            Ok((
+                _,
+                Message::Rej(Rej {
+                    reason: RejectReason::InvalidServiceId,
+                    remote_comm_id: 5,
+                    ..
+                })
+            ))
+        ));
     }
 }

@@ -241,6 +241,9 @@ impl Daemon {
                     consider(p.until());
                 }
             }
+            if let Some(t) = h.host.cm.next_deadline() {
+                consider(t);
+            }
         }
         for s in &self.switches {
             for t in s.deadlines() {

@@ -230,6 +230,7 @@ impl HostRt {
                 mads::dispatch_mad(&mut self.host, &mut self.clients, d as u32, m);
             }
         }
+        mads::expire_held(&mut self.host, std_now);
         self.deliver_to_clients(std_now);
         let now = engine_now(origin);
         for d in &mut self.host.devs {

@@ -58,15 +58,7 @@ pub(super) fn dispatch_mad(h: &mut Host, clients: &mut BTreeMap<u64, Client>, de
     let header = mad::Repr::parse(&mad::Packet::new_unchecked(&m.mad[..])).ok();
     let is_response = header.is_some_and(|h| h.method.is_response());
     let class = header.map(|h| h.mgmt_class);
-    let msg = || Mad {
-        dev,
-        port: m.port,
-        qp: m.qp,
-        slid: m.slid,
-        src_qpn: m.src_qpn,
-        sgid: m.sgid,
-        mad: m.mad.to_vec(),
-    };
+    let msg = || mad_of(dev, &m);
     if let Some(hdr) = header.filter(|_| is_response) {
         if let Some(owner) = h.tids.take(dev, m.port, hdr.tid) {
             if let Some(c) = clients.get_mut(&owner) {
@@ -88,6 +80,17 @@ pub(super) fn dispatch_mad(h: &mut Host, clients: &mut BTreeMap<u64, Client>, de
             }
             Route::Answer(answer) => {
                 answer_gmp(&mut h.devs, dev, &m, &answer);
+                return;
+            }
+            Route::Hold(service_id) => {
+                if let Some(m) =
+                    h.cm.hold(std::time::Instant::now(), dev, service_id, m.clone())
+                {
+                    let answer = super::cm_routes::CmRoutes::no_listener(&m.mad);
+                    if let Some(answer) = answer {
+                        answer_gmp(&mut h.devs, dev, &m, &answer);
+                    }
+                }
                 return;
             }
             Route::All => {}
@@ -122,6 +125,35 @@ pub(super) fn dispatch_mad(h: &mut Host, clients: &mut BTreeMap<u64, Client>, de
         if let Some(answer) = answer {
             answer_gmp(&mut h.devs, dev, &m, &answer);
         }
+    }
+}
+
+/// A client now listens on `service_id` of `dev`: the REQs held for it are its.
+pub(super) fn release_held(h: &mut Host, c: &mut Client, dev: u32, service_id: u64) {
+    for m in h.cm.take_held(dev, service_id) {
+        queue(c, mad_of(dev, &m));
+    }
+}
+
+/// Answers the held REQs whose wait ran out (or whose service's process went away) as for a
+/// service nobody listens on.
+pub(super) fn expire_held(h: &mut Host, now: std::time::Instant) {
+    for (dev, m) in h.cm.expired(now) {
+        if let Some(answer) = super::cm_routes::CmRoutes::no_listener(&m.mad) {
+            answer_gmp(&mut h.devs, dev, &m, &answer);
+        }
+    }
+}
+
+fn mad_of(dev: u32, m: &MadIn) -> Mad {
+    Mad {
+        dev,
+        port: m.port,
+        qp: m.qp,
+        slid: m.slid,
+        src_qpn: m.src_qpn,
+        sgid: m.sgid,
+        mad: m.mad.to_vec(),
     }
 }
 

@@ -69,7 +69,7 @@ impl Posting {
             (dev, qpn),
             QpTrack {
                 qp_type: init.qp_type,
-                cap: init.cap,
+                cap: init.cap.as_created(),
                 sig_all: init.sq_sig_all,
                 srq: init.srq.is_some(),
                 state: QpState::Reset,

@@ -522,6 +522,13 @@ pub struct Rep {
     pub private_data: [u8; private_len::REP],
 }
 
+/// A REP of zeros: a start for one built field by field (`Rep { local_qpn, ..Rep::default() }`).
+impl Default for Rep {
+    fn default() -> Rep {
+        Rep::parse(&[0; DATA_LEN])
+    }
+}
+
 impl Rep {
     fn parse(b: &[u8]) -> Rep {
         Rep {

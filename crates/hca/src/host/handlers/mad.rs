@@ -158,6 +158,9 @@ pub(super) fn cm_listen(
             format!("another process listens on service ID 0x{service_id:016x} of device {dev}"),
         ));
     }
+    if listen {
+        crate::host::mads::release_held(h, c, dev, service_id);
+    }
     Ok(Response::Ok)
 }
 
@@ -453,5 +456,36 @@ mod tests {
         assert_eq!(t.host.devs[0].ib().unwrap().ca.sma().sm_info(), Some(&info));
         t.drop_client(b);
         assert!(!is_sm(&mut t));
+    }
+
+    /// A REQ that came while its listener's process listened nowhere (between two listens on
+    /// the same port) is handed to it when it listens again, through the real dispatch.
+    #[test]
+    fn a_held_req_reaches_the_process_when_it_listens_again() {
+        let mut t = TestHost::new();
+        let a = t.client();
+        t.ok(a, open(1, false));
+        let svc = 0x0106_0000_0000_4853;
+        let listen = |on| Request::CmListen {
+            dev: 0,
+            service_id: svc,
+            listen: on,
+        };
+        t.ok(a, listen(true));
+        t.ok(a, listen(false));
+        let req = crate::host::cm_routes::test_req(7, svc, 0x77);
+        let m = crate::ib::MadIn {
+            port: 1,
+            qp: MadQp::Gsi,
+            slid: softib_wire::Lid(3),
+            src_qpn: Qpn::GSI,
+            sgid: None,
+            mad: req,
+        };
+        crate::host::mads::dispatch_mad(&mut t.host, &mut t.clients, 0, m);
+        assert!(t.clients[&a].mads.is_empty(), "held, not delivered");
+        t.ok(a, listen(true));
+        let got: Vec<_> = t.clients[&a].mads.iter().map(|m| m.mad.clone()).collect();
+        assert_eq!(got, vec![req.to_vec()]);
     }
 }
