@@ -75,6 +75,13 @@ pub fn hosts() -> &'static Hosts {
     })
 }
 
+/// A host of its own beside the two shared ones (same UDP port, so they reach it): for a test
+/// that watches what happens on a port, where the other tests' traffic must not reach.
+#[allow(dead_code)]
+pub fn private_host(name: &str, addr: &'static str) -> Host {
+    start_host(name, addr, hosts().udp_port)
+}
+
 fn start_host(name: &str, addr: &'static str, udp_port: u16) -> Host {
     start_host_on(name, addr, "lo", Some(udp_port), None)
 }
