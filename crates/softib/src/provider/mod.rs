@@ -869,6 +869,9 @@ impl Engine {
         max: u32,
         wait: Duration,
     ) -> Result<Vec<WorkCompletion>> {
+        if wait.is_zero() {
+            return self.poll_cq_once(cq, max);
+        }
         let start = StdInstant::now();
         let until = start + wait;
         let spin = progress_spin().min(wait);
@@ -924,6 +927,32 @@ impl Engine {
             self.wait_readable(wake.saturating_duration_since(now));
             self.shared.app_turning.fetch_add(1, Ordering::SeqCst);
         }
+    }
+
+    /// `ibv_poll_cq` as a C program calls it, in its own loop: one turn and what the CQ holds,
+    /// without reading the clock (a look costs a few hundred nanoseconds, and two clock reads
+    /// were a tenth of it).
+    fn poll_cq_once(&self, cq: CqHandle, max: u32) -> Result<Vec<WorkCompletion>> {
+        let _turning = Counted::new(&self.shared.app_turning);
+        let mut out = Vec::new();
+        let mut st = self.lock();
+        st.app_looks(true);
+        st.app_turn();
+        while out.len() < max as usize {
+            match st.ca.hca_mut().poll_cq(cq) {
+                Some(wc) => out.push(wc),
+                None => break,
+            }
+        }
+        let missing = out.is_empty() && !st.ca.hca().has_cq(cq);
+        let left = st.app_looks(false);
+        drop(st);
+        self.hand_over(left);
+        if missing {
+            // A CQ that does not exist is refused rather than waited on.
+            return Err(refused(VerbsError::NotFound("CQ")));
+        }
+        Ok(out)
     }
 
     /// A poll leaving with records in the rings that came while it looked (their producers

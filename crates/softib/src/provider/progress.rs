@@ -113,11 +113,16 @@ const PROGRESS_SPIN: Duration = Duration::from_micros(50);
 /// datagram waits when that thread leaves just after the progress thread looked.
 const SOCKET_DEFER: Duration = Duration::from_micros(20);
 
+/// [`PROGRESS_SPIN`], or `SOFTIB_PROVIDER_SPIN_US`: read once per process (a poll asks for it,
+/// and reading the environment takes a lock and an allocation).
 pub(super) fn progress_spin() -> Duration {
-    std::env::var("SOFTIB_PROVIDER_SPIN_US")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map_or(PROGRESS_SPIN, Duration::from_micros)
+    static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *SPIN.get_or_init(|| {
+        std::env::var("SOFTIB_PROVIDER_SPIN_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(PROGRESS_SPIN, Duration::from_micros)
+    })
 }
 
 /// The progress thread: sleeps on the socket, the kick and its timer until the engine's
