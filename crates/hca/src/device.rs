@@ -427,6 +427,33 @@ impl Device {
         }
     }
 
+    /// A digest of what the SM changes in the ports' sysfs files (state, LID, SM LID,
+    /// CapabilityMask): when it changes, the files follow at once instead of at their next
+    /// periodic update, as the kernel's follow a PortInfo Set (libibumad reads the SM LID
+    /// there, so `saquery` right after SUBNET UP finds the SA). RoCE ports change only with
+    /// their interface, which the periodic update follows.
+    pub fn port_digest(&self) -> u64 {
+        let Device::Ib(d) = self else {
+            return 0;
+        };
+        let sma = d.ca.sma();
+        (1..=sma.num_ports()).filter_map(|p| sma.port_info(p)).fold(
+            0xcbf2_9ce4_8422_2325,
+            |h, i| {
+                [
+                    u64::from(u8::from(i.port_state)),
+                    u64::from(u8::from(i.port_physical_state)),
+                    u64::from(i.lid.0),
+                    u64::from(i.master_sm_lid.0),
+                    u64::from(i.capability_mask),
+                    u64::from(i.lmc),
+                ]
+                .iter()
+                .fold(h, |h, v| (h ^ v).wrapping_mul(0x0100_0000_01b3))
+            },
+        )
+    }
+
     pub fn info(&self) -> DeviceInfo {
         match self {
             Device::Ib(d) => d.info(),
