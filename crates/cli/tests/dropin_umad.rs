@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{repo, stop, text, wait_status, Fabric, SEED_GOLDENS, SOFTIB};
-use dropin::{have, readelf};
+use dropin::{build_c, have, readelf};
 use softib_fabric::Topology;
 
 /// The directory `softib run` puts first on a program's library path (made on first use).
@@ -856,4 +856,88 @@ fn a_cable_pulled_and_put_back_is_trapped_and_the_real_opensm_sweeps_on_it() {
         ),
         "{log}"
     );
+}
+
+#[test]
+fn a_wrong_mad_gets_the_specs_status_and_an_agent_that_never_reads_blocks_nobody() {
+    if !have("/usr/include/infiniband/umad.h", "libibumad-dev")
+        || !have("/usr/sbin/smpquery", "infiniband-diags")
+        || !have("cc", "gcc")
+    {
+        return;
+    }
+    let work = std::env::temp_dir().join(format!("softib-it-madstatus-{}", std::process::id()));
+    std::fs::create_dir_all(&work).unwrap();
+    let exe = build_c(&work, "mad_status", &["ibumad"]);
+    let f = Fabric::up("topologies/topoB.net", "umad-bad", &["--sm", "node1"]);
+    f.wait_all_active(4, Duration::from_secs(20));
+    wait_sysfs(&f, &["node4"]);
+    // Through the library, each wrong MAD to an SMA, a PMA (of a CA and of a switch) and
+    // softib's SA is answered with the status IBA §13.4.7 (table 110) gives it, at once: none times
+    // out, and a MAD shorter than its header never leaves (EINVAL, as the kernel's umad).
+    let said = f.ok("node4", &[&exe, "probe", "2", "5", "1"]);
+    let want = "smp-nodeinfo status 0x0000
+smp-base-version status 0x0004
+smp-class-version status 0x0004
+smp-method status 0x0008
+smp-attribute status 0x000c
+pma-ca-counters status 0x0000
+pma-ca-class-version status 0x0004
+pma-ca-attribute status 0x000c
+pma-ca-method status 0x0008
+pma-switch-counters status 0x0000
+pma-switch-class-version status 0x0004
+pma-switch-attribute status 0x000c
+pma-switch-method status 0x0008
+sa-noderecord status 0x0400
+sa-class-version status 0x0004
+sa-attribute status 0x000c
+sa-method status 0x0008
+short refused 22
+";
+    assert_eq!(said, want);
+    // An agent that asks 5000 times and never reads an answer (more than the daemon keeps
+    // for one client): tools on the same host and port are answered all the same.
+    let mut flood = Killed(Some(
+        Command::new(SOFTIB)
+            .args(["fabric", "exec", "node4", "--dir"])
+            .arg(&f.dir)
+            .args(["--", &exe, "flood", "1", "5000"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    let mut line = String::new();
+    {
+        use std::io::BufRead;
+        let out = flood.0.as_mut().unwrap().stdout.take().unwrap();
+        std::io::BufReader::new(out).read_line(&mut line).unwrap();
+    }
+    assert_eq!(line, "sent 5000\n");
+    let pq = real(&f, "node4", "perfquery 1 1");
+    assert!(pq.starts_with("# Port counters: Lid 1 port 1"), "{pq}");
+    let ni = real(&f, "node4", "smpquery nodeinfo 5");
+    assert!(
+        ni.contains("NodeType:........................Switch"),
+        "{ni}"
+    );
+    // The flooder is still there, and ends well when its input closes.
+    let mut c = flood.0.take().unwrap();
+    assert!(c.try_wait().unwrap().is_none(), "the flooder died");
+    drop(c.stdin.take());
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = c.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the flooder did not end"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    let _ = std::fs::remove_dir_all(&work);
 }
