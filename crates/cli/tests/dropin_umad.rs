@@ -567,6 +567,65 @@ fn the_real_opensm_and_softibs_sm_elect_hand_over_and_fail_over() {
 }
 
 #[test]
+fn the_real_opensm_hands_the_subnet_over_to_a_higher_softib_sm() {
+    if !have("/usr/sbin/opensm", "opensm") || !have("/usr/sbin/sminfo", "infiniband-diags") {
+        return;
+    }
+    let f = Fabric::up("topologies/topoB.net", "umad-handover", &["--no-sm"]);
+    const SOFTIB_SM: &str = "sm guid 0xe41d2d0300c00031,";
+    let logs = ["real-opensm.log", "softib-sm.log", "daemon.log"];
+    // Debian's opensm (priority 0, light sweeps every 2 s) on node1 brings the subnet up.
+    let mut real = opensm_with(
+        &f,
+        "node1",
+        "/usr/sbin/opensm",
+        &["-g", "0xe41d2d0300c00001", "-s", "2"],
+        logs[0],
+    );
+    f.wait_all_active(4, Duration::from_secs(30));
+    wait_sminfo(&f, "node2", None, "priority 0 state 3 SMINFO_MASTER", &logs);
+    // softib's SM with priority 5 starts on node4: it finds the master and stands by; its
+    // port's IsSM reaches opensm as Trap 144 from node4's SMA, opensm's sweep finds the
+    // higher SM in Standby and hands over (SubnSet(SMInfo) HANDOVER, which the SMA passes
+    // to softib's SM), and softib's SM becomes master on it.
+    let _softib = opensm_with(
+        &f,
+        "node4",
+        SOFTIB,
+        &["opensm", "-p", "5", "-s", "2"],
+        logs[1],
+    );
+    let said = wait_sminfo(&f, "node2", None, "priority 5 state 3 SMINFO_MASTER", &logs);
+    assert!(said.contains(SOFTIB_SM), "{said}");
+    let said = wait_sminfo(
+        &f,
+        "node3",
+        Some("1"),
+        "priority 0 state 2 SMINFO_STANDBY",
+        &logs,
+    );
+    assert!(said.contains("sm guid 0xe41d2d0300c00001,"), "{said}");
+    let ours = std::fs::read_to_string(f.dir.join(logs[1])).unwrap();
+    let at = |what: &str| ours.find(what);
+    assert!(
+        at("Entering STANDBY state")
+            < at("Received SubnSet(SMInfo) Handover from SM 0xe41d2d0300c00001")
+            && at("Received SubnSet(SMInfo) Handover").is_some()
+            && at("Received SubnSet(SMInfo) Handover") < at("Entering MASTER state")
+            && ours.matches("Entering DISCOVERING state").count() == 1,
+        "softib's SM did not stand by and then take the handover:\n{ours}"
+    );
+    // opensm writes its log out when it stops.
+    stop(real.0.take().unwrap());
+    let theirs = std::fs::read_to_string(f.dir.join(logs[0])).unwrap();
+    assert!(
+        theirs.contains("num:144 (CapabilityMask")
+            && theirs.contains("Producer:1 (Channel Adapter) from LID:4"),
+        "opensm heard no Trap 144 from node4:\n{theirs}"
+    );
+}
+
+#[test]
 fn the_real_diagnostics_read_and_change_a_fabric_the_real_opensm_runs() {
     if !have("/usr/sbin/opensm", "opensm") || !have("/usr/sbin/dump_fts", "infiniband-diags") {
         return;
