@@ -6,8 +6,9 @@
 //! `lid_mask_count`, `sm_lid`, `sm_sl`, `cap_mask`, `link_layer`, `gids/N`,
 //! `gid_attrs/types/N`, `pkeys/0`; and `class/infiniband_verbs/` with each device's `ibdev`.
 //!
-//! The daemon keeps it current ([`SysfsTree::sync`], a few times a second): a file is
-//! rewritten only when its text changes, by rename, so a reader never sees half of one.
+//! The daemon keeps it current ([`SysfsTree::sync`] once a second, and at once when the SM
+//! changes a port's state, LID, SM LID or CapabilityMask): a file is rewritten only when its
+//! text changes, by rename, so a reader never sees half of one.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -20,6 +21,8 @@ use softib_proto::DeviceInfo;
 pub struct SysfsTree {
     root: PathBuf,
     written: BTreeMap<PathBuf, String>,
+    /// The directories made so far (a fabric's hosts write often; a mkdir per file adds up).
+    dirs: std::collections::BTreeSet<PathBuf>,
 }
 
 impl SysfsTree {
@@ -28,6 +31,7 @@ impl SysfsTree {
         SysfsTree {
             root: dir.join("sys"),
             written: BTreeMap::new(),
+            dirs: Default::default(),
         }
     }
 
@@ -55,7 +59,10 @@ impl SysfsTree {
             }
             let path = self.root.join(rel);
             if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)?;
+                if !self.dirs.contains(dir) {
+                    std::fs::create_dir_all(dir)?;
+                    self.dirs.insert(dir.to_path_buf());
+                }
             }
             let tmp = path.with_extension("softib-tmp");
             std::fs::write(&tmp, text)?;
