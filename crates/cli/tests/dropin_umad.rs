@@ -153,22 +153,39 @@ fn the_real_diagnostics_print_on_the_seed_fabric_what_they_print_on_ibsim() {
         return;
     }
     let f = Fabric::up("topologies/topoA.net", "umad-a", &["--sm", "test213:1"]);
+    seed_fabric_as_on_ibsim(&f);
+}
+
+#[test]
+fn the_real_opensm_brings_the_seed_fabric_up_as_on_ibsim() {
+    if !have("/usr/sbin/smpquery", "infiniband-diags") || !have("/usr/sbin/opensm", "opensm") {
+        return;
+    }
+    let f = Fabric::up("topologies/topoA.net", "umad-a-osm", &["--no-sm"]);
+    // On port 1's subnet, as the goldens were made on ibsim.
+    let _sm = real_opensm(&f, "test213", "0xe41d2d0300b47d01");
+    seed_fabric_as_on_ibsim(&f);
+}
+
+/// What the real diagnostics print on topoA once an SM runs on test213's port 1: what they
+/// print on ibsim after the real opensm there (the seed goldens), and what the file says.
+fn seed_fabric_as_on_ibsim(f: &Fabric) {
     let t0 = Instant::now();
     while !f.status().contains("port 1 Active lid 2") {
         assert!(t0.elapsed() < Duration::from_secs(20), "{}", f.status());
         std::thread::sleep(Duration::from_millis(100));
     }
-    wait_sysfs(&f, &["test213", "test214"]);
+    wait_sysfs(f, &["test213", "test214"]);
     for &(golden, cmd) in SEED_GOLDENS {
         let want = std::fs::read_to_string(repo("crates/cli/tests/golden").join(golden)).unwrap();
         assert_eq!(
-            real(&f, "test213", cmd),
+            real(f, "test213", cmd),
             want,
             "Debian's `{cmd}` on softib differs from its output on ibsim ({golden})"
         );
     }
     // ibstat reads the CA through umad_get_ca: the host's device as the fabric made it.
-    let ibstat = real(&f, "test214", "ibstat");
+    let ibstat = real(f, "test214", "ibstat");
     for want in [
         "CA 'mlx4_0'",
         "Number of ports: 2",
@@ -183,17 +200,17 @@ fn the_real_diagnostics_print_on_the_seed_fabric_what_they_print_on_ibsim() {
     }
     // Port 2's subnet has no SM: Initializing, no LID.
     assert!(ibstat.contains("State: Initializing"), "{ibstat}");
-    let sm = real(&f, "test214", "sminfo");
+    let sm = real(f, "test214", "sminfo");
     assert!(
         sm.starts_with("sminfo: sm lid 1 sm guid 0xe41d2d0300b47d01, activity count"),
         "{sm}"
     );
     // PortCounters from the PMA on QP1, and a PathRecord table reassembled from RMPP.
-    let pq = real(&f, "test213", "perfquery 2 1");
+    let pq = real(f, "test213", "perfquery 2 1");
     assert!(pq.starts_with("# Port counters: Lid 2 port 1"), "{pq}");
-    let pr = real(&f, "test214", "saquery -p");
+    let pr = real(f, "test214", "saquery -p");
     assert_eq!(pr.matches("PathRecord dump:").count(), 4, "{pr}");
-    let nr = real(&f, "test214", "saquery");
+    let nr = real(f, "test214", "saquery");
     assert_eq!(nr.matches("NodeRecord dump:").count(), 2, "{nr}");
 }
 
