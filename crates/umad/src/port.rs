@@ -497,9 +497,16 @@ fn recv_once(fd: c_int, umad: *mut c_void, length: *mut c_int) -> Look {
         // SAFETY: the caller's int.
         let room = usize::try_from(unsafe { *length }).unwrap_or(0);
         let mut inner = p.lock()?;
-        p.pump(&mut inner)?;
+        // What an earlier fetch brought comes first, without a round trip to the daemon;
+        // only an empty queue asks it (its wakeup stays set meanwhile, so the descriptor
+        // stays readable while it holds more).
+        if inner.agents.has_queued() {
+            p.arm(&mut inner)?;
+        } else {
+            p.pump(&mut inner)?;
+        }
         let got = inner.agents.pop(room);
-        p.pump(&mut inner)?;
+        p.arm(&mut inner)?;
         match got {
             None => {
                 wait_on = Some(p.epoll.as_raw_fd());
