@@ -505,6 +505,9 @@ fn the_real_opensm_brings_a_fabric_up_and_programs_what_it_programs_on_ibsim() {
     }
 }
 
+/// How `sminfo` names softib's SM on topoB's node4.
+const SOFTIB_SM: &str = "sm guid 0xe41d2d0300c00031,";
+
 /// `sminfo` on `node` (of the SM its port knows, or of `lid`) once it says `want`.
 fn wait_sminfo(f: &Fabric, node: &str, lid: Option<&str>, want: &str, logs: &[&str]) -> String {
     let mut cmd = vec!["/usr/sbin/sminfo"];
@@ -536,7 +539,6 @@ fn the_real_opensm_and_softibs_sm_elect_hand_over_and_fail_over() {
         return;
     }
     let f = Fabric::up("topologies/topoB.net", "umad-elect", &["--no-sm"]);
-    const SOFTIB_SM: &str = "sm guid 0xe41d2d0300c00031,";
     const REAL_SM: &str = "sm guid 0xe41d2d0300c00001,";
     let logs = ["softib-sm.log", "real-opensm.log", "daemon.log"];
     // softib's SM (priority 0, light sweeps every 2 s) on node4 is master; its own port
@@ -589,7 +591,6 @@ fn the_real_opensm_hands_the_subnet_over_to_a_higher_softib_sm() {
         return;
     }
     let f = Fabric::up("topologies/topoB.net", "umad-handover", &["--no-sm"]);
-    const SOFTIB_SM: &str = "sm guid 0xe41d2d0300c00031,";
     let logs = ["real-opensm.log", "softib-sm.log", "daemon.log"];
     // Debian's opensm (priority 0, light sweeps every 2 s) on node1 brings the subnet up.
     let mut real = opensm_with(

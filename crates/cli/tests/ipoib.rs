@@ -52,6 +52,18 @@ fn ib0(f: &Fabric, hosts: &[(&str, &str)]) {
     }
 }
 
+/// `ib0` on topoB's node1 … node4 with the addresses `NET.1` … `NET.4`.
+fn ib0_on_topo_b(f: &Fabric, net: &str) {
+    let hosts: Vec<(String, String)> = (1..=4)
+        .map(|i| (format!("node{i}"), format!("{net}.{i}/24")))
+        .collect();
+    let pairs: Vec<(&str, &str)> = hosts
+        .iter()
+        .map(|(h, a)| (h.as_str(), a.as_str()))
+        .collect();
+    ib0(f, &pairs);
+}
+
 fn ping(f: &Fabric, from: &str, to: &str, count: u32) -> bool {
     let out = f.exec(
         from,
@@ -175,16 +187,7 @@ fn ping_and_tcp_through_switches() {
     }
     let f = Fabric::up("topologies/topoB.net", "ipoib-b", &["--netns"]);
     f.wait_all_active(4, Duration::from_secs(30));
-    let hosts = ["node1", "node2", "node3", "node4"];
-    let addrs: Vec<String> = (0..hosts.len())
-        .map(|i| format!("10.9.0.{}/24", i + 1))
-        .collect();
-    let pairs: Vec<(&str, &str)> = hosts
-        .iter()
-        .zip(&addrs)
-        .map(|(h, a)| (*h, a.as_str()))
-        .collect();
-    ib0(&f, &pairs);
+    ib0_on_topo_b(&f, "10.9.0");
     for to in 2..=4 {
         ping_until(
             &f,
@@ -221,16 +224,7 @@ fn ping_tcp_and_debians_perftest_through_switches_the_real_opensm_manages() {
             .unwrap(),
     );
     f.wait_all_active(4, Duration::from_secs(30));
-    let hosts = ["node1", "node2", "node3", "node4"];
-    let addrs: Vec<String> = (1..=hosts.len())
-        .map(|i| format!("10.8.0.{i}/24"))
-        .collect();
-    let pairs: Vec<(&str, &str)> = hosts
-        .iter()
-        .zip(&addrs)
-        .map(|(h, a)| (*h, a.as_str()))
-        .collect();
-    ib0(&f, &pairs);
+    ib0_on_topo_b(&f, "10.8.0");
     for to in 2..=4 {
         ping_until(
             &f,
