@@ -315,7 +315,7 @@ fn up(a: &UpArgs) -> Result<u8> {
         .filter(|n| !n.is_switch())
         .map(|n| n.id.clone())
         .collect();
-    wait_for_sockets(&dir, &hosts, pid as i32)?;
+    wait_for_hosts(&dir, &hosts, pid as i32)?;
     if a.netns {
         create_netns(&dir, &hosts)?;
     }
@@ -442,14 +442,19 @@ fn parse_node_port(s: &str) -> Result<(String, u8)> {
     }
 }
 
-fn wait_for_sockets(dir: &Path, hosts: &[String], pid: i32) -> Result<()> {
+/// Waits until every host of the fabric has its control socket and its sysfs-style tree (the
+/// daemon writes the trees in its first turn; libibumad finds no CA without them, so a tool
+/// started right after `fabric up` would fail). `abi_version` is written after a host's
+/// device files.
+fn wait_for_hosts(dir: &Path, hosts: &[String], pid: i32) -> Result<()> {
     let t0 = Instant::now();
     let timeout = Duration::from_secs(30);
+    let ready = |h: &String| {
+        let d = host_dir(dir, h);
+        d.join(SOCKET_NAME).exists() && d.join("sys/class/infiniband_verbs/abi_version").exists()
+    };
     loop {
-        let missing: Vec<&String> = hosts
-            .iter()
-            .filter(|h| !host_dir(dir, h).join(SOCKET_NAME).exists())
-            .collect();
+        let missing: Vec<&String> = hosts.iter().filter(|h| !ready(h)).collect();
         if missing.is_empty() {
             return Ok(());
         }
@@ -459,7 +464,8 @@ fn wait_for_sockets(dir: &Path, hosts: &[String], pid: i32) -> Result<()> {
         }
         if t0.elapsed() > timeout {
             bail!(
-                "waited {timeout:?} for the control sockets of {} host(s) (e.g. {}); see {}",
+                "waited {timeout:?} for the control sockets and device files of {} host(s) \
+                 (e.g. {}); see {}",
                 missing.len(),
                 missing[0],
                 dir.join("daemon.log").display()

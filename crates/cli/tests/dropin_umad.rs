@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{repo, stop, text, wait_status, Fabric, SEED_GOLDENS, SOFTIB};
-use dropin::{have, readelf};
+use dropin::{build_c, have, readelf};
 use softib_fabric::Topology;
 
 /// The directory `softib run` puts first on a program's library path (made on first use).
@@ -153,22 +153,39 @@ fn the_real_diagnostics_print_on_the_seed_fabric_what_they_print_on_ibsim() {
         return;
     }
     let f = Fabric::up("topologies/topoA.net", "umad-a", &["--sm", "test213:1"]);
+    seed_fabric_as_on_ibsim(&f);
+}
+
+#[test]
+fn the_real_opensm_brings_the_seed_fabric_up_as_on_ibsim() {
+    if !have("/usr/sbin/smpquery", "infiniband-diags") || !have("/usr/sbin/opensm", "opensm") {
+        return;
+    }
+    let f = Fabric::up("topologies/topoA.net", "umad-a-osm", &["--no-sm"]);
+    // On port 1's subnet, as the goldens were made on ibsim.
+    let _sm = real_opensm(&f, "test213", "0xe41d2d0300b47d01");
+    seed_fabric_as_on_ibsim(&f);
+}
+
+/// What the real diagnostics print on topoA once an SM runs on test213's port 1: what they
+/// print on ibsim after the real opensm there (the seed goldens), and what the file says.
+fn seed_fabric_as_on_ibsim(f: &Fabric) {
     let t0 = Instant::now();
     while !f.status().contains("port 1 Active lid 2") {
         assert!(t0.elapsed() < Duration::from_secs(20), "{}", f.status());
         std::thread::sleep(Duration::from_millis(100));
     }
-    wait_sysfs(&f, &["test213", "test214"]);
+    wait_sysfs(f, &["test213", "test214"]);
     for &(golden, cmd) in SEED_GOLDENS {
         let want = std::fs::read_to_string(repo("crates/cli/tests/golden").join(golden)).unwrap();
         assert_eq!(
-            real(&f, "test213", cmd),
+            real(f, "test213", cmd),
             want,
             "Debian's `{cmd}` on softib differs from its output on ibsim ({golden})"
         );
     }
     // ibstat reads the CA through umad_get_ca: the host's device as the fabric made it.
-    let ibstat = real(&f, "test214", "ibstat");
+    let ibstat = real(f, "test214", "ibstat");
     for want in [
         "CA 'mlx4_0'",
         "Number of ports: 2",
@@ -183,17 +200,17 @@ fn the_real_diagnostics_print_on_the_seed_fabric_what_they_print_on_ibsim() {
     }
     // Port 2's subnet has no SM: Initializing, no LID.
     assert!(ibstat.contains("State: Initializing"), "{ibstat}");
-    let sm = real(&f, "test214", "sminfo");
+    let sm = real(f, "test214", "sminfo");
     assert!(
         sm.starts_with("sminfo: sm lid 1 sm guid 0xe41d2d0300b47d01, activity count"),
         "{sm}"
     );
     // PortCounters from the PMA on QP1, and a PathRecord table reassembled from RMPP.
-    let pq = real(&f, "test213", "perfquery 2 1");
+    let pq = real(f, "test213", "perfquery 2 1");
     assert!(pq.starts_with("# Port counters: Lid 2 port 1"), "{pq}");
-    let pr = real(&f, "test214", "saquery -p");
+    let pr = real(f, "test214", "saquery -p");
     assert_eq!(pr.matches("PathRecord dump:").count(), 4, "{pr}");
-    let nr = real(&f, "test214", "saquery");
+    let nr = real(f, "test214", "saquery");
     assert_eq!(nr.matches("NodeRecord dump:").count(), 2, "{nr}");
 }
 
@@ -488,6 +505,9 @@ fn the_real_opensm_brings_a_fabric_up_and_programs_what_it_programs_on_ibsim() {
     }
 }
 
+/// How `sminfo` names softib's SM on topoB's node4.
+const SOFTIB_SM: &str = "sm guid 0xe41d2d0300c00031,";
+
 /// `sminfo` on `node` (of the SM its port knows, or of `lid`) once it says `want`.
 fn wait_sminfo(f: &Fabric, node: &str, lid: Option<&str>, want: &str, logs: &[&str]) -> String {
     let mut cmd = vec!["/usr/sbin/sminfo"];
@@ -519,7 +539,6 @@ fn the_real_opensm_and_softibs_sm_elect_hand_over_and_fail_over() {
         return;
     }
     let f = Fabric::up("topologies/topoB.net", "umad-elect", &["--no-sm"]);
-    const SOFTIB_SM: &str = "sm guid 0xe41d2d0300c00031,";
     const REAL_SM: &str = "sm guid 0xe41d2d0300c00001,";
     let logs = ["softib-sm.log", "real-opensm.log", "daemon.log"];
     // softib's SM (priority 0, light sweeps every 2 s) on node4 is master; its own port
@@ -564,6 +583,64 @@ fn the_real_opensm_and_softibs_sm_elect_hand_over_and_fail_over() {
     stop(real.0.take().unwrap());
     let said = wait_sminfo(&f, "node2", None, "priority 0 state 3 SMINFO_MASTER", &logs);
     assert!(said.contains(SOFTIB_SM), "{said}");
+}
+
+#[test]
+fn the_real_opensm_hands_the_subnet_over_to_a_higher_softib_sm() {
+    if !have("/usr/sbin/opensm", "opensm") || !have("/usr/sbin/sminfo", "infiniband-diags") {
+        return;
+    }
+    let f = Fabric::up("topologies/topoB.net", "umad-handover", &["--no-sm"]);
+    let logs = ["real-opensm.log", "softib-sm.log", "daemon.log"];
+    // Debian's opensm (priority 0, light sweeps every 2 s) on node1 brings the subnet up.
+    let mut real = opensm_with(
+        &f,
+        "node1",
+        "/usr/sbin/opensm",
+        &["-g", "0xe41d2d0300c00001", "-s", "2"],
+        logs[0],
+    );
+    f.wait_all_active(4, Duration::from_secs(30));
+    wait_sminfo(&f, "node2", None, "priority 0 state 3 SMINFO_MASTER", &logs);
+    // softib's SM with priority 5 starts on node4: it finds the master and stands by; its
+    // port's IsSM reaches opensm as Trap 144 from node4's SMA, opensm's sweep finds the
+    // higher SM in Standby and hands over (SubnSet(SMInfo) HANDOVER, which the SMA passes
+    // to softib's SM), and softib's SM becomes master on it.
+    let _softib = opensm_with(
+        &f,
+        "node4",
+        SOFTIB,
+        &["opensm", "-p", "5", "-s", "2"],
+        logs[1],
+    );
+    let said = wait_sminfo(&f, "node2", None, "priority 5 state 3 SMINFO_MASTER", &logs);
+    assert!(said.contains(SOFTIB_SM), "{said}");
+    let said = wait_sminfo(
+        &f,
+        "node3",
+        Some("1"),
+        "priority 0 state 2 SMINFO_STANDBY",
+        &logs,
+    );
+    assert!(said.contains("sm guid 0xe41d2d0300c00001,"), "{said}");
+    let ours = std::fs::read_to_string(f.dir.join(logs[1])).unwrap();
+    let at = |what: &str| ours.find(what);
+    assert!(
+        at("Entering STANDBY state")
+            < at("Received SubnSet(SMInfo) Handover from SM 0xe41d2d0300c00001")
+            && at("Received SubnSet(SMInfo) Handover").is_some()
+            && at("Received SubnSet(SMInfo) Handover") < at("Entering MASTER state")
+            && ours.matches("Entering DISCOVERING state").count() == 1,
+        "softib's SM did not stand by and then take the handover:\n{ours}"
+    );
+    // opensm writes its log out when it stops.
+    stop(real.0.take().unwrap());
+    let theirs = std::fs::read_to_string(f.dir.join(logs[0])).unwrap();
+    assert!(
+        theirs.contains("num:144 (CapabilityMask")
+            && theirs.contains("Producer:1 (Channel Adapter) from LID:4"),
+        "opensm heard no Trap 144 from node4:\n{theirs}"
+    );
 }
 
 #[test]
@@ -856,4 +933,88 @@ fn a_cable_pulled_and_put_back_is_trapped_and_the_real_opensm_sweeps_on_it() {
         ),
         "{log}"
     );
+}
+
+#[test]
+fn a_wrong_mad_gets_the_specs_status_and_an_agent_that_never_reads_blocks_nobody() {
+    if !have("/usr/include/infiniband/umad.h", "libibumad-dev")
+        || !have("/usr/sbin/smpquery", "infiniband-diags")
+        || !have("cc", "gcc")
+    {
+        return;
+    }
+    let work = std::env::temp_dir().join(format!("softib-it-madstatus-{}", std::process::id()));
+    std::fs::create_dir_all(&work).unwrap();
+    let exe = build_c(&work, "mad_status", &["ibumad"]);
+    let f = Fabric::up("topologies/topoB.net", "umad-bad", &["--sm", "node1"]);
+    f.wait_all_active(4, Duration::from_secs(20));
+    wait_sysfs(&f, &["node4"]);
+    // Through the library, each wrong MAD to an SMA, a PMA (of a CA and of a switch) and
+    // softib's SA is answered with the status IBA §13.4.7 (table 110) gives it, at once: none times
+    // out, and a MAD shorter than its header never leaves (EINVAL, as the kernel's umad).
+    let said = f.ok("node4", &[&exe, "probe", "2", "5", "1"]);
+    let want = "smp-nodeinfo status 0x0000
+smp-base-version status 0x0004
+smp-class-version status 0x0004
+smp-method status 0x0008
+smp-attribute status 0x000c
+pma-ca-counters status 0x0000
+pma-ca-class-version status 0x0004
+pma-ca-attribute status 0x000c
+pma-ca-method status 0x0008
+pma-switch-counters status 0x0000
+pma-switch-class-version status 0x0004
+pma-switch-attribute status 0x000c
+pma-switch-method status 0x0008
+sa-noderecord status 0x0400
+sa-class-version status 0x0004
+sa-attribute status 0x000c
+sa-method status 0x0008
+short refused 22
+";
+    assert_eq!(said, want);
+    // An agent that asks 5000 times and never reads an answer (more than the daemon keeps
+    // for one client): tools on the same host and port are answered all the same.
+    let mut flood = Killed(Some(
+        Command::new(SOFTIB)
+            .args(["fabric", "exec", "node4", "--dir"])
+            .arg(&f.dir)
+            .args(["--", &exe, "flood", "1", "5000"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    let mut line = String::new();
+    {
+        use std::io::BufRead;
+        let out = flood.0.as_mut().unwrap().stdout.take().unwrap();
+        std::io::BufReader::new(out).read_line(&mut line).unwrap();
+    }
+    assert_eq!(line, "sent 5000\n");
+    let pq = real(&f, "node4", "perfquery 1 1");
+    assert!(pq.starts_with("# Port counters: Lid 1 port 1"), "{pq}");
+    let ni = real(&f, "node4", "smpquery nodeinfo 5");
+    assert!(
+        ni.contains("NodeType:........................Switch"),
+        "{ni}"
+    );
+    // The flooder is still there, and ends well when its input closes.
+    let mut c = flood.0.take().unwrap();
+    assert!(c.try_wait().unwrap().is_none(), "the flooder died");
+    drop(c.stdin.take());
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = c.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the flooder did not end"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    let _ = std::fs::remove_dir_all(&work);
 }

@@ -822,3 +822,32 @@ fn a_reader_that_goes_away_ends_a_listing_quietly() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn fabric_up_returns_once_every_host_has_its_device_files() {
+    // libibumad finds a host's CA in its sysfs-style tree: a tool started the moment
+    // `fabric up` returns must find it on every host, the last one too.
+    let out = Command::new(SOFTIB)
+        .args(["fabric", "gen", "--hosts", "96", "fat-tree"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let work = std::env::temp_dir().join(format!("softib-it-ft96-topology-{}", std::process::id()));
+    std::fs::create_dir_all(&work).unwrap();
+    let file = work.join("ft96.net");
+    std::fs::write(&file, &out.stdout).unwrap();
+    let f = Fabric::up(file.to_str().unwrap(), "ft96", &["--no-sm"]);
+    let missing: Vec<String> = (1..=96)
+        .map(|i| format!("host{i}"))
+        .filter(|h| {
+            !f.dir
+                .join("hosts")
+                .join(h)
+                .join("sys/class/infiniband/mlx4_0/ports/1/state")
+                .exists()
+        })
+        .collect();
+    assert!(missing.is_empty(), "no device files yet: {missing:?}");
+    drop(f);
+    let _ = std::fs::remove_dir_all(&work);
+}

@@ -1,7 +1,9 @@
 //! IPoIB end to end: a fabric with a network namespace per host (`fabric up --netns`), an
 //! `ib0` on each host (`softib ipoib add`), addresses set with `ip`, then `ping` and a TCP
 //! transfer with a checksum across the softib fabric — back to back and through switches —
-//! and a pulled cable that stops the ping until the SM has swept the port back.
+//! and a pulled cable that stops the ping until the SM has swept the port back; and the same
+//! through switches when Debian's opensm is the SM (its SA serves the joins), with Debian's
+//! perftest across it.
 //!
 //! Needs root (namespaces, TUN), `ip`, `ping` and `python3`; without them the tests say so and
 //! pass, except under `CI=true`, where a missing requirement fails them.
@@ -11,6 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
+mod dropin;
 use common::{text, wait_status, Fabric, SOFTIB};
 
 fn can_run() -> bool {
@@ -47,6 +50,18 @@ fn ib0(f: &Fabric, hosts: &[(&str, &str)]) {
         f.ok(h, &["ip", "addr", "add", addr, "dev", "ib0"]);
         f.ok(h, &["ip", "link", "set", "ib0", "up"]);
     }
+}
+
+/// `ib0` on topoB's node1 … node4 with the addresses `NET.1` … `NET.4`.
+fn ib0_on_topo_b(f: &Fabric, net: &str) {
+    let hosts: Vec<(String, String)> = (1..=4)
+        .map(|i| (format!("node{i}"), format!("{net}.{i}/24")))
+        .collect();
+    let pairs: Vec<(&str, &str)> = hosts
+        .iter()
+        .map(|(h, a)| (h.as_str(), a.as_str()))
+        .collect();
+    ib0(f, &pairs);
 }
 
 fn ping(f: &Fabric, from: &str, to: &str, count: u32) -> bool {
@@ -172,16 +187,7 @@ fn ping_and_tcp_through_switches() {
     }
     let f = Fabric::up("topologies/topoB.net", "ipoib-b", &["--netns"]);
     f.wait_all_active(4, Duration::from_secs(30));
-    let hosts = ["node1", "node2", "node3", "node4"];
-    let addrs: Vec<String> = (0..hosts.len())
-        .map(|i| format!("10.9.0.{}/24", i + 1))
-        .collect();
-    let pairs: Vec<(&str, &str)> = hosts
-        .iter()
-        .zip(&addrs)
-        .map(|(h, a)| (*h, a.as_str()))
-        .collect();
-    ib0(&f, &pairs);
+    ib0_on_topo_b(&f, "10.9.0");
     for to in 2..=4 {
         ping_until(
             &f,
@@ -191,4 +197,107 @@ fn ping_and_tcp_through_switches() {
         );
     }
     tcp_transfer(&f, "node4", "node1", "10.9.0.1", 1 << 20);
+}
+
+#[test]
+fn ping_tcp_and_debians_perftest_through_switches_the_real_opensm_manages() {
+    if !can_run()
+        || !dropin::have("/usr/sbin/opensm", "opensm")
+        || !dropin::have("/usr/sbin/saquery", "infiniband-diags")
+        || !dropin::have("/usr/bin/ib_send_bw", "perftest")
+    {
+        return;
+    }
+    let f = Fabric::up("topologies/topoB.net", "ipoib-osm", &["--netns", "--no-sm"]);
+    // Debian's opensm on node1, through the drop-in libibumad.so.3: its SA serves the
+    // broadcast group's joins (MCMemberRecord) and the PathRecords of ib0's neighbours.
+    let _sm = common::Kill(
+        Command::new(SOFTIB)
+            .args(["fabric", "exec", "node1", "--dir"])
+            .arg(&f.dir)
+            .args(["--", "/usr/sbin/opensm", "-g", "0xe41d2d0300c00001", "-f"])
+            .arg(f.dir.join("real-opensm.log"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    f.wait_all_active(4, Duration::from_secs(30));
+    ib0_on_topo_b(&f, "10.8.0");
+    for to in 2..=4 {
+        ping_until(
+            &f,
+            "node1",
+            &format!("10.8.0.{to}"),
+            Duration::from_secs(30),
+        );
+    }
+    tcp_transfer(&f, "node4", "node1", "10.8.0.1", 1 << 20);
+    // Each ib0 a full member of opensm's broadcast group (shown with the SM_Key, as opensm
+    // hides other ports' memberships from untrusted queries), and the group's MFT entry on
+    // both switches reaches their two hosts and the other switch.
+    let members = f.ok("node2", &["/usr/sbin/saquery", "--smkey", "1", "-m"]);
+    for gid in ["c0:1\n", "c0:11\n", "c0:21\n", "c0:31\n"] {
+        assert!(
+            members.contains(&format!("PortGid.................fe80::e41d:2d03:{gid}")),
+            "{gid} not a member:\n{members}"
+        );
+    }
+    assert_eq!(
+        members.matches("ScopeState..............0x21").count(),
+        4,
+        "{members}"
+    );
+    for sw in ["5", "6"] {
+        let mft = f.ok("node2", &["/usr/sbin/ibroute", "-M", sw]);
+        assert!(
+            mft.contains("0xc000        x x                                                                 x   \n"),
+            "ibroute -M {sw}:\n{mft}"
+        );
+    }
+    // Debian's perftest through the drop-in libibverbs.so.1, its exchange over ib0: node4
+    // (under sw2) to node1 (under sw1), LIDs the real opensm gave.
+    let srv = Command::new(SOFTIB)
+        .args(["fabric", "exec", "node1", "--dir"])
+        .arg(&f.dir)
+        .args(["--", "/usr/bin/ib_send_bw", "-n", "100", "-p", "18701"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let client = loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let out = f.exec(
+            "node4",
+            &[
+                "/usr/bin/ib_send_bw",
+                "-n",
+                "100",
+                "-p",
+                "18701",
+                "10.8.0.1",
+            ],
+        );
+        if out.status.success() || t0.elapsed() > Duration::from_secs(20) {
+            break out;
+        }
+    };
+    let server = srv.wait_with_output().unwrap();
+    let said = text(&client.stdout);
+    assert!(
+        client.status.success() && server.status.success(),
+        "ib_send_bw: {said}{}\nserver: {}{}",
+        text(&client.stderr),
+        text(&server.stdout),
+        text(&server.stderr)
+    );
+    assert!(
+        said.contains(" local address: LID 0x04 ")
+            && said.contains(" remote address: LID 0x01 ")
+            && said.contains(" 65536      100 "),
+        "{said}"
+    );
 }

@@ -43,19 +43,21 @@
 //! ports change, the master SM reprograms the MFTs at once if it is idle, else as soon as the
 //! current sweep is done; every heavy sweep recomputes them too.
 //!
-//! A master that finds a higher SM in Standby at a heavy sweep (a light sweep that sees a
-//! port's IsSM change starts one) hands the subnet over: SubnSet(SMInfo) HANDOVER, then it
-//! stands by and polls the new master.
+//! Election (`sm/election.rs`): a DISCOVERING SM that finds a master stands by; a master
+//! that finds a higher SM in Standby at a heavy sweep (a light sweep that sees a port's IsSM
+//! change starts one, and so does Trap 144 from that port's SMA) hands the subnet over with
+//! SubnSet(SMInfo) HANDOVER, then stands by and polls the new master; the SubnSet(SMInfo)s
+//! other SMs send this one ([`SubnetManager::handle_sm_info_set`]) are acted on as opensm
+//! acts on them.
 //!
-//! Not done: LMC > 0, M_Key protection, P_Key tables, acting on SMInfo Sets sent to this SM
-//! (HANDOVER to a standby: it takes over only when the master stops answering), TrapRepress
-//! (the runtime calls [`SubnetManager::request_sweep`] for a trap 128 or 144 and answers
-//! none).
+//! Not done: LMC > 0, M_Key protection, P_Key tables, TrapRepress (the runtime calls
+//! [`SubnetManager::request_sweep`] for a trap 128 or 144 and answers none).
 //!
-//! This file is the sweep's state machine and election (about 1,400 lines, one concept:
-//! the order of an SM's steps); routing (`sm/routing.rs`) and multicast (`sm/mcast.rs`)
-//! are their own files.
+//! This file is the sweep's state machine (about 1,350 lines, one concept: the order of an
+//! SM's steps); the election (`sm/election.rs`), routing (`sm/routing.rs`) and multicast
+//! (`sm/mcast.rs`) are their own files.
 
+mod election;
 pub mod mcast;
 mod routing;
 
@@ -260,9 +262,6 @@ pub struct SubnetManager {
 /// How often a standby SM polls the master when no sweep interval is set (opensm's
 /// `sminfo_polling_timeout`).
 const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(10);
-
-/// The SMInfo control code (attribute modifier of a SubnSet(SMInfo)) HANDOVER (IBA §14.4.1).
-const SM_CONTROL_HANDOVER: u32 = 1;
 
 /// Immediate heavy sweeps after a sweep with errors, before settling for what works.
 const MAX_ERROR_RESWEEPS: u8 = 3;
@@ -838,22 +837,6 @@ impl SubnetManager {
         }
     }
 
-    fn master_gone(&mut self) {
-        self.log(
-            LogLevel::VERBOSE,
-            "osm_sm_state_mgr: the master SM does not answer as master: taking over",
-        );
-        self.master = None;
-        self.requester = Requester::new(
-            self.requester.next_tid(),
-            self.config.transaction_timeout,
-            self.config.retries,
-            self.config.max_wire_smps,
-        );
-        self.enter(SmState::Discovering);
-        self.start_heavy_sweep();
-    }
-
     fn store_port_info(&mut self, at: PortRef, pi: PortInfo) {
         if let Some(slot) = self
             .subnet
@@ -935,79 +918,6 @@ impl SubnetManager {
                 .get(&path, AttrId::SM_INFO, 0, 0, Job::SmInfo { node, guid });
         }
         self.phase = Phase::Electing;
-    }
-
-    fn elect(&mut self) {
-        let me = (self.config.priority & 0x0F, self.config.port_guid);
-        // IBA §14.4.1.1: higher priority, then lower GUID.
-        let greater = |a: (u8, Guid), b: (u8, Guid)| a.0 > b.0 || (a.0 == b.0 && a.1 < b.1);
-        let mut winner: Option<(u8, Guid, usize)> = None;
-        self.elect_again = false;
-        for (&guid, &(info, node)) in &self.others {
-            // A master keeps the subnet while a higher SM is still discovering: that SM
-            // finds it master and stands by, and the next election hands over to it.
-            if info.sm_state == SmState::NotActive {
-                continue;
-            }
-            if self.state == SmState::Master && info.sm_state == SmState::Discovering {
-                self.elect_again |= greater((info.priority, guid), me);
-                continue;
-            }
-            let cand = (info.priority, guid);
-            if greater(cand, me) && winner.is_none_or(|(p, g, _)| greater(cand, (p, g))) {
-                winner = Some((info.priority, guid, node));
-            }
-        }
-        match winner {
-            None => {
-                if self.state != SmState::Master {
-                    self.enter(SmState::Master);
-                }
-                self.master = None;
-                self.configure_lids();
-            }
-            Some((_, guid, node)) => {
-                let standby = self
-                    .others
-                    .get(&guid)
-                    .is_some_and(|(i, _)| i.sm_state == SmState::Standby);
-                if self.state == SmState::Master && standby {
-                    // IBA §14.4.1.1: a master that finds a higher SM in Standby hands the
-                    // subnet over (SubnSet(SMInfo) HANDOVER with its own SMInfo, which says
-                    // Master), then stands by and polls it (opensm's HANDOVER_SENT).
-                    self.log(
-                        LogLevel::VERBOSE,
-                        format!("osm_sm_state_mgr: handing over to SM 0x{:016x}", guid.0),
-                    );
-                    let mine = self.sm_info();
-                    let path = self.path(node);
-                    self.requester
-                        .set(&path, &mine, SM_CONTROL_HANDOVER, 0, Job::Handover);
-                }
-                if self.state != SmState::Standby {
-                    self.log(
-                        LogLevel::VERBOSE,
-                        format!(
-                            "osm_sm_state_mgr: SM 0x{:016x} is higher: standing by",
-                            guid.0
-                        ),
-                    );
-                    self.enter(SmState::Standby);
-                }
-                self.master = Some((guid, self.path(node)));
-                self.schedule(Some(self.poll_interval()));
-            }
-        }
-    }
-
-    fn poll_master(&mut self) {
-        let Some((_, path)) = self.master.clone() else {
-            self.master_gone();
-            return;
-        };
-        self.requester
-            .get(&path, AttrId::SM_INFO, 0, 0, Job::PollMaster);
-        self.phase = Phase::Polling;
     }
 
     // --- Configuration --------------------------------------------------------------------

@@ -53,9 +53,9 @@
 //! SM (PortInfo.MasterSMLID, when set) with a Bad M_Key trap: a LID-routed SubnTrap(Notice) of
 //! trap number 256 naming the requester's LID, the method, attribute and M_Key it used
 //! ([`Sma::poll_trap`]; IBA §14.2.4.3, §14.2.5.1). A switch whose port goes Down or comes up
-//! to Init sends the master SM Trap 128, Link State Changed, the same way. Not done: the M_Key lease timer (it needs
-//! time; the lease period is stored but never expires) and resending a trap until the SM
-//! answers with TrapRepress (each is sent once).
+//! to Init sends the master SM Trap 128, Link State Changed, the same way, and a port whose
+//! CapabilityMask changes (an SM started or stopped on it) Trap 144, Local Changes. Not done:
+//! resending a trap until the SM answers with TrapRepress (each is sent once).
 //!
 //! # Port states (IBA §14.2.5.6, §7.2)
 //!
@@ -346,6 +346,17 @@ impl SmControl {
             _ => return None,
         })
     }
+
+    /// The attribute modifier that says this control code.
+    pub fn attr_mod(self) -> u32 {
+        match self {
+            SmControl::Handover => 1,
+            SmControl::Acknowledge => 2,
+            SmControl::Disable => 3,
+            SmControl::Standby => 4,
+            SmControl::Discover => 5,
+        }
+    }
 }
 
 /// Something the SMA asks of the rest of the node.
@@ -371,8 +382,10 @@ pub enum SmaEvent {
         port: u8,
     },
     /// A SubnSet(SMInfo) for the SM on this node (the SMA has answered it with the current
-    /// SMInfo).
+    /// SMInfo): the runtime hands it to that SM (`SubnetManager::handle_sm_info_set`).
     SmInfoSet {
+        /// The port it arrived on.
+        port: u8,
         /// What the requester asks.
         control: SmControl,
         /// The requester's SMInfo.
@@ -726,11 +739,28 @@ impl Sma {
         self.sm_info = info;
     }
 
-    /// Sets PortInfo.CapabilityMask of `port` (a local SM sets IsSM on its port).
+    /// Sets PortInfo.CapabilityMask of `port` (a local SM sets IsSM on its port). A change
+    /// is reported to the master SM by Trap 144, Local Changes (IBA §14.2.5.1 table 132:
+    /// IsGeneric, Type 4 informational, DataDetails the port's LID and its new
+    /// CapabilityMask, as opensm's `ntc_144`): opensm sweeps on it, and so meets an SM that
+    /// just started or stopped there.
     pub fn set_capability_mask(&mut self, port: u8, mask: u32) {
-        if let Some(p) = self.port_mut(port) {
-            p.info.capability_mask = mask;
+        let Some(p) = self.port_mut(port) else {
+            return;
+        };
+        if p.info.capability_mask == mask {
+            return;
         }
+        p.info.capability_mask = mask;
+        let own = p.info.lid;
+        let mut d = [0u8; DATA_LEN];
+        d[0] = 0x80 | 4;
+        d[3] = if self.is_switch() { 2 } else { 1 };
+        d[4..6].copy_from_slice(&144u16.to_be_bytes());
+        d[6..8].copy_from_slice(&own.0.to_be_bytes());
+        d[12..14].copy_from_slice(&own.0.to_be_bytes());
+        d[16..20].copy_from_slice(&mask.to_be_bytes());
+        self.queue_trap(port, self.key_port(port), d);
     }
 
     /// The next pending event, oldest first.
@@ -1467,7 +1497,11 @@ impl Sma {
             let control = SmControl::from_attr_mod(request.header.attr_mod)
                 .ok_or(status::INVALID_ATTR_VALUE)?;
             let from = SmInfo::parse(&request.data).map_err(|_| status::INVALID_ATTR_VALUE)?;
-            self.events.push_back(SmaEvent::SmInfoSet { control, from });
+            self.events.push_back(SmaEvent::SmInfoSet {
+                port: in_port,
+                control,
+                from,
+            });
         }
         // SM_Key is only shown to a requester that passes the M_Key check (IBA §14.2.5.13):
         // one that gives the port's M_Key, or anyone while the M_Key is 0, which every key

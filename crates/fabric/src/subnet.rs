@@ -91,6 +91,13 @@ impl Subnet {
         self.nodes.iter().position(|n| n.info.node_guid == guid)
     }
 
+    /// The node one of whose ports has port GUID `guid`.
+    pub fn node_by_port_guid(&self, guid: Guid) -> Option<usize> {
+        self.nodes
+            .iter()
+            .position(|n| (0..=n.info.num_ports).any(|p| n.port_guid(p) == Some(guid)))
+    }
+
     /// The node owning LID `lid` (a switch's LID, or any CA port's).
     pub fn node_by_lid(&self, lid: Lid) -> Option<PortRef> {
         self.nodes.iter().enumerate().find_map(|(i, n)| {

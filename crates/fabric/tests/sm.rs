@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use softib_fabric::sm::{LogLevel, Routing, SmConfig, SubnetManager};
+use softib_fabric::sma::SmaEvent;
 use softib_fabric::testing::{data_packet, Outcome, TestFabric};
 use softib_fabric::topology::{Endpoint, LinkRate, LinkSpeed, LinkWidth, Node, Topology};
 use softib_wire::mad::attr::{capability_mask, PortState, SmState};
@@ -35,6 +36,8 @@ struct Host {
     sm: SubnetManager,
     /// The SM process is gone (its SMA no longer answers SMInfo).
     dead: bool,
+    /// How many of the fabric's SMA events this host has looked at.
+    events_seen: usize,
 }
 
 fn host(f: &mut TestFabric, id: &str, port: u8, mut config: SmConfig) -> Host {
@@ -52,6 +55,7 @@ fn host(f: &mut TestFabric, id: &str, port: u8, mut config: SmConfig) -> Host {
         port,
         sm,
         dead: false,
+        events_seen: f.events().len(),
     }
 }
 
@@ -91,6 +95,18 @@ fn run(
                         h.sm.handle_response(*now, &r);
                     }
                     f.sma_mut(h.node).set_sm_info(Some(h.sm.sm_info()));
+                }
+            }
+            // What the runtime does with a SubnSet(SMInfo) the SMA of an SM's node answered:
+            // the SM acts on it.
+            for h in hosts.iter_mut().filter(|h| !h.dead) {
+                while let Some(&(node, e)) = f.events().get(h.events_seen) {
+                    h.events_seen += 1;
+                    if let (true, SmaEvent::SmInfoSet { control, from, .. }) = (node == h.node, e) {
+                        any = true;
+                        h.sm.handle_sm_info_set(*now, control, from);
+                        f.sma_mut(h.node).set_sm_info(Some(h.sm.sm_info()));
+                    }
                 }
             }
             if !any {
@@ -764,12 +780,97 @@ fn two_sms_higher_priority_wins() {
     assert_eq!(hosts[1].sm.state(), SmState::Master);
     assert_eq!(hosts[0].sm.state(), SmState::Standby);
     assert_eq!(hosts[1].sm.sm_info().priority, 5);
-    assert!(all_cabled_active(&f));
+    node4s_sm_runs_the_subnet(&mut f);
+}
+
+/// Every cabled port Active, node2's port naming node4's as its SM's, data between every pair.
+fn node4s_sm_runs_the_subnet(f: &mut TestFabric) {
+    assert!(all_cabled_active(f));
     assert_eq!(
-        f.sma(idx(&f, "node2")).port_info(1).unwrap().master_sm_lid,
-        Lid(lid(&f, "node4", 1))
+        f.sma(idx(f, "node2")).port_info(1).unwrap().master_sm_lid,
+        Lid(lid(f, "node4", 1))
     );
-    all_pairs_deliver(&mut f);
+    all_pairs_deliver(f);
+}
+
+#[test]
+fn a_higher_sm_that_finds_a_lower_master_stands_by_until_it_is_handed_over() {
+    let mut f = fabric(TOPO_B);
+    let light = SmConfig {
+        sweep_interval: Some(Duration::from_secs(10)),
+        ..SmConfig::default()
+    };
+    let mut hosts = vec![host(&mut f, "node1", 1, light.clone())];
+    let mut now = Duration::ZERO;
+    run(
+        &mut f,
+        &mut hosts,
+        &mut now,
+        Duration::from_secs(5),
+        &mut no_loss(),
+    );
+    assert!(hosts[0].sm.is_subnet_up());
+    let _ = console(&mut hosts[0].sm);
+    // A higher SM starts on node4 of the running subnet. It finds node1 master and stands
+    // by instead of configuring the subnet beside it (C14-60.2.1); node1's next light sweep
+    // sees node4's IsSM, its election finds the higher SM in Standby and hands over, and
+    // node4 takes the subnet at once on the HANDOVER, not when a poll of its own finds node1
+    // no longer master.
+    let high = SmConfig {
+        priority: 5,
+        ..light
+    };
+    hosts.push(host(&mut f, "node4", 1, high));
+    run(
+        &mut f,
+        &mut hosts,
+        &mut now,
+        Duration::from_secs(40),
+        &mut no_loss(),
+    );
+    assert_eq!(
+        console(&mut hosts[1].sm),
+        [
+            "Entering DISCOVERING state",
+            "Entering STANDBY state",
+            "Entering MASTER state"
+        ]
+    );
+    let log = logs(&mut hosts[1].sm);
+    assert!(
+        log.iter()
+            .any(|(_, t)| t == "Received SubnSet(SMInfo) Handover from SM 0xe41d2d0300c00001"),
+        "{log:#?}"
+    );
+    assert_eq!(console(&mut hosts[0].sm), ["Entering STANDBY state"]);
+    assert!(hosts[1].sm.is_subnet_up());
+    node4s_sm_runs_the_subnet(&mut f);
+}
+
+#[test]
+fn sm_info_sets_the_sender_may_not_send_are_ignored() {
+    let mut f = fabric(TOPO_B);
+    let mut hosts = [host(&mut f, "node1", 1, quiet())];
+    converge(&mut f, &mut hosts);
+    assert_eq!(hosts[0].sm.state(), SmState::Master);
+    let _ = logs(&mut hosts[0].sm);
+    // HANDOVER from an SM that is not master is not legal (opensm: ERR 2F04).
+    let standby = softib_wire::mad::attr::SmInfo {
+        guid: Guid(0x99),
+        sm_key: 1,
+        act_count: 0,
+        priority: 9,
+        sm_state: SmState::Standby,
+    };
+    hosts[0].sm.handle_sm_info_set(
+        Duration::from_secs(3600),
+        softib_fabric::sma::SmControl::Handover,
+        standby,
+    );
+    assert_eq!(hosts[0].sm.state(), SmState::Master);
+    assert!(logs(&mut hosts[0].sm)
+        .iter()
+        .any(|(l, t)| *l == LogLevel::ERROR && t.starts_with("ERR 2F04")));
 }
 
 // ---- LIDs across restarts ------------------------------------------------------------------

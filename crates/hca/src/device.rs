@@ -354,19 +354,21 @@ impl Device {
     }
 
     /// Hands each socket to wait on to `f`, with an index [`Device::mark_ready`] understands.
-    pub fn each_socket<'a>(&'a self, mut f: impl FnMut(usize, &'a UdpSocket)) {
+    /// Calls `f` with each socket the loop waits on: its index for [`Device::mark_ready`],
+    /// the socket, and for a cable the address of its far end.
+    pub fn each_socket<'a>(&'a self, mut f: impl FnMut(usize, &'a UdpSocket, Option<SocketAddr>)) {
         match self {
             Device::Ib(d) => {
                 for (p, c) in d.cables.iter().enumerate() {
                     if let Some(c) = c {
-                        f(p, c.socket());
+                        f(p, c.socket(), Some(c.peer_addr()));
                     }
                 }
             }
             Device::Roce(d) => {
-                f(0, d.link.socket());
+                f(0, d.link.socket(), None);
                 for (i, g) in d.groups.iter().enumerate() {
-                    f(1 + i, &g.socket);
+                    f(1 + i, &g.socket, None);
                 }
             }
         }
@@ -425,6 +427,33 @@ impl Device {
             (Device::Roce(_), Some(group)) => framing::engine_mgid(group),
             _ => mgid,
         }
+    }
+
+    /// A digest of what the SM changes in the ports' sysfs files (state, LID, LMC, SM LID,
+    /// CapabilityMask): when it changes, the files follow at once instead of at their next
+    /// periodic update, as the kernel's follow a PortInfo Set (libibumad reads the SM LID
+    /// there, so `saquery` right after SUBNET UP finds the SA, and `ibstat` the state). RoCE
+    /// ports change only with their interface, which the periodic update follows.
+    pub fn port_digest(&self) -> u64 {
+        let Device::Ib(d) = self else {
+            return 0;
+        };
+        let sma = d.ca.sma();
+        (1..=sma.num_ports()).filter_map(|p| sma.port_info(p)).fold(
+            0xcbf2_9ce4_8422_2325,
+            |h, i| {
+                [
+                    u64::from(u8::from(i.port_state)),
+                    u64::from(u8::from(i.port_physical_state)),
+                    u64::from(i.lid.0),
+                    u64::from(i.master_sm_lid.0),
+                    u64::from(i.capability_mask),
+                    u64::from(i.lmc),
+                ]
+                .iter()
+                .fold(h, |h, v| (h ^ v).wrapping_mul(0x0100_0000_01b3))
+            },
+        )
     }
 
     pub fn info(&self) -> DeviceInfo {

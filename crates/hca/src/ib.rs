@@ -23,8 +23,9 @@ use softib_fabric::{LinkRate, LinkSpeed, LinkWidth, Node, Sma, SmaConfig, SmaEve
 use softib_link::ib::{self, FrameKind, IbDrop, HEADROOM};
 use softib_proto::MadQp;
 use softib_wire::lrh::Repr as LrhRepr;
+use softib_wire::mad::attr::SmpAttribute;
 use softib_wire::mad::attr::{PortPhysicalState, PortState};
-use softib_wire::mad::{smp, MAD_LEN};
+use softib_wire::mad::{smp, AttrId, MAD_LEN};
 use softib_wire::{Gid, Guid, Lid, Mtu, PKey, QKey, Qpn};
 
 /// What an HCA says about itself (ibstat's CA block, NodeInfo, NodeDescription).
@@ -222,9 +223,29 @@ impl<M: Memory> IbCa<M> {
         self.sync_ports();
     }
 
-    /// Events the SMA raised for the link layer (the SM set a port Down or Disabled).
+    /// Events the SMA raised for the link layer (the SM set a port Down or Disabled). A
+    /// SubnSet(SMInfo) for softib's SM on this node, which the SMA answered, goes to that SM
+    /// as the SMP it was (its agent receives SMPs of the port), for it to act on.
     pub fn poll_sma_event(&mut self) -> Option<SmaEvent> {
-        self.sma.poll_event()
+        loop {
+            match self.sma.poll_event()? {
+                SmaEvent::SmInfoSet {
+                    port,
+                    control,
+                    from,
+                } => {
+                    let smp = smp::Repr::lid_set(
+                        0,
+                        AttrId::SM_INFO,
+                        control.attr_mod(),
+                        0,
+                        from.to_data(),
+                    );
+                    self.deliver_smp(port, Lid::PERMISSIVE, &smp);
+                }
+                e => return Some(e),
+            }
+        }
     }
 
     /// The port's state as the SMA holds it.

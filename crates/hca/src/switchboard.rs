@@ -15,12 +15,28 @@ use softib_net::shm::SharedRegion;
 /// over here instead of through the kernel's UDP stack. The cable itself is unchanged — its
 /// beacons still travel over UDP, so training, link state and a pulled cable behave exactly as
 /// across processes — only the frames skip two system calls each.
+///
+/// It also knows which node of the daemon owns each end ([`Owner`]), so that the loop can give
+/// a turn to just the nodes that have frames waiting ([`Switchboard::take_waiting`]): an SMP
+/// then crosses every switch of its route within one round of the loop, instead of one hop
+/// per round of all the fabric's nodes.
 #[derive(Debug, Default)]
 pub struct Switchboard {
-    queues: std::collections::BTreeMap<SocketAddr, std::collections::VecDeque<Vec<u8>>>,
+    queues: std::collections::BTreeMap<SocketAddr, (Owner, std::collections::VecDeque<Vec<u8>>)>,
     pending: usize,
+    /// The owners of the ends frames were queued for since the last `take_waiting`.
+    waiting: std::collections::BTreeSet<Owner>,
     /// RoCEv2 datagrams between this process's own RoCE devices.
     pub roce: LocalRoce,
+}
+
+/// The node of a daemon a cable end belongs to: a host (by index) or a switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Owner {
+    /// The daemon's host of this index.
+    Host(usize),
+    /// The daemon's switch of this index.
+    Switch(usize),
 }
 
 /// RoCEv2 datagrams between the RoCE devices of one daemon, handed over in-process.
@@ -218,17 +234,20 @@ impl LocalRoce {
 }
 
 impl Switchboard {
-    /// Makes `addr` (a cable end of this process) reachable in-process.
-    pub fn register(&mut self, addr: SocketAddr) {
-        self.queues.entry(addr).or_default();
+    /// Makes `addr` (a cable end of this process, belonging to `owner`) reachable in-process.
+    pub fn register(&mut self, addr: SocketAddr, owner: Owner) {
+        self.queues
+            .entry(addr)
+            .or_insert((owner, Default::default()));
     }
 
     /// Sends `frame` on `cable`: in-process when the peer end is here, else over UDP.
     pub fn send(&mut self, cable: &mut Cable, frame: &[u8]) -> io::Result<()> {
         match self.queues.get_mut(&cable.peer_addr()) {
-            Some(q) if cable.state() == softib_net::cable::PhysState::LinkUp => {
+            Some((owner, q)) if cable.state() == softib_net::cable::PhysState::LinkUp => {
                 q.push_back(frame.to_vec());
                 self.pending += 1;
+                self.waiting.insert(*owner);
                 Ok(())
             }
             // Not up: the cable counts and drops it, as it would any frame.
@@ -236,15 +255,34 @@ impl Switchboard {
         }
     }
 
+    /// Whether the cable end at `addr` is this process's (frames to it go in-process; its
+    /// socket carries only the cable's beacons).
+    pub fn has_end(&self, addr: &SocketAddr) -> bool {
+        self.queues.contains_key(addr)
+    }
+
     /// The frames waiting for the cable end at `local`.
     pub fn take(&mut self, local: SocketAddr) -> std::collections::VecDeque<Vec<u8>> {
+        if self.pending == 0 {
+            return Default::default();
+        }
         match self.queues.get_mut(&local) {
-            Some(q) if !q.is_empty() => {
+            Some((_, q)) if !q.is_empty() => {
                 self.pending -= q.len();
                 std::mem::take(q)
             }
             _ => std::collections::VecDeque::new(),
         }
+    }
+
+    /// The nodes frames were queued for since the last call (some may have taken them
+    /// already), in order.
+    pub fn take_waiting(&mut self) -> Vec<Owner> {
+        let w = std::mem::take(&mut self.waiting);
+        if self.pending == 0 {
+            return Vec::new();
+        }
+        w.into_iter().collect()
     }
 
     /// Whether frames are waiting anywhere.

@@ -6,8 +6,15 @@
 //! `lid_mask_count`, `sm_lid`, `sm_sl`, `cap_mask`, `link_layer`, `gids/N`,
 //! `gid_attrs/types/N`, `pkeys/0`; and `class/infiniband_verbs/` with each device's `ibdev`.
 //!
-//! The daemon keeps it current ([`SysfsTree::sync`], a few times a second): a file is
-//! rewritten only when its text changes, by rename, so a reader never sees half of one.
+//! The daemon keeps it current ([`SysfsTree::sync`] once a second, and at once when the SM
+//! changes a port's state, LID, SM LID or CapabilityMask): a file is rewritten only when its
+//! text changes. A new file appears whole (written aside, then renamed); one that exists is
+//! rewritten in place — one write of its few bytes at its start, then its length — because
+//! replacing it by rename makes and frees an inode per change, and when an SM brings a fabric
+//! of 504 hosts up, ext4's inode allocator, scanning past the recently freed ones, took
+//! seconds per turn of the loop. For the instant between the write and the truncation a
+//! reader may see the new text followed by the tail of a longer old one, after the new text's
+//! newline; the readers (libibumad, libibverbs) read the first line.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -20,6 +27,8 @@ use softib_proto::DeviceInfo;
 pub struct SysfsTree {
     root: PathBuf,
     written: BTreeMap<PathBuf, String>,
+    /// The directories made so far (a fabric's hosts write often; a mkdir per file adds up).
+    dirs: std::collections::BTreeSet<PathBuf>,
 }
 
 impl SysfsTree {
@@ -28,6 +37,7 @@ impl SysfsTree {
         SysfsTree {
             root: dir.join("sys"),
             written: BTreeMap::new(),
+            dirs: Default::default(),
         }
     }
 
@@ -55,11 +65,16 @@ impl SysfsTree {
             }
             let path = self.root.join(rel);
             if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)?;
+                if !self.dirs.contains(dir) {
+                    std::fs::create_dir_all(dir)?;
+                    self.dirs.insert(dir.to_path_buf());
+                }
             }
-            let tmp = path.with_extension("softib-tmp");
-            std::fs::write(&tmp, text)?;
-            std::fs::rename(&tmp, &path)?;
+            if !self.written.contains_key(rel) || rewrite_in_place(&path, text).is_err() {
+                let tmp = path.with_extension("softib-tmp");
+                std::fs::write(&tmp, text)?;
+                std::fs::rename(&tmp, &path)?;
+            }
         }
         for gone in self.written.keys().filter(|k| !now.contains_key(*k)) {
             let _ = std::fs::remove_file(self.root.join(gone));
@@ -67,6 +82,15 @@ impl SysfsTree {
         self.written = now;
         Ok(())
     }
+}
+
+/// Replaces the text of the file at `path`, which exists: one write at its start, then its
+/// length. See the module docs for why not by rename.
+fn rewrite_in_place(path: &Path, text: &str) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(path)?;
+    f.write_all_at(text.as_bytes(), 0)?;
+    f.set_len(text.len() as u64)
 }
 
 fn guid(v: u64) -> String {
@@ -226,9 +250,13 @@ mod tests {
         t.sync(std::slice::from_ref(&d)).unwrap();
         let state = dir.join("sys/class/infiniband/rxe0/ports/1/state");
         assert_eq!(std::fs::read_to_string(&state).unwrap(), "4: ACTIVE\n");
+        use std::os::unix::fs::MetadataExt;
+        let inode = std::fs::metadata(&state).unwrap().ino();
         d.ports[0].state = 1;
         t.sync(std::slice::from_ref(&d)).unwrap();
+        // Shorter, and in the same file: no inode made and freed per change.
         assert_eq!(std::fs::read_to_string(&state).unwrap(), "1: DOWN\n");
+        assert_eq!(std::fs::metadata(&state).unwrap().ino(), inode);
         t.sync(&[]).unwrap();
         assert!(!state.exists());
         let _ = std::fs::remove_dir_all(&dir);

@@ -141,6 +141,33 @@ fn every_port_trains_to_the_rate_of_its_link_in_the_topology() {
     assert_eq!(rate(&trained_port(&mut h2, &[], 1)), sdr_1x);
 }
 
+#[test]
+fn the_sysfs_files_follow_a_port_info_set_before_its_answer_returns() {
+    // libibumad reads a port's LID and SM LID from sysfs (saquery finds the SA there): the
+    // files must say what the SM set by the time the SM hears its Set succeeded, not at
+    // their next periodic update a second later.
+    let f = start(TOPO_A, "sysfs");
+    let mut sm = Agent::open(&f, "test213", true);
+    let port = host_dir(&f.dir, "test213").join("sys/class/infiniband/mlx4_0/ports/1");
+    let read = |name: &str| std::fs::read_to_string(port.join(name)).unwrap_or_default();
+    wait_for("test213's sysfs files", Duration::from_secs(5), || {
+        read("lid") == "0x0\n"
+    });
+    let mut pi = trained_port(&mut sm, &[], 1);
+    pi.port_state = softib_wire::mad::attr::PortState::NoChange;
+    pi.port_physical_state = softib_wire::mad::attr::PortPhysicalState::NoChange;
+    for lid in [7, 9, 11] {
+        pi.lid = softib_wire::Lid(lid);
+        pi.master_sm_lid = softib_wire::Lid(lid);
+        assert_eq!(
+            sm.set_port_info(&[], 0, &pi),
+            Some(softib_wire::mad::status::SUCCESS)
+        );
+        assert_eq!(read("lid"), format!("0x{lid:x}\n"));
+        assert_eq!(read("sm_lid"), format!("0x{lid:x}\n"));
+    }
+}
+
 /// A host daemon in a thread with two RoCEv2 devices on loopback addresses.
 fn start_roce(name: &str, udp_port: u16) -> Running {
     let r = common::start_host(name, 11);

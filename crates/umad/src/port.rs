@@ -111,6 +111,14 @@ impl Port {
                 break;
             }
         }
+        self.arm(inner)
+    }
+
+    /// Sends what timed out again and makes the descriptors say what is true now, without
+    /// asking the daemon for MADs (after a send: its answer is not there yet, and a round
+    /// trip to a daemon running a large fabric is not free; its wakeup tells when it is).
+    fn arm(&self, inner: &mut Inner) -> Result<(), c_int> {
+        let mut counter = [0u8; 8];
         let now = Instant::now();
         for s in inner.agents.expire(now) {
             self.transmit(&mut inner.ctx, &s).map_err(|e| lost(&e))?;
@@ -433,7 +441,7 @@ pub(crate) extern "C" fn umad_send(
         let inner = &mut *inner;
         p.transmit(&mut inner.ctx, &send).map_err(|e| lost(&e))?;
         // A timeout to watch.
-        p.pump(inner)?;
+        p.arm(inner)?;
         Ok(0)
     });
     if r < 0 {
@@ -489,9 +497,16 @@ fn recv_once(fd: c_int, umad: *mut c_void, length: *mut c_int) -> Look {
         // SAFETY: the caller's int.
         let room = usize::try_from(unsafe { *length }).unwrap_or(0);
         let mut inner = p.lock()?;
-        p.pump(&mut inner)?;
+        // What an earlier fetch brought comes first, without a round trip to the daemon;
+        // only an empty queue asks it (its wakeup stays set meanwhile, so the descriptor
+        // stays readable while it holds more).
+        if inner.agents.has_queued() {
+            p.arm(&mut inner)?;
+        } else {
+            p.pump(&mut inner)?;
+        }
         let got = inner.agents.pop(room);
-        p.pump(&mut inner)?;
+        p.arm(&mut inner)?;
         match got {
             None => {
                 wait_on = Some(p.epoll.as_raw_fd());

@@ -103,8 +103,8 @@ fn diag_result(r: Result<String, softib_diag::device::DiagError>, tool: &str) ->
 /// One turn of driving `m` (the SM, a discovery crawl) through `agent`: sends what the machine
 /// has, waits for responses or its next deadline (at most `max_wait`), and feeds them in. The
 /// machine keeps its own transactions; the agent only carries its SMPs. Returns the GMPs that
-/// arrived meanwhile (SA requests, for the SM's SA) and the traps (SubnTrap SMPs, for the
-/// SM to sweep on).
+/// arrived meanwhile (SA requests, for the SM's SA), the traps (SubnTrap SMPs, for the SM to
+/// sweep on) and the SubnSet(SMInfo)s another SM sent this one.
 fn smp_round(
     ctx: &mut Context,
     agent: &mut MadAgent,
@@ -127,7 +127,8 @@ fn smp_round(
     for mad in agent.recv(ctx, wait)? {
         match mad.qp {
             MadQp::Smi => match smp::Repr::parse(&smp::Packet::new_unchecked(&mad.mad[..])) {
-                Ok(r) if r.header.method == Method::Trap => gmps.push(mad),
+                // Traps and the SMInfo Sets the SMA passes on are for the SM, not answers.
+                Ok(r) if matches!(r.header.method, Method::Trap | Method::Set) => gmps.push(mad),
                 Ok(r) => m.handle_response(origin.elapsed(), &r),
                 Err(_) => {}
             },

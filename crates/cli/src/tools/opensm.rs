@@ -8,6 +8,8 @@ use anyhow::{anyhow, bail, Context as _, Result};
 use softib::mad::MadAgent;
 use softib::Context;
 use softib_fabric::sm::SubnetManager;
+use softib_wire::mad::attr::SmInfo;
+use softib_wire::mad::{smp, AttrId, Method};
 
 use super::{pick_port, smp_round, Flags};
 use crate::exit;
@@ -162,6 +164,19 @@ pub fn opensm(args: &[String]) -> Result<u8> {
         )?;
         for g in gmps {
             if g.qp == softib::MadQp::Smi {
+                let set = smp::Repr::parse(&smp::Packet::new_unchecked(&g.mad[..]))
+                    .ok()
+                    .filter(|r| {
+                        r.header.method == Method::Set && r.header.attr_id == AttrId::SM_INFO
+                    });
+                if let Some(r) = set {
+                    // Another SM's SubnSet(SMInfo) (HANDOVER, ...), answered by the SMA.
+                    let control = softib_fabric::sma::SmControl::from_attr_mod(r.header.attr_mod);
+                    if let (Some(control), Ok(from)) = (control, SmInfo::parse(&r.data)) {
+                        sm.handle_sm_info_set(origin.elapsed(), control, from);
+                    }
+                    continue;
+                }
                 // A trap: Link State Changed (128) or Local Changes (144), on which opensm
                 // sweeps (its sweep_on_trap).
                 let trap = u16::from_be_bytes([g.mad[64 + 4], g.mad[64 + 5]]);

@@ -879,6 +879,7 @@ fn sm_info_only_with_an_sm() {
     assert_eq!(
         sma.poll_event(),
         Some(SmaEvent::SmInfoSet {
+            port: 1,
             control: SmControl::Discover,
             from
         })
@@ -1347,4 +1348,36 @@ proptest! {
         prop_assert_eq!(h.method, Method::GetResp);
         prop_assert!(resp.dr.unwrap().direction_inbound);
     }
+}
+
+#[test]
+fn a_capability_mask_change_is_trap_144_to_the_master_sm() {
+    let mut sma = ca();
+    // No LID and no master SM yet: nobody to tell.
+    let mask = port_info(&mut sma, 1, 1).capability_mask;
+    sma.set_capability_mask(1, mask | capability_mask::IS_SM);
+    assert!(sma.poll_trap().is_none());
+    // The SM gave the port LID 2 and said it is at LID 1.
+    let mut pi = port_info(&mut sma, 1, 1);
+    pi.lid = Lid(2);
+    pi.master_sm_lid = Lid(1);
+    pi.port_state = PortState::NoChange;
+    pi.port_physical_state = PortPhysicalState::NoChange;
+    assert_eq!(ask(&mut sma, 1, &set(&pi, 1)).0, status::SUCCESS);
+    assert!(sma.poll_trap().is_none());
+    // IsSM cleared (an SM on this port stopped): Trap 144 with the new mask.
+    sma.set_capability_mask(1, mask);
+    let t = sma.poll_trap().expect("Trap 144");
+    assert_eq!((t.out_port, t.dlid, t.slid), (1, Lid(1), Lid(2)));
+    assert_eq!(t.smp.header.method, Method::Trap);
+    assert_eq!(t.smp.header.attr_id, AttrId::NOTICE);
+    let n = t.smp.data;
+    assert_eq!(n[0], 0x80 | 4, "generic, informational");
+    assert_eq!(&n[1..4], &[0, 0, 1], "a CA produced it");
+    assert_eq!(u16::from_be_bytes([n[4], n[5]]), 144);
+    assert_eq!(u16::from_be_bytes([n[12], n[13]]), 2, "the port's LID");
+    assert_eq!(u32::from_be_bytes([n[16], n[17], n[18], n[19]]), mask);
+    // The same mask again is no change.
+    sma.set_capability_mask(1, mask);
+    assert!(sma.poll_trap().is_none());
 }

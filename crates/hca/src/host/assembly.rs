@@ -310,18 +310,19 @@ impl Daemon {
             srt.push(SwitchRt::new(sw, cables, &s.rates));
         }
         let mut sb = crate::switchboard::Switchboard::default();
-        for h in &hrt {
+        use crate::switchboard::Owner;
+        for (i, h) in hrt.iter().enumerate() {
             for d in &h.host.devs {
                 if let Device::Ib(ib) = d {
                     for c in ib.cables.iter().flatten() {
-                        sb.register(c.local_addr());
+                        sb.register(c.local_addr(), Owner::Host(i));
                     }
                 }
             }
         }
-        for s in &srt {
+        for (i, s) in srt.iter().enumerate() {
             for c in s.cables.iter().flatten() {
-                sb.register(c.local_addr());
+                sb.register(c.local_addr(), Owner::Switch(i));
             }
         }
         Ok(Daemon {
@@ -337,6 +338,7 @@ impl Daemon {
             )?),
             slots: Vec::new(),
             ready: Vec::new(),
+            polled_all: now,
         })
     }
 }

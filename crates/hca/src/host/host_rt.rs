@@ -158,6 +158,8 @@ pub(super) struct HostRt {
     sysfs: crate::sysfs::SysfsTree,
     sysfs_due: StdInstant,
     sysfs_failed: bool,
+    /// The devices' [`Device::port_digest`]s when the files were last written.
+    sysfs_ports: u64,
     /// When the IsSM files are next looked at.
     issm_due: StdInstant,
     /// Connections refused (a user not admitted), rate-limited in the log.
@@ -182,6 +184,7 @@ impl HostRt {
             refusals: crate::ratelog::RateLog::new(),
             sysfs_due: StdInstant::now(),
             sysfs_failed: false,
+            sysfs_ports: 0,
             dir,
             listener,
             clients: BTreeMap::new(),
@@ -222,7 +225,7 @@ impl HostRt {
         self.host
             .quarantine
             .release_due(std_now, &mut self.host.devs);
-        if std_now >= self.sysfs_due {
+        if std_now >= self.sysfs_due || self.ports_digest() != self.sysfs_ports {
             self.sync_sysfs(std_now);
         }
         for d in 0..self.host.devs.len() {
@@ -255,10 +258,19 @@ impl HostRt {
         self.host.poll_issm();
     }
 
+    /// What the SM changes in every device's ports, folded into one number.
+    fn ports_digest(&self) -> u64 {
+        self.host
+            .devs
+            .iter()
+            .fold(0, |h, d| h.rotate_left(7) ^ d.port_digest())
+    }
+
     /// Brings the sysfs-style files up to date (see [`crate::sysfs`]); a failure is said
     /// once and the files are left as they are.
     fn sync_sysfs(&mut self, now: StdInstant) {
         self.sysfs_due = now + SYSFS_EVERY;
+        self.sysfs_ports = self.ports_digest();
         let infos: Vec<_> = self.host.devs.iter().map(Device::info).collect();
         if let Err(e) = self.sysfs.sync(&infos) {
             if !self.sysfs_failed {
