@@ -1,47 +1,9 @@
-//! The devices a host's daemon runs: HCAs on emulated IB cables, and RoCEv2 devices on an IP
-//! address (`softib link add NAME type rxe netdev IFACE`).
-//!
-//! Both are an engine over shared memory with a sans-IO link adapter (`IbCa`: native framing
-//! and the SMA; `softib_link::RoceCa`: RoCEv2 framing, the ICRC, source ports, the in-process
-//! decision); what lives here is what those cannot have: the sockets (cables, per-QP UDP
-//! source sockets), the send queue and its flush, live faults, captures, and the port's link
-//! state (the SM on IB; the interface's operational state on RoCE).
+//! A RoCEv2 device on an IP address: its `RoceCa` and what it cannot have — the device's
+//! socket (the first member of its SO_REUSEPORT steering group) and the per-QP source
+//! sockets, the send queue and its flush, the datagrams for process engines it forwards,
+//! multicast groups, live faults and capture, and the interface's operational state.
 
-use std::io;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::time::{Duration as StdDuration, Instant as StdInstant};
-
-use softib_engine::{AttrMask, Hca, HcaConfig, Instant, PortAttr, QpAttr, VerbsError};
-use softib_fabric::SmaEvent;
-use softib_link::framing;
-use softib_link::{Incoming, RoceCa, RoceConfig, RoceTransmit, SrcKey};
-use softib_net::cable::{Cable, CableEvent, CableRecv};
-use softib_net::fault::{FaultSpec, FaultStats, Faults};
-use softib_net::netdev::{eui64, netdev, netdev_up};
-use softib_net::pcap::{PcapWriter, LINKTYPE_INFINIBAND, LINKTYPE_RAW};
-use softib_net::{RxBatch, TxQueue, UdpLink};
-use softib_proto::{DeviceInfo, LinkConfig, PortInfo};
-use softib_wire::{Gid, Guid, Lid, Mtu, Qpn};
-
-use crate::ib::{IbCa, MadIn};
-use crate::ratelog::RateLog;
-use crate::shm_memory::ShmMemory;
-use crate::steering::SteerGroup;
-use crate::switchboard::{LocalPayload, LocalRoce, Switchboard};
-
-/// An HCA on IB cables.
-pub(crate) struct IbDev {
-    pub ca: IbCa<ShmMemory>,
-    pub cables: Vec<Option<Cable>>,
-    /// Readiness of each port's cable from the last `poll(2)`.
-    pub ready: Vec<bool>,
-    /// Injected faults on each port's egress.
-    pub faults: Vec<Faults>,
-    /// `softib capture`: every frame sent or received on any port.
-    pub capture: Option<PcapWriter>,
-    /// Where the PMA's counters were last cleared (`perfquery -r`).
-    pub pma: crate::pma::PmaBaselines,
-}
+use super::*;
 
 /// A RoCEv2 device: its `RoceCa` (the engine and the RoCEv2 framing) and the sockets, faults,
 /// capture and send queue around it.
@@ -52,10 +14,10 @@ pub(crate) struct RoceDev {
     pub ready: bool,
     /// Whether the interface is up (the port is Active).
     pub up: bool,
-    next_check: StdInstant,
+    pub(super) next_check: StdInstant,
     /// Datagrams the socket cut short (larger than a receive slot) or that came from an address
     /// that is not IP.
-    rx_truncated: u64,
+    pub(super) rx_truncated: u64,
     /// What the kernel dropped because the socket's receive buffer was full, as it counts it
     /// (`SO_RXQ_OVFL`: a datagram, or a whole GSO run of up to 64, counts once). RC recovers
     /// them by retransmission; UD loses them, as on a congested wire.
@@ -69,25 +31,25 @@ pub(crate) struct RoceDev {
     pub capture: Option<PcapWriter>,
     /// Sockets bound to the UDP source ports rxe derives per QP
     /// ([`framing::rxe_source_port`]); everything is received on `link` (destination port 4791).
-    src_links: std::collections::BTreeMap<u16, UdpLink>,
+    pub(super) src_links: std::collections::BTreeMap<u16, UdpLink>,
     /// Source ports that could not be bound (taken, or too many sockets): sent from `link`.
-    src_refused: std::collections::BTreeSet<u16>,
+    pub(super) src_refused: std::collections::BTreeSet<u16>,
     /// A turn's datagrams, by source key, sent together at its end (`softib_net::batch`).
-    tx: TxQueue<SrcKey>,
+    pub(super) tx: TxQueue<SrcKey>,
     /// Receive slots (made on first use: 1 MiB).
-    rx: Option<Box<RxBatch>>,
+    pub(super) rx: Option<Box<RxBatch>>,
     /// The processes whose own engines receive on the device's address (`link` is member 0).
     pub steer: SteerGroup,
     /// Datagrams for another process's QPNs that reached the wrong socket while the group
     /// changed (handed on by a process, or received on `link`), waiting for the host to put
     /// them into their owner's inbound ring ([`Device::take_forwards`]).
-    forwards: std::collections::VecDeque<Forward>,
+    pub(super) forwards: std::collections::VecDeque<Forward>,
     /// Such datagrams lost: too many waiting, or their owner could not take them.
     pub handed_on_lost: u64,
     /// The IPv4 multicast groups QPs of the device are attached to: a socket each, bound to
     /// the group's address and joined on the device's interface (the kernel tells a
     /// group's datagrams apart only by the socket that receives them).
-    groups: Vec<Group>,
+    pub(super) groups: Vec<Group>,
 }
 
 /// A datagram for process `owner`'s engine that reached the daemon.
@@ -104,26 +66,26 @@ pub struct Forward {
 }
 
 /// The most datagrams waiting to be forwarded on one device.
-const MAX_FORWARDS: usize = 4096;
+pub(super) const MAX_FORWARDS: usize = 4096;
 
 /// The DestQP of a RoCEv2 UDP payload (its BTH), if it is long enough.
-fn dest_qpn(data: &[u8]) -> Option<u32> {
+pub(super) fn dest_qpn(data: &[u8]) -> Option<u32> {
     data.get(5..8)
         .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]))
 }
 
 /// Where a device keeps the datagrams it forwards, and counts those it loses.
-struct Forwarding<'a> {
-    steer: &'a SteerGroup,
-    queue: &'a mut std::collections::VecDeque<Forward>,
-    lost: &'a mut u64,
+pub(super) struct Forwarding<'a> {
+    pub(super) steer: &'a SteerGroup,
+    pub(super) queue: &'a mut std::collections::VecDeque<Forward>,
+    pub(super) lost: &'a mut u64,
 }
 
 impl Forwarding<'_> {
     /// Queues a datagram for the process that owns its DestQP, if one does (else false: the
     /// daemon's engine takes it). `from_owner` when that process handed it on itself: its
     /// engine does not hold the QPN (a block it just gave back), so it is lost.
-    fn forward(
+    pub(super) fn forward(
         &mut self,
         from: SocketAddr,
         index: u16,
@@ -148,7 +110,7 @@ impl Forwarding<'_> {
 }
 
 impl RoceDev {
-    fn forwarding(&mut self) -> Forwarding<'_> {
+    pub(super) fn forwarding(&mut self) -> Forwarding<'_> {
         Forwarding {
             steer: &self.steer,
             queue: &mut self.forwards,
@@ -158,12 +120,12 @@ impl RoceDev {
 }
 
 /// One IPv4 multicast group a RoCE device receives.
-struct Group {
-    addr: std::net::Ipv4Addr,
-    socket: UdpSocket,
-    ready: bool,
+pub(super) struct Group {
+    pub(super) addr: std::net::Ipv4Addr,
+    pub(super) socket: UdpSocket,
+    pub(super) ready: bool,
     /// The QPs attached to it: the last to go (detached or destroyed) closes the socket.
-    members: std::collections::BTreeSet<Qpn>,
+    pub(super) members: std::collections::BTreeSet<Qpn>,
 }
 
 /// Bytes queued in a turn after which they are sent at once rather than at the turn's end.
@@ -172,599 +134,14 @@ struct Group {
 /// 64 KiB WRITEs at MTU 9000 to 1.1–1.5 GB/s and 256 KiB gives 1.4–2.2 GB/s (MTU 1500, bound
 /// per packet, is the same either way; on a machine with twice the memory bandwidth the two
 /// were level).
-const TX_FLUSH_BYTES: usize = 1 << 18;
+pub(super) const TX_FLUSH_BYTES: usize = 1 << 18;
 
 /// The most per-QP source sockets a device opens; QPs beyond share the device's own port.
-const MAX_SOURCE_SOCKETS: usize = 512;
-
-/// One device of a host.
-pub(crate) enum Device {
-    Ib(Box<IbDev>),
-    Roce(Box<RoceDev>),
-}
-
-/// How often a RoCE device looks at its interface's state.
-const OPERSTATE_EVERY: StdDuration = StdDuration::from_millis(500);
-
-impl Device {
-    pub fn name(&self) -> &str {
-        match self {
-            Device::Ib(d) => &d.ca.identity().name,
-            Device::Roce(d) => &d.config.name,
-        }
-    }
-
-    /// The engine, for every verb but `modify_qp` ([`Device::modify_qp`]).
-    pub fn hca_mut(&mut self) -> &mut Hca<ShmMemory> {
-        match self {
-            Device::Ib(d) => d.ca.hca_mut(),
-            Device::Roce(d) => d.ca.hca_mut(),
-        }
-    }
-
-    /// `ibv_modify_qp`: on RoCE through the `RoceCa`, which decides from the QP's new path
-    /// whether its peer is a device of this daemon.
-    pub fn modify_qp(&mut self, qpn: Qpn, attr: &QpAttr, mask: AttrMask) -> Result<(), VerbsError> {
-        match self {
-            Device::Ib(d) => d.ca.hca_mut().modify_qp(qpn, attr, mask),
-            Device::Roce(d) => d.ca.modify_qp(qpn, attr, mask),
-        }
-    }
-
-    /// Tells a RoCE device which addresses are devices of this daemon (`LocalRoce`'s ends).
-    pub fn set_local_peers(&mut self, peers: &[SocketAddr]) {
-        if let Device::Roce(d) = self {
-            d.ca.set_local_peers(peers.iter().copied());
-        }
-    }
-
-    /// A datagram a client's engine received and handed on (not for its QPs): to this
-    /// device's engine when no client owns its DestQP, else counted as lost.
-    pub fn take_handed_on(
-        &mut self,
-        now: Instant,
-        by: u64,
-        from: SocketAddr,
-        index: u16,
-        data: &[u8],
-    ) {
-        let Device::Roce(d) = self else {
-            return;
-        };
-        if d.forwarding().forward(from, index, data, Some(by)) {
-            return;
-        }
-        let local = d.local();
-        let w = Incoming::wire(from, index, data);
-        accept(&mut d.ca, &mut d.capture, &d.config.name, local, now, &w);
-    }
-
-    /// The datagrams waiting for their owners' engines (see [`Forward`]).
-    pub fn take_forwards(&mut self) -> std::collections::VecDeque<Forward> {
-        match self {
-            Device::Ib(_) => Default::default(),
-            Device::Roce(d) => std::mem::take(&mut d.forwards),
-        }
-    }
-
-    /// Counts a forwarded datagram its owner could not take.
-    pub fn forward_lost(&mut self) {
-        if let Device::Roce(d) = self {
-            d.handed_on_lost += 1;
-        }
-    }
-
-    /// Whether processes' own engines hold QPs of this device (they joined its steering
-    /// group).
-    pub fn has_process_engines(&self) -> bool {
-        match self {
-            Device::Ib(_) => false,
-            Device::Roce(d) => d.steer.has_members(),
-        }
-    }
-
-    /// A RoCE device's steering group and the socket that is its member 0.
-    pub fn steering(&mut self) -> Option<(&mut SteerGroup, &UdpSocket)> {
-        match self {
-            Device::Ib(_) => None,
-            Device::Roce(d) => Some((&mut d.steer, d.link.socket())),
-        }
-    }
-
-    pub fn ib(&mut self) -> Option<&mut IbDev> {
-        match self {
-            Device::Ib(d) => Some(d),
-            Device::Roce(_) => None,
-        }
-    }
-
-    /// Receives and handles what its sockets have (only those reported ready), runs the link
-    /// state machines. Returns whether more may be waiting.
-    pub fn receive(
-        &mut self,
-        std_now: StdInstant,
-        now: Instant,
-        buf: &mut [u8],
-        sb: &mut Switchboard,
-    ) -> io::Result<bool> {
-        match self {
-            Device::Ib(d) => d.receive(std_now, now, buf, sb),
-            Device::Roce(d) => d.receive(std_now, now, &mut sb.roce),
-        }
-    }
-
-    /// Sends what the engine (and on IB the SMA) has to send.
-    pub fn transmit(
-        &mut self,
-        now: Instant,
-        buf: &mut [u8],
-        sb: &mut Switchboard,
-    ) -> io::Result<bool> {
-        match self {
-            Device::Ib(d) => d.transmit(now, buf, sb),
-            Device::Roce(d) => d.transmit(now, buf, &mut sb.roce),
-        }
-    }
-
-    /// The address a RoCE device receives on.
-    pub fn roce_addr(&self) -> Option<SocketAddr> {
-        match self {
-            Device::Ib(_) => None,
-            Device::Roce(d) => Some(d.local()),
-        }
-    }
-
-    /// The next MAD for local agents: on IB from QP0 and QP1, on RoCE from QP1 (the CM's
-    /// GMPs, with the sender's address as its GID).
-    pub fn poll_mad(&mut self) -> Option<MadIn> {
-        match self {
-            Device::Ib(d) => d.ca.poll_mad(),
-            Device::Roce(d) => d.ca.poll_gmp().map(|g| MadIn {
-                port: 1,
-                qp: softib_proto::MadQp::Gsi,
-                slid: softib_wire::Lid(0),
-                src_qpn: g.src_qpn,
-                sgid: Some(framing::gid_of(g.from.ip())),
-                mad: g.mad,
-            }),
-        }
-    }
-
-    /// The RoCE device's link, for QP1's GMPs.
-    pub fn roce(&mut self) -> Option<&mut RoceCa<ShmMemory>> {
-        match self {
-            Device::Ib(_) => None,
-            Device::Roce(d) => Some(&mut d.ca),
-        }
-    }
-
-    /// The engine's (and the links') next deadline, in the engine's time and the OS's.
-    pub fn deadlines(&self) -> (Option<Instant>, Option<StdInstant>) {
-        match self {
-            Device::Ib(d) => (
-                d.ca.poll_timeout(),
-                d.cables
-                    .iter()
-                    .flatten()
-                    .filter_map(Cable::next_deadline)
-                    .min(),
-            ),
-            Device::Roce(d) => (d.ca.poll_timeout(), Some(d.next_check)),
-        }
-    }
-
-    /// Hands each socket to wait on to `f`, with an index [`Device::mark_ready`] understands.
-    /// Calls `f` with each socket the loop waits on: its index for [`Device::mark_ready`],
-    /// the socket, and for a cable the address of its far end.
-    pub fn each_socket<'a>(&'a self, mut f: impl FnMut(usize, &'a UdpSocket, Option<SocketAddr>)) {
-        match self {
-            Device::Ib(d) => {
-                for (p, c) in d.cables.iter().enumerate() {
-                    if let Some(c) = c {
-                        f(p, c.socket(), Some(c.peer_addr()));
-                    }
-                }
-            }
-            Device::Roce(d) => {
-                f(0, d.link.socket(), None);
-                for (i, g) in d.groups.iter().enumerate() {
-                    f(1 + i, &g.socket, None);
-                }
-            }
-        }
-    }
-
-    pub fn mark_ready(&mut self, index: usize) {
-        match self {
-            Device::Ib(d) => {
-                if let Some(r) = d.ready.get_mut(index) {
-                    *r = true;
-                }
-            }
-            Device::Roce(d) => match index.checked_sub(1) {
-                None => d.ready = true,
-                Some(i) => {
-                    if let Some(g) = d.groups.get_mut(i) {
-                        g.ready = true;
-                    }
-                }
-            },
-        }
-    }
-
-    /// A QP of this device attaches to multicast group `mgid`: the MGID the engine files it
-    /// under. On RoCE an IPv4 group's GID (`::ffff:a.b.c.d`, as rdma_cm makes it) has the
-    /// device join the group on its interface ([`framing::engine_mgid`]); any other GID is
-    /// the engine's as it is.
-    pub fn join_group(&mut self, mgid: Gid, qpn: Qpn) -> io::Result<Gid> {
-        let Device::Roce(d) = self else {
-            return Ok(mgid);
-        };
-        let Some(group) = framing::ipv4_group(&mgid) else {
-            return Ok(mgid);
-        };
-        d.join_group(group, qpn)?;
-        Ok(framing::engine_mgid(group))
-    }
-
-    /// QP `qpn` detached from `mgid` ([`Device::join_group`]'s counterpart).
-    pub fn leave_group(&mut self, mgid: Gid, qpn: Qpn) {
-        if let (Device::Roce(d), Some(group)) = (self, framing::ipv4_group(&mgid)) {
-            d.leave_groups(|g| g == group, qpn);
-        }
-    }
-
-    /// QP `qpn` is gone: it leaves every group it was attached to.
-    pub fn forget_qp(&mut self, qpn: Qpn) {
-        if let Device::Roce(d) = self {
-            d.leave_groups(|_| true, qpn);
-        }
-    }
-
-    /// The MGID the engine files group `mgid` under ([`Device::join_group`]).
-    pub fn group_mgid(&self, mgid: Gid) -> Gid {
-        match (self, framing::ipv4_group(&mgid)) {
-            (Device::Roce(_), Some(group)) => framing::engine_mgid(group),
-            _ => mgid,
-        }
-    }
-
-    /// A digest of what the SM changes in the ports' sysfs files (state, LID, LMC, SM LID,
-    /// CapabilityMask): when it changes, the files follow at once instead of at their next
-    /// periodic update, as the kernel's follow a PortInfo Set (libibumad reads the SM LID
-    /// there, so `saquery` right after SUBNET UP finds the SA, and `ibstat` the state). RoCE
-    /// ports change only with their interface, which the periodic update follows.
-    pub fn port_digest(&self) -> u64 {
-        let Device::Ib(d) = self else {
-            return 0;
-        };
-        let sma = d.ca.sma();
-        (1..=sma.num_ports()).filter_map(|p| sma.port_info(p)).fold(
-            0xcbf2_9ce4_8422_2325,
-            |h, i| {
-                [
-                    u64::from(u8::from(i.port_state)),
-                    u64::from(u8::from(i.port_physical_state)),
-                    u64::from(i.lid.0),
-                    u64::from(i.master_sm_lid.0),
-                    u64::from(i.capability_mask),
-                    u64::from(i.lmc),
-                ]
-                .iter()
-                .fold(h, |h, v| (h ^ v).wrapping_mul(0x0100_0000_01b3))
-            },
-        )
-    }
-
-    pub fn info(&self) -> DeviceInfo {
-        match self {
-            Device::Ib(d) => d.info(),
-            Device::Roce(d) => d.info(),
-        }
-    }
-
-    /// Sets the faults of `port` (0: every port); false if there is no such port.
-    pub fn set_faults(&mut self, port: u8, spec: FaultSpec) -> bool {
-        match self {
-            Device::Ib(d) => {
-                if port == 0 {
-                    d.faults.iter_mut().for_each(|f| *f = Faults::new(spec));
-                    true
-                } else if let Some(f) = d.faults.get_mut(usize::from(port)) {
-                    *f = Faults::new(spec);
-                    true
-                } else {
-                    false
-                }
-            }
-            Device::Roce(d) if port <= 1 => {
-                d.faults = Faults::new(spec);
-                true
-            }
-            Device::Roce(_) => false,
-        }
-    }
-
-    /// The faults in force and what they did, per port.
-    pub fn faults(&self) -> Vec<(u8, FaultSpec, FaultStats)> {
-        match self {
-            Device::Ib(d) => d
-                .faults
-                .iter()
-                .enumerate()
-                .skip(1)
-                .map(|(p, f)| (p as u8, f.spec(), f.stats()))
-                .collect(),
-            Device::Roce(d) => vec![(1, d.faults.spec(), d.faults.stats())],
-        }
-    }
-
-    /// Starts (`Some(path)`) or stops a capture; returns the packets of the capture stopped.
-    pub fn set_capture(&mut self, path: Option<&std::path::Path>) -> io::Result<u64> {
-        let (slot, linktype) = match self {
-            Device::Ib(d) => (&mut d.capture, LINKTYPE_INFINIBAND),
-            Device::Roce(d) => (&mut d.capture, LINKTYPE_RAW),
-        };
-        let done = match slot.take() {
-            Some(mut w) => {
-                w.flush()?;
-                w.packets()
-            }
-            None => 0,
-        };
-        if let Some(p) = path {
-            *slot = Some(PcapWriter::create(p, linktype)?);
-        }
-        Ok(done)
-    }
-
-    /// Whether a RoCE device's port is up (an IB device's ports say so in their PortInfo).
-    pub fn roce_up(&self) -> Option<bool> {
-        match self {
-            Device::Ib(_) => None,
-            Device::Roce(d) => Some(d.up),
-        }
-    }
-
-    /// The faults set on a RoCE device's egress (the default for an IB device, whose ports
-    /// have their own: [`Device::faults`]).
-    pub fn roce_faults(&self) -> FaultSpec {
-        match self {
-            Device::Ib(_) => FaultSpec::default(),
-            Device::Roce(d) => d.faults.spec(),
-        }
-    }
-
-    /// Writes a packet a process engine on this device captured (seen at `at`) to the
-    /// running capture.
-    pub fn capture_from_engine(&mut self, at: std::time::SystemTime, packet: &[u8]) {
-        let slot = match self {
-            Device::Ib(d) => &mut d.capture,
-            Device::Roce(d) => &mut d.capture,
-        };
-        if let Some(w) = slot {
-            if w.write_at(at, packet).is_err() {
-                *slot = None;
-            }
-        }
-    }
-
-    /// Packets captured so far by a running capture.
-    pub fn captured(&mut self) -> Option<u64> {
-        let w = match self {
-            Device::Ib(d) => d.capture.as_mut(),
-            Device::Roce(d) => d.capture.as_mut(),
-        }?;
-        let _ = w.flush();
-        Some(w.packets())
-    }
-}
-
-/// Writes a frame to a running capture; a capture that fails to write is stopped (and the
-/// traffic goes on).
-fn capture(slot: &mut Option<PcapWriter>, frame: &[u8]) {
-    if let Some(w) = slot {
-        if w.write(frame).is_err() {
-            *slot = None;
-        }
-    }
-}
-
-impl IbDev {
-    fn receive(
-        &mut self,
-        std_now: StdInstant,
-        now: Instant,
-        buf: &mut [u8],
-        sb: &mut Switchboard,
-    ) -> io::Result<bool> {
-        let mut busy = false;
-        for pi in 1..self.cables.len() {
-            let Some(cable) = self.cables[pi].as_mut() else {
-                continue;
-            };
-            let port = pi as u8;
-            let mut events = Vec::new();
-            for frame in sb.take(cable.local_addr()) {
-                if cable.heard_frame() {
-                    busy = true;
-                    capture(&mut self.capture, &frame);
-                    self.ca.handle_frame(now, port, &frame);
-                }
-            }
-            if self.ready[pi] {
-                // Drained unless the batch limit stops us first (then: still ready).
-                self.ready[pi] = false;
-                for i in 0..256 {
-                    match cable.recv(std_now, buf)? {
-                        CableRecv::Empty => break,
-                        CableRecv::Consumed(e) => events.extend(e),
-                        CableRecv::Frame(n) => {
-                            busy = true;
-                            capture(&mut self.capture, &buf[..n]);
-                            self.ca.handle_frame(now, port, &buf[..n]);
-                        }
-                    }
-                    if i == 255 {
-                        self.ready[pi] = true;
-                        busy = true;
-                    }
-                }
-            }
-            // The peer's silence is judged after what it sent has been read (a long turn leaves
-            // its beacons waiting in the socket, not missing).
-            events.extend(cable.poll(std_now));
-            for e in events {
-                match e {
-                    CableEvent::Up => self.ca.link_up(port),
-                    CableEvent::Down => self.ca.link_down(port),
-                }
-            }
-        }
-        while let Some(e) = self.ca.poll_sma_event() {
-            apply_sma_event(&mut self.cables, e, std_now);
-        }
-        self.ca.handle_timeout(now);
-        Ok(busy)
-    }
-
-    fn transmit(&mut self, now: Instant, buf: &mut [u8], sb: &mut Switchboard) -> io::Result<bool> {
-        let std_now = StdInstant::now();
-        for (p, f) in self.faults.iter_mut().enumerate() {
-            if let Some(Some(c)) = self.cables.get_mut(p) {
-                let cap = &mut self.capture;
-                f.poll(std_now, |(), frame| {
-                    capture(cap, frame);
-                    sb.send(c, frame)
-                })?;
-            }
-        }
-        let mut sent = 0;
-        while let Some((port, len)) = self.ca.poll_frame(now, buf) {
-            let p = usize::from(port);
-            if let (Some(Some(c)), Some(f)) = (self.cables.get_mut(p), self.faults.get_mut(p)) {
-                let cap = &mut self.capture;
-                f.apply(std_now, (), &buf[..len], |(), frame| {
-                    capture(cap, frame);
-                    sb.send(c, frame)
-                })?;
-            }
-            sent += 1;
-            if sent >= 1024 {
-                return Ok(true);
-            }
-        }
-        Ok(false)
-    }
-
-    /// Pulls out or plugs in the cable of `port`.
-    pub fn set_port_enabled(&mut self, port: u8, enabled: bool) -> bool {
-        let Some(Some(cable)) = self.cables.get_mut(usize::from(port)) else {
-            return false;
-        };
-        if cable.set_enabled(enabled, StdInstant::now()) == Some(CableEvent::Down) {
-            self.ca.link_down(port);
-        }
-        true
-    }
-
-    fn info(&self) -> DeviceInfo {
-        let id = self.ca.identity();
-        let hca = self.ca.hca();
-        let ports = (1..=id.num_ports)
-            .map(|p| {
-                let info = self.ca.sma().port_info(p);
-                let attr = hca.port(p);
-                PortInfo {
-                    number: p,
-                    state: info.map_or(1, |i| u8::from(i.port_state)),
-                    phys_state: info.map_or(3, |i| u8::from(i.port_physical_state)),
-                    rate: info.map_or(0, port_rate),
-                    width: info.map_or(0, |i| i.link_width_active),
-                    speed: info.map_or(0, |i| i.link_speed_active),
-                    lid: info.map_or(Lid(0), |i| i.lid),
-                    lmc: info.map_or(0, |i| i.lmc),
-                    sm_lid: info.map_or(Lid(0), |i| i.master_sm_lid),
-                    capability_mask: info.map_or(0, |i| i.capability_mask),
-                    port_guid: id.port_guid(p),
-                    link_layer_ib: true,
-                    max_mtu: attr.map_or(Mtu::Mtu2048, |a| a.max_mtu),
-                    active_mtu: attr.map_or(Mtu::Mtu2048, |a| a.active_mtu),
-                    gids: attr.map_or_else(Vec::new, |a| a.gids.clone()),
-                }
-            })
-            .collect();
-        DeviceInfo {
-            name: id.name.clone(),
-            ca_type: id.ca_type(),
-            description: id.description.clone(),
-            fw_ver: id.fw_ver.clone(),
-            hw_ver: id.hw_ver,
-            node_guid: id.node_guid,
-            sys_image_guid: id.sys_image_guid,
-            vendor_id: id.vendor_id,
-            vendor_part_id: u32::from(id.device_id),
-            attr: hca.device().clone(),
-            ports,
-            drops: drops(hca),
-            verbs: None,
-        }
-    }
-}
-
-fn drops(hca: &Hca<ShmMemory>) -> Vec<(String, u64)> {
-    hca.drops()
-        .nonzero()
-        .map(|(r, n)| (r.name().to_string(), n))
-        .collect()
-}
-
-/// The SM moved a port Down (retrain) or Disabled/enabled it: act on the cable.
-pub(crate) fn apply_sma_event(cables: &mut [Option<Cable>], e: SmaEvent, now: StdInstant) {
-    match e {
-        SmaEvent::LinkDown { port, retrain } => {
-            // The cable's far end stops hearing this one and goes down too; a Disabled
-            // port stays silent until the SM enables it.
-            if let Some(Some(c)) = cables.get_mut(usize::from(port)) {
-                c.set_enabled(false, now);
-                if retrain {
-                    c.set_enabled(true, now);
-                }
-            }
-        }
-        SmaEvent::LinkEnabled { port } => {
-            if let Some(Some(c)) = cables.get_mut(usize::from(port)) {
-                c.set_enabled(true, now);
-            }
-        }
-        SmaEvent::ClientReregister { .. } | SmaEvent::SmInfoSet { .. } => {}
-    }
-}
-
-/// Gb/s of a port's active width × speed, as ibstat's "Rate".
-pub fn port_rate(i: &softib_wire::mad::attr::PortInfo) -> u32 {
-    let lanes = match i.link_width_active {
-        1 => 1,
-        2 => 4,
-        4 => 8,
-        8 => 12,
-        16 => 2,
-        _ => 0,
-    };
-    let per_lane = match i.link_speed_active {
-        1 => 2.5,
-        2 => 5.0,
-        4 => 10.0,
-        _ => 0.0,
-    };
-    (f64::from(lanes) * per_lane) as u32
-}
-
-// ---- RoCEv2 ------------------------------------------------------------------------------
+pub(super) const MAX_SOURCE_SOCKETS: usize = 512;
 
 /// A device's view of [`LocalRoce`] when it flushes its queue: from its address, by source
 /// port.
-struct FromAddr<'a> {
+pub(super) struct FromAddr<'a> {
     local: &'a mut LocalRoce,
     ip: IpAddr,
 }
@@ -856,14 +233,14 @@ impl RoceDev {
         })
     }
 
-    fn local(&self) -> SocketAddr {
+    pub(super) fn local(&self) -> SocketAddr {
         self.link.local_addr()
     }
 
     /// Receives IPv4 multicast group `group` for QP `qpn` (one more member if it does
     /// already): a socket bound to the group and the device's port, a member on the device's
     /// interface.
-    fn join_group(&mut self, group: std::net::Ipv4Addr, qpn: Qpn) -> io::Result<()> {
+    pub(super) fn join_group(&mut self, group: std::net::Ipv4Addr, qpn: Qpn) -> io::Result<()> {
         if let Some(g) = self.groups.iter_mut().find(|g| g.addr == group) {
             g.members.insert(qpn);
             return Ok(());
@@ -891,7 +268,7 @@ impl RoceDev {
 
     /// QP `qpn` leaves the groups `which` picks; a group's last member closes its socket
     /// (leaving the group).
-    fn leave_groups(&mut self, which: impl Fn(std::net::Ipv4Addr) -> bool, qpn: Qpn) {
+    pub(super) fn leave_groups(&mut self, which: impl Fn(std::net::Ipv4Addr) -> bool, qpn: Qpn) {
         for g in self.groups.iter_mut().filter(|g| which(g.addr)) {
             g.members.remove(&qpn);
         }
@@ -899,7 +276,7 @@ impl RoceDev {
     }
 
     /// The datagrams of the groups whose sockets are readable, to the engine.
-    fn receive_groups(&mut self, now: Instant) -> bool {
+    pub(super) fn receive_groups(&mut self, now: Instant) -> bool {
         let mut busy = false;
         let mut buf = [0u8; 9216];
         for g in &mut self.groups {
@@ -921,7 +298,7 @@ impl RoceDev {
         busy
     }
 
-    fn receive(
+    pub(super) fn receive(
         &mut self,
         std_now: StdInstant,
         now: Instant,
@@ -988,7 +365,7 @@ impl RoceDev {
         Ok(busy)
     }
 
-    fn transmit(
+    pub(super) fn transmit(
         &mut self,
         now: Instant,
         buf: &mut [u8],
@@ -1001,7 +378,7 @@ impl RoceDev {
 
     /// Sends what is queued — to this daemon's own devices in-process, to others through the
     /// kernel; what the kernel would not take is lost, as on a wire.
-    fn flush(&mut self, local_out: &mut LocalRoce) {
+    pub(super) fn flush(&mut self, local_out: &mut LocalRoce) {
         let me = self.link.local_addr();
         let (link, srcs) = (&self.link, &self.src_links);
         let out = self.tx.flush_or_deliver(
@@ -1024,7 +401,12 @@ impl RoceDev {
     /// whether more may be waiting. Each datagram is built where it will most likely wait —
     /// the in-process queue's free room or the send queue's ([`RoceCa::poll_transmit`]) — so
     /// that it is queued where it lies.
-    fn queue_transmit(&mut self, now: Instant, buf: &mut [u8], local_out: &mut LocalRoce) -> bool {
+    pub(super) fn queue_transmit(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        local_out: &mut LocalRoce,
+    ) -> bool {
         self.release_held();
         let trust_local = self.trust_local();
         self.ca.set_trust_local(trust_local);
@@ -1074,7 +456,12 @@ impl RoceDev {
     /// goes as the mapping of the client's buffer it lies in when it lies in one (the
     /// receiving device copies it from there into its own client's: one copy in all), else
     /// whole.
-    fn hand_over(&mut self, mut t: RoceTransmit, room: usize, local_out: &mut LocalRoce) {
+    pub(super) fn hand_over(
+        &mut self,
+        mut t: RoceTransmit,
+        room: usize,
+        local_out: &mut LocalRoce,
+    ) {
         let mut handed = None;
         if let Some(p) = t.packet.payload {
             handed = self
@@ -1097,7 +484,7 @@ impl RoceDev {
     }
 
     /// Passes a sealed datagram through the device's faults into the send queue.
-    fn apply_faults(&mut self, t: &RoceTransmit, frame: &[u8]) {
+    pub(super) fn apply_faults(&mut self, t: &RoceTransmit, frame: &[u8]) {
         let gso = self.gso(t.src_port);
         let ip = self.local().ip();
         let (ca, tx, cap) = (&mut self.ca, &mut self.tx, &mut self.capture);
@@ -1114,7 +501,7 @@ impl RoceDev {
     }
 
     /// Queues the datagrams the faults held back whose time has come.
-    fn release_held(&mut self) {
+    pub(super) fn release_held(&mut self) {
         let ip = self.local().ip();
         let (link, srcs) = (&self.link, &self.src_links);
         let (ca, tx, cap) = (&mut self.ca, &mut self.tx, &mut self.capture);
@@ -1129,7 +516,7 @@ impl RoceDev {
     }
 
     /// Whether the socket of source port `port` sends GSO runs.
-    fn gso(&self, port: u16) -> bool {
+    pub(super) fn gso(&self, port: u16) -> bool {
         self.src_links.get(&port).unwrap_or(&self.link).gso()
     }
 
@@ -1137,13 +524,13 @@ impl RoceDev {
     /// and the receiving device — no capture, no fault — could see or change them, so the
     /// ICRC (two CRC passes per packet, a fifth of the daemon's time in intra-host runs)
     /// would protect nothing.
-    fn trust_local(&self) -> bool {
+    pub(super) fn trust_local(&self) -> bool {
         self.capture.is_none() && self.faults.is_idle()
     }
 
     /// The port a packet meant to leave from `want` really leaves from: a socket bound to it
     /// (made on first use), or the device's own port when it cannot be had.
-    fn source_socket(&mut self, want: u16) -> u16 {
+    pub(super) fn source_socket(&mut self, want: u16) -> u16 {
         let main = self.local().port();
         if want == main || self.src_links.contains_key(&want) {
             return want;
@@ -1163,7 +550,7 @@ impl RoceDev {
         }
     }
 
-    fn info(&self) -> DeviceInfo {
+    pub(super) fn info(&self) -> DeviceInfo {
         let hca = self.ca.hca();
         let attr = hca.port(1);
         let guid = hca.device().node_guid;
@@ -1215,7 +602,7 @@ impl RoceDev {
 
 /// Captures a received datagram (a device of this daemon's unsealed one as the wire would
 /// have carried it) and hands it to the device's `RoceCa`; returns whether the engine took it.
-fn accept(
+pub(super) fn accept(
     ca: &mut RoceCa<ShmMemory>,
     capture: &mut Option<PcapWriter>,
     name: &str,
@@ -1253,7 +640,7 @@ fn accept(
 
 /// Captures a queued datagram with the IPv4 Identification its place (`index`) in its GSO run
 /// gives it.
-fn capture_sent(
+pub(super) fn capture_sent(
     cap: &mut Option<PcapWriter>,
     from: SocketAddr,
     to: SocketAddr,
