@@ -30,6 +30,21 @@ pub struct IfState {
     pub mlid: u16,
     /// Packets and drops.
     pub counters: Counters,
+    /// The neighbours IPoIB ARP has resolved, as `ip neigh show dev ib0` would list them on
+    /// the kernel's IPoIB. The TUN device is layer 3, so the kernel has no neighbour table for
+    /// it: this is where others (softib's librdmacm resolving an address) find a neighbour's
+    /// GID.
+    #[serde(default)]
+    pub neighbours: Vec<Neighbour>,
+}
+
+/// A resolved neighbour of an interface.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Neighbour {
+    /// Its IPv4 address.
+    pub ip: std::net::Ipv4Addr,
+    /// Its hardware address (QPN and port GID), as [`crate::encap::HwAddr`] writes it.
+    pub lladdr: String,
 }
 
 /// Packet counters of an interface.
@@ -224,6 +239,7 @@ mod tests {
                 tx_packets: 3,
                 ..Counters::default()
             },
+            neighbours: Vec::new(),
         };
         assert_eq!(
             s.to_string(),

@@ -33,6 +33,7 @@ mod agent;
 mod cm_event;
 mod device;
 mod event;
+mod fabric;
 mod ibv;
 mod id;
 mod mcast;
