@@ -351,6 +351,31 @@ impl Run {
         }
     }
 
+    /// Starts `args` on host `node` of the fabric in `dir` (`softib fabric exec`, which puts
+    /// the drop-ins first on its library path and enters the node's network namespace).
+    pub fn on_fabric(dir: &Path, node: &str, args: &[&str]) -> Run {
+        static N: AtomicU16 = AtomicU16::new(0);
+        let debug = dir.join(format!("ld-{node}-{}", N.fetch_add(1, Ordering::Relaxed)));
+        let child = Command::new(SOFTIB)
+            .args(["fabric", "exec", node, "--dir"])
+            .arg(dir)
+            .arg("--")
+            .args(args)
+            .env("LD_DEBUG", "libs")
+            .env("LD_DEBUG_OUTPUT", &debug)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        Run {
+            child: Some(child),
+            what: format!("{args:?} on {node}"),
+            debug,
+            started: Instant::now(),
+        }
+    }
+
     /// Starts softib's own tool `args` (`ib_write_bw ...`) on `host`.
     pub fn start_own(host: &Host, args: &[&str]) -> Run {
         let child = Command::new(SOFTIB)
