@@ -117,9 +117,29 @@ fn rdmacm_utils_and_perftest_connect_over_the_ib_fabric() {
     let (s, c) = pair(
         &f,
         b,
-        &["/usr/bin/rping", "-s", "-v", "-a", to, "-p", "7471", "-C", "100"],
+        &[
+            "/usr/bin/rping",
+            "-s",
+            "-v",
+            "-a",
+            to,
+            "-p",
+            "7471",
+            "-C",
+            "100",
+        ],
         a,
-        &["/usr/bin/rping", "-c", "-v", "-a", to, "-p", "7471", "-C", "100"],
+        &[
+            "/usr/bin/rping",
+            "-c",
+            "-v",
+            "-a",
+            to,
+            "-p",
+            "7471",
+            "-C",
+            "100",
+        ],
     );
     for d in [&s, &c] {
         let pings = d.stdout.matches("ping data: rdma-ping-").count();
@@ -152,15 +172,33 @@ fn rdmacm_utils_and_perftest_connect_over_the_ib_fabric() {
     let (s, c) = pair(
         &f,
         b,
-        &["/usr/bin/ib_send_bw", "-R", "-d", "mlx4_0", "-p", "7474", "-n", "500"],
+        &[
+            "/usr/bin/ib_send_bw",
+            "-R",
+            "-d",
+            "mlx4_0",
+            "-p",
+            "7474",
+            "-n",
+            "500",
+        ],
         a,
         &[
-            "/usr/bin/ib_send_bw", "-R", "-d", "mlx4_0", "-p", "7474", "-n", "500", to,
+            "/usr/bin/ib_send_bw",
+            "-R",
+            "-d",
+            "mlx4_0",
+            "-p",
+            "7474",
+            "-n",
+            "500",
+            to,
         ],
     );
     for d in [&s, &c] {
         assert!(
-            d.stdout.contains("Data ex. method : rdma_cm") && d.stdout.contains("Link type       : IB"),
+            d.stdout.contains("Data ex. method : rdma_cm")
+                && d.stdout.contains("Link type       : IB"),
             "{}:\n{}\n{}",
             d.what,
             d.stdout,
@@ -168,7 +206,12 @@ fn rdmacm_utils_and_perftest_connect_over_the_ib_fabric() {
         );
     }
     let r = dropin::perftest_result(&c.stdout).unwrap_or_default();
-    assert!(r.len() >= 2 && r[1] == 500.0, "{}: no result\n{}", c.what, c.stdout);
+    assert!(
+        r.len() >= 2 && r[1] == 500.0,
+        "{}: no result\n{}",
+        c.what,
+        c.stdout
+    );
 
     // Nobody has 192.168.30.9: IPoIB ARP goes unanswered, and rping hears ADDR_ERROR after
     // its 2 s timeout, with softib saying what it waited for.
@@ -176,7 +219,16 @@ fn rdmacm_utils_and_perftest_connect_over_the_ib_fabric() {
     let c = Run::on_fabric(
         &f.dir,
         a,
-        &["/usr/bin/rping", "-c", "-a", "192.168.30.9", "-p", "7475", "-C", "1"],
+        &[
+            "/usr/bin/rping",
+            "-c",
+            "-a",
+            "192.168.30.9",
+            "-p",
+            "7475",
+            "-C",
+            "1",
+        ],
     )
     .wait();
     assert!(!c.status.success(), "{}: {}", c.what, c.stdout);
@@ -206,7 +258,15 @@ fn mckey_joins_a_group_through_the_sa() {
     let receiver = Run::on_fabric(
         &f.dir,
         b,
-        &["/usr/bin/mckey", "-m", group, "-b", "192.168.31.3", "-C", "10"],
+        &[
+            "/usr/bin/mckey",
+            "-m",
+            group,
+            "-b",
+            "192.168.31.3",
+            "-C",
+            "10",
+        ],
     );
     // The receiver's QP must be attached before the sender sends: mckey's sender does not
     // wait. The SA knows the group once the receiver joined.
@@ -214,7 +274,9 @@ fn mckey_joins_a_group_through_the_sa() {
     loop {
         let out = f.exec(b, &["softib", "saquery", "-g"]);
         let said = common::text(&out.stdout);
-        if said.contains("ff12:4001:ffff::f4d:9") || said.contains("ff12:4001:ffff:0000:0000:0000:0f4d:0009") {
+        if said.contains("ff12:4001:ffff::f4d:9")
+            || said.contains("ff12:4001:ffff:0000:0000:0000:0f4d:0009")
+        {
             break;
         }
         assert!(
@@ -227,7 +289,16 @@ fn mckey_joins_a_group_through_the_sa() {
     let sender = Run::on_fabric(
         &f.dir,
         a,
-        &["/usr/bin/mckey", "-m", group, "-b", "192.168.31.2", "-s", "-C", "10"],
+        &[
+            "/usr/bin/mckey",
+            "-m",
+            group,
+            "-b",
+            "192.168.31.2",
+            "-s",
+            "-C",
+            "10",
+        ],
     )
     .wait();
     let receiver = receiver.wait();
@@ -235,9 +306,17 @@ fn mckey_joins_a_group_through_the_sa() {
         d.ok();
         d.loaded_ours_lib("librdmacm.so.1");
         complete(d);
-        assert!(d.stdout.contains("joined dgid: ff12:4001:ffff::f4d:9"), "{}", d.stdout);
+        assert!(
+            d.stdout.contains("joined dgid: ff12:4001:ffff::f4d:9"),
+            "{}",
+            d.stdout
+        );
     }
-    assert!(receiver.stdout.contains("data transfers complete"), "{}", receiver.stdout);
+    assert!(
+        receiver.stdout.contains("data transfers complete"),
+        "{}",
+        receiver.stdout
+    );
 }
 
 /// Through switches (topoB): rping and ucmatose from node1 to node4, whose path the SA
@@ -258,12 +337,37 @@ fn rping_and_ucmatose_through_switches() {
     let (s, c) = pair(
         &f,
         "node4",
-        &["/usr/bin/rping", "-s", "-v", "-a", to, "-p", "7476", "-C", "20"],
+        &[
+            "/usr/bin/rping",
+            "-s",
+            "-v",
+            "-a",
+            to,
+            "-p",
+            "7476",
+            "-C",
+            "20",
+        ],
         "node1",
-        &["/usr/bin/rping", "-c", "-v", "-a", to, "-p", "7476", "-C", "20"],
+        &[
+            "/usr/bin/rping",
+            "-c",
+            "-v",
+            "-a",
+            to,
+            "-p",
+            "7476",
+            "-C",
+            "20",
+        ],
     );
     for d in [&s, &c] {
-        assert_eq!(d.stdout.matches("ping data: rdma-ping-").count(), 20, "{}", d.stdout);
+        assert_eq!(
+            d.stdout.matches("ping data: rdma-ping-").count(),
+            20,
+            "{}",
+            d.stdout
+        );
     }
     let (s, c) = pair(
         &f,

@@ -50,7 +50,14 @@ pub fn leave<T: MadTransport + ?Sized>(
     sa_lid: Lid,
     rec: &McMemberRecord,
 ) -> Result<McMemberRecord, Error> {
-    mcmember(agent, t, sa_lid, Method::Delete, rec, sa::mcmember_comp::JOIN)
+    mcmember(
+        agent,
+        t,
+        sa_lid,
+        Method::Delete,
+        rec,
+        sa::mcmember_comp::JOIN,
+    )
 }
 
 fn mcmember<T: MadTransport + ?Sized>(

@@ -151,7 +151,7 @@ pub fn list() -> Vec<IfState> {
 #[derive(Debug)]
 pub enum Startup {
     /// It wrote its state: the interface exists.
-    Up(IfState),
+    Up(Box<IfState>),
     /// It exited first.
     Exited(ExitStatus),
     /// It neither came up nor exited in time.
@@ -164,7 +164,7 @@ pub fn wait_up(ifname: &str, child: &mut Child, timeout: Duration) -> std::io::R
     loop {
         if let Some(s) = read(ifname) {
             if s.pid == child.id() {
-                return Ok(Startup::Up(s));
+                return Ok(Startup::Up(Box::new(s)));
             }
         }
         if let Some(status) = child.try_wait()? {

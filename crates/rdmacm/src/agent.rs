@@ -224,7 +224,11 @@ impl State {
     /// As [`State::dev_of_ip`], with the IPoIB interface on an InfiniBand device.
     pub fn dev_and_ipoib_of(&self, ip: IpAddr) -> Option<(usize, Option<crate::fabric::Local>)> {
         let gid = gid_of(ip);
-        if let Some(d) = self.devs.iter().position(|d| !d.ib && d.gids.contains(&gid)) {
+        if let Some(d) = self
+            .devs
+            .iter()
+            .position(|d| !d.ib && d.gids.contains(&gid))
+        {
             return Some((d, None));
         }
         let IpAddr::V4(v4) = ip.to_canonical() else {

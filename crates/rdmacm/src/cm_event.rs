@@ -180,7 +180,7 @@ fn connect_request(st: &mut State, comm: softib_cm::CommId, from: Peer, req: &so
             // On InfiniBand the REQ names the path (and the requester's port GID): the
             // passive side takes it instead of asking the SA, as the kernel's CM does.
             r.dgid = req.primary.local_gid;
-            r.path = Some(crate::fabric::IbPath::from_req(req));
+            r.path = Some(crate::fabric::IbPath::from_req(&req.primary, req.path_mtu));
             // SAFETY: the id's C struct, made just now.
             unsafe { (*c).route.addr.ibaddr.dgid = IbvGid { raw: r.dgid.0 } };
         }

@@ -29,9 +29,9 @@ use softib::Context;
 use softib_ipoib::encap::HwAddr;
 use softib_ipoib::state::{self as ipoib_state, IfState};
 use softib_net::tun::IfConfig;
-use softib_wire::mad::sa::{self, join_state, mcmember_comp, McMemberRecord, PathRecord};
 use softib_verbs_abi::rdma_cm::{event, port_space, RdmaCmId};
 use softib_verbs_abi::{IbvGid, IbvSaPathRec};
+use softib_wire::mad::sa::{self, join_state, mcmember_comp, McMemberRecord, PathRecord};
 use softib_wire::{Gid, Lid, PKey, QKey};
 
 use crate::agent::{self, At};
@@ -102,19 +102,18 @@ impl IbPath {
         }
     }
 
-    /// The passive side's path: the REQ's primary path with its ends swapped, and the REQ's
-    /// MTU (the kernel's `cm_format_paths_from_req`).
-    pub fn from_req(req: &softib_cm::Req) -> IbPath {
-        let p = &req.primary;
+    /// The passive side's path: a REQ's primary path with its ends swapped, and the REQ's
+    /// path MTU (the kernel's `cm_format_paths_from_req`).
+    pub fn from_req(primary: &softib_cm::Path, path_mtu: u8) -> IbPath {
         IbPath {
-            slid: p.remote_lid,
-            dlid: p.local_lid,
-            sl: p.sl,
-            mtu: req.path_mtu,
-            rate: p.packet_rate,
+            slid: primary.remote_lid,
+            dlid: primary.local_lid,
+            sl: primary.sl,
+            mtu: path_mtu,
+            rate: primary.packet_rate,
             // The REQ carries the requester's ACK timeout, one more than the packet lifetime
             // (the kernel's `cm_ack_timeout`); the QP takes its own ACK timeout.
-            packet_life_time: p.local_ack_timeout.saturating_sub(1),
+            packet_life_time: primary.local_ack_timeout.saturating_sub(1),
         }
     }
 
@@ -373,17 +372,12 @@ pub fn leave(dev: u32, port_gid: Gid, mgid: Gid, join_state: u8) -> Result<(), S
 /// source asked for, else the one the host's routes pick for `dst` (for a multicast group
 /// without a route, the first IPoIB interface's). `None` when that is no IPoIB address:
 /// the id is resolved as on RoCE.
-pub fn ipoib_source(
-    wanted: Option<SocketAddr>,
-    dst: SocketAddr,
-) -> Option<(Ipv4Addr, Local)> {
+pub fn ipoib_source(wanted: Option<SocketAddr>, dst: SocketAddr) -> Option<(Ipv4Addr, Local)> {
     let IpAddr::V4(dst) = dst.ip().to_canonical() else {
         return None;
     };
     match wanted.map(|a| a.ip().to_canonical()) {
-        Some(IpAddr::V4(ip)) if !ip.is_unspecified() => {
-            local_of(ip).map(|l| (ip, l))
-        }
+        Some(IpAddr::V4(ip)) if !ip.is_unspecified() => local_of(ip).map(|l| (ip, l)),
         Some(IpAddr::V6(ip)) if !ip.is_unspecified() => None,
         _ => match route_source(dst) {
             Some(ip) => local_of(ip).map(|l| (ip, l)),
@@ -412,10 +406,13 @@ pub fn resolve_addr(
         return Err(libc::EAFNOSUPPORT);
     };
     let ps = agent::with(|st| Ok(st.id(id)?.ps))?;
-    let timeout = std::time::Duration::from_millis(match u64::try_from(timeout_ms) {
-        Ok(ms @ 1..) => ms,
-        _ => 2000,
-    });
+    // A program that gives no timeout gets rping's.
+    let timeout = Duration::from_millis(
+        u64::try_from(timeout_ms)
+            .ok()
+            .filter(|&ms| ms > 0)
+            .unwrap_or(2000),
+    );
     let dgid = if dst_v4.is_multicast() {
         Ok(mgid(dst_v4, local.pkey, ps == port_space::UDP))
     } else {

@@ -1035,6 +1035,57 @@ mod tests {
         }
     }
 
+    /// On an IB port the REQ's primary path is the SA's PathRecord: both LIDs, its SL, rate
+    /// and MTU, in the subnet without a GRH, with an ACK timeout the packet lifetime allows;
+    /// on RoCE it stays the GRH between the GIDs.
+    #[test]
+    fn an_ib_reqs_primary_path_comes_from_the_path_record() {
+        use crate::fabric::{IbPath, IbRoute};
+        use softib_wire::{Gid, Lid};
+        let mut s = new_state(std::ptr::null_mut(), port_space::TCP);
+        let (sgid, dgid) = (Gid([0xfe; 16]), Gid([0xaa; 16]));
+        s.ib = Some(IbRoute {
+            sgid,
+            dgid,
+            pkey: 0xffff,
+            path: Some(IbPath {
+                slid: Lid(1),
+                dlid: Lid(7),
+                sl: 3,
+                mtu: 4,
+                rate: 7,
+                packet_life_time: 18,
+            }),
+        });
+        let (p, mtu, pkey) = primary_path(&s, 5);
+        assert_eq!((p.local_lid, p.remote_lid), (Lid(1), Lid(7)));
+        assert_eq!((p.local_gid, p.remote_gid), (sgid, dgid));
+        assert_eq!((p.sl, p.packet_rate, p.hop_limit), (3, 7, 0));
+        assert!(p.subnet_local);
+        assert_eq!(
+            p.local_ack_timeout, 19,
+            "packet lifetime 18 + 1 beats the default 14"
+        );
+        assert_eq!((mtu, pkey), (4, PKey(0xffff)));
+        // The passive side reads the same path back, its ends swapped.
+        let back = IbPath::from_req(&p, mtu);
+        assert_eq!(
+            (back.slid, back.dlid, back.sl, back.mtu),
+            (Lid(7), Lid(1), 3, 4)
+        );
+        assert_eq!(back.packet_life_time, 18);
+
+        let mut r = new_state(std::ptr::null_mut(), port_space::TCP);
+        r.src = Some(SocketAddr::from(([10, 0, 0, 1], 1)));
+        r.peer = Some((0, At::Gid(agent::gid_of(IpAddr::from([10, 0, 0, 2])))));
+        let (p, mtu, _) = primary_path(&r, 3);
+        assert_eq!(
+            (p.local_lid, p.remote_lid, p.hop_limit, mtu),
+            (Lid(0), Lid(0), 64, 3)
+        );
+        assert_eq!(p.remote_gid, agent::gid_of(IpAddr::from([10, 0, 0, 2])));
+    }
+
     /// libfabric's verbs provider asks for RDMA_MAX_RESP_RES and RDMA_MAX_INIT_DEPTH (0xFF):
     /// the device's maximum, not 255 (which the QP's RTR would refuse).
     #[test]
