@@ -16,7 +16,7 @@ mod dropin;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{wait_status, Fabric};
+use common::{text, wait_status, wait_until, Fabric};
 use dropin::{have, Done, Run};
 
 fn can_run() -> bool {
@@ -48,35 +48,43 @@ fn fabric_with_ib0(topology: &str, name: &str, hosts: &[(&str, &str)]) -> Fabric
         |s| s.matches("port 1 Active").count() >= hosts.len() && !s.contains("port 1 Init"),
     );
     for (h, addr) in hosts {
-        f.ok(
-            h,
-            &[
-                "softib", "ipoib", "add", "ib0", "--dev", "mlx4_0", "--port", "1",
-            ],
-        );
+        f.ok(h, &words("softib ipoib add ib0 --dev mlx4_0 --port 1"));
         f.ok(h, &["ip", "addr", "add", addr, "dev", "ib0"]);
-        f.ok(h, &["ip", "link", "set", "ib0", "up"]);
+        f.ok(h, &words("ip link set ib0 up"));
     }
     f
 }
 
+/// topoA's two hosts back to back, `ib0` on NET.2 (test213) and NET.3 (test214).
+fn back_to_back(name: &str, net: &str) -> Fabric {
+    let (a, b) = (format!("{net}.2/24"), format!("{net}.3/24"));
+    fabric_with_ib0(
+        "topologies/topoA.net",
+        name,
+        &[("test213", &a), ("test214", &b)],
+    )
+}
+
+fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
+/// Starts the command line `line` on `node`.
+fn start(f: &Fabric, node: &str, line: &str) -> Run {
+    Run::on_fabric(&f.dir, node, &words(line))
+}
+
 /// Runs `server` on `s_node`, then `client` on `c_node` until it no longer hears that nobody
 /// listens (rdma_cm clients do not retry a REJ, and the server may not listen yet), for at
-/// most 30 s; waits for both. Both must have loaded softib's librdmacm.
-fn pair(f: &Fabric, s_node: &str, server: &[&str], c_node: &str, client: &[&str]) -> (Done, Done) {
-    let s = Run::on_fabric(&f.dir, s_node, server);
+/// most 30 s; waits for both, which must have succeeded on softib's librdmacm.
+fn pair(f: &Fabric, s_node: &str, server: &str, c_node: &str, client: &str) -> (Done, Done) {
+    let s = start(f, s_node, server);
     let t0 = Instant::now();
     let c = loop {
         std::thread::sleep(Duration::from_millis(300));
-        let c = Run::on_fabric(&f.dir, c_node, client).wait();
-        let said = format!("{}{}", c.stdout, c.stderr);
-        // REJ InvalidServiceID (8); for UD, SIDR_REP "unsupported ServiceID" (1).
-        let nobody = said.contains("REJECTED; error: 8")
-            || said.contains("REJECTED, error 8")
-            || said.contains("REJECTED, error: 8")
-            || said.contains("UNREACHABLE, error: 1")
-            || said.contains("rdma_connect: Connection refused");
-        if c.status.success() || !nobody || t0.elapsed() > Duration::from_secs(30) {
+        let c = start(f, c_node, client).wait();
+        if c.status.success() || !c.heard_nobody_listens() || t0.elapsed() > Duration::from_secs(30)
+        {
             break c;
         }
     };
@@ -88,14 +96,34 @@ fn pair(f: &Fabric, s_node: &str, server: &[&str], c_node: &str, client: &[&str]
     (s, c)
 }
 
-fn complete(d: &Done) {
-    assert!(
-        d.stdout.contains("test complete") && d.stdout.contains("return status 0"),
-        "{}:\n{}\n{}",
-        d.what,
-        d.stdout,
-        d.stderr
+/// `rping -v -C n` between the two nodes: every ping verified on both sides.
+fn rping(f: &Fabric, server: &str, client: &str, to: &str, port: u16, n: usize) {
+    let opts = format!("-v -a {to} -p {port} -C {n}");
+    let (s, c) = pair(
+        f,
+        server,
+        &format!("/usr/bin/rping -s {opts}"),
+        client,
+        &format!("/usr/bin/rping -c {opts}"),
     );
+    for d in [&s, &c] {
+        let pings = d.stdout.matches("ping data: rdma-ping-").count();
+        assert_eq!(pings, n, "{}:\n{}\n{}", d.what, d.stdout, d.stderr);
+    }
+}
+
+/// `ucmatose -c n`: n connections, their transfers and disconnections.
+fn ucmatose(f: &Fabric, server: &str, client: &str, to: &str, port: u16, n: usize) {
+    let (s, c) = pair(
+        f,
+        server,
+        &format!("/usr/bin/ucmatose -b {to} -p {port} -c {n}"),
+        client,
+        &format!("/usr/bin/ucmatose -s {to} -p {port} -c {n}"),
+    );
+    s.completed();
+    c.completed();
+    assert!(s.stdout.contains("disconnected"), "{}", s.stdout);
 }
 
 /// rping, ucmatose (8 connections), udaddy (SIDR) and perftest's `ib_send_bw -R` between the
@@ -107,130 +135,34 @@ fn rdmacm_utils_and_perftest_connect_over_the_ib_fabric() {
         return;
     }
     let (a, b) = ("test213", "test214");
-    let f = fabric_with_ib0(
-        "topologies/topoA.net",
-        "rdmacm-ib-a",
-        &[(a, "192.168.30.2/24"), (b, "192.168.30.3/24")],
-    );
+    let f = back_to_back("rdmacm-ib-a", "192.168.30");
     let to = "192.168.30.3";
+    rping(&f, b, a, to, 7471, 100);
+    ucmatose(&f, b, a, to, 7472, 8);
 
     let (s, c) = pair(
         &f,
         b,
-        &[
-            "/usr/bin/rping",
-            "-s",
-            "-v",
-            "-a",
-            to,
-            "-p",
-            "7471",
-            "-C",
-            "100",
-        ],
+        &format!("/usr/bin/udaddy -b {to}"),
         a,
-        &[
-            "/usr/bin/rping",
-            "-c",
-            "-v",
-            "-a",
-            to,
-            "-p",
-            "7471",
-            "-C",
-            "100",
-        ],
+        &format!("/usr/bin/udaddy -s {to}"),
     );
     for d in [&s, &c] {
-        let pings = d.stdout.matches("ping data: rdma-ping-").count();
-        assert_eq!(pings, 100, "{}:\n{}\n{}", d.what, d.stdout, d.stderr);
-    }
-
-    let (s, c) = pair(
-        &f,
-        b,
-        &["/usr/bin/ucmatose", "-b", to, "-p", "7472", "-c", "8"],
-        a,
-        &["/usr/bin/ucmatose", "-s", to, "-p", "7472", "-c", "8"],
-    );
-    complete(&s);
-    complete(&c);
-    assert!(s.stdout.contains("disconnected"), "{}", s.stdout);
-
-    let (s, c) = pair(
-        &f,
-        b,
-        &["/usr/bin/udaddy", "-b", to],
-        a,
-        &["/usr/bin/udaddy", "-s", to],
-    );
-    for d in [&s, &c] {
-        complete(d);
+        d.completed();
         assert!(d.stdout.contains("data transfers complete"), "{}", d.stdout);
     }
 
-    let (s, c) = pair(
-        &f,
-        b,
-        &[
-            "/usr/bin/ib_send_bw",
-            "-R",
-            "-d",
-            "mlx4_0",
-            "-p",
-            "7474",
-            "-n",
-            "500",
-        ],
-        a,
-        &[
-            "/usr/bin/ib_send_bw",
-            "-R",
-            "-d",
-            "mlx4_0",
-            "-p",
-            "7474",
-            "-n",
-            "500",
-            to,
-        ],
-    );
+    let bw = "/usr/bin/ib_send_bw -R -d mlx4_0 -p 7474 -n 500";
+    let (s, c) = pair(&f, b, bw, a, &format!("{bw} {to}"));
+    dropin::rdma_cm_perftest_ran(&s, &c, 500.0);
     for d in [&s, &c] {
-        assert!(
-            d.stdout.contains("Data ex. method : rdma_cm")
-                && d.stdout.contains("Link type       : IB"),
-            "{}:\n{}\n{}",
-            d.what,
-            d.stdout,
-            d.stderr
-        );
+        assert!(d.stdout.contains("Link type       : IB"), "{}", d.stdout);
     }
-    let r = dropin::perftest_result(&c.stdout).unwrap_or_default();
-    assert!(
-        r.len() >= 2 && r[1] == 500.0,
-        "{}: no result\n{}",
-        c.what,
-        c.stdout
-    );
 
     // Nobody has 192.168.30.9: IPoIB ARP goes unanswered, and rping hears ADDR_ERROR after
     // its 2 s timeout, with softib saying what it waited for.
     let t0 = Instant::now();
-    let c = Run::on_fabric(
-        &f.dir,
-        a,
-        &[
-            "/usr/bin/rping",
-            "-c",
-            "-a",
-            "192.168.30.9",
-            "-p",
-            "7475",
-            "-C",
-            "1",
-        ],
-    )
-    .wait();
+    let c = start(&f, a, "/usr/bin/rping -c -a 192.168.30.9 -p 7475 -C 1").wait();
     assert!(!c.status.success(), "{}: {}", c.what, c.stdout);
     let said = format!("{}{}", c.stdout, c.stderr);
     assert!(
@@ -242,72 +174,41 @@ fn rdmacm_utils_and_perftest_connect_over_the_ib_fabric() {
 
 /// mckey: both ends join 239.77.0.9 through the SA (an MCMemberRecord creating the group,
 /// MGID ff12:4001:ffff::f4d:9 by the kernel's mapping with rdma_cm's signature); the SM puts
-/// the MLID in the switches' tables and the sender's 10 datagrams reach the receiver's QP.
+/// the MLID in the forwarding tables and the sender's 10 datagrams reach the receiver's QP.
+/// When both have left, the SA has deleted the group.
 #[test]
 fn mckey_joins_a_group_through_the_sa() {
     if !can_run() || !have("mckey", "rdmacm-utils") {
         return;
     }
     let (a, b) = ("test213", "test214");
-    let f = fabric_with_ib0(
-        "topologies/topoA.net",
-        "rdmacm-ib-mc",
-        &[(a, "192.168.31.2/24"), (b, "192.168.31.3/24")],
-    );
-    let group = "239.77.0.9";
-    let receiver = Run::on_fabric(
-        &f.dir,
-        b,
-        &[
-            "/usr/bin/mckey",
-            "-m",
-            group,
-            "-b",
-            "192.168.31.3",
-            "-C",
-            "10",
-        ],
-    );
-    // The receiver's QP must be attached before the sender sends: mckey's sender does not
-    // wait. The SA knows the group once the receiver joined.
-    let t0 = Instant::now();
-    loop {
-        let out = f.exec(b, &["softib", "saquery", "-g"]);
-        let said = common::text(&out.stdout);
-        if said.contains("ff12:4001:ffff::f4d:9")
-            || said.contains("ff12:4001:ffff:0000:0000:0000:0f4d:0009")
-        {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the receiver did not join in 20 s; saquery -g:\n{said}\n{}",
-            common::text(&out.stderr)
-        );
+    let f = back_to_back("rdmacm-ib-mc", "192.168.31");
+    let mgid = "ff12:4001:ffff::f4d:9";
+    // Asked every 200 ms at most: each question is a process on the host.
+    let groups = || {
         std::thread::sleep(Duration::from_millis(200));
-    }
-    let sender = Run::on_fabric(
-        &f.dir,
+        text(&f.exec(b, &words("softib saquery -g")).stdout)
+    };
+    let receiver = start(&f, b, "/usr/bin/mckey -m 239.77.0.9 -b 192.168.31.3 -C 10");
+    // mckey's sender does not wait for receivers: it starts once the receiver has joined.
+    wait_until(
+        "the receiver's join at the SA",
+        Duration::from_secs(20),
+        || groups().contains(mgid),
+    );
+    let sender = start(
+        &f,
         a,
-        &[
-            "/usr/bin/mckey",
-            "-m",
-            group,
-            "-b",
-            "192.168.31.2",
-            "-s",
-            "-C",
-            "10",
-        ],
+        "/usr/bin/mckey -m 239.77.0.9 -b 192.168.31.2 -s -C 10",
     )
     .wait();
     let receiver = receiver.wait();
     for d in [&sender, &receiver] {
         d.ok();
         d.loaded_ours_lib("librdmacm.so.1");
-        complete(d);
+        d.completed();
         assert!(
-            d.stdout.contains("joined dgid: ff12:4001:ffff::f4d:9"),
+            d.stdout.contains(&format!("joined dgid: {mgid}")),
             "{}",
             d.stdout
         );
@@ -317,10 +218,15 @@ fn mckey_joins_a_group_through_the_sa() {
         "{}",
         receiver.stdout
     );
+    wait_until(
+        "the SA to delete the group",
+        Duration::from_secs(10),
+        || !groups().contains(mgid),
+    );
 }
 
-/// Through switches (topoB): rping and ucmatose from node1 to node4, whose path the SA
-/// routes across the fabric's switches.
+/// Through switches (topoB): rping and ucmatose from node1 to node4, whose path the SA routes
+/// across the fabric's switches.
 #[test]
 fn rping_and_ucmatose_through_switches() {
     if !can_run() || !have("rping", "rdmacm-utils") {
@@ -333,49 +239,6 @@ fn rping_and_ucmatose_through_switches() {
         ("node4", "10.31.0.4/24"),
     ];
     let f = fabric_with_ib0("topologies/topoB.net", "rdmacm-ib-b", &hosts);
-    let to = "10.31.0.4";
-    let (s, c) = pair(
-        &f,
-        "node4",
-        &[
-            "/usr/bin/rping",
-            "-s",
-            "-v",
-            "-a",
-            to,
-            "-p",
-            "7476",
-            "-C",
-            "20",
-        ],
-        "node1",
-        &[
-            "/usr/bin/rping",
-            "-c",
-            "-v",
-            "-a",
-            to,
-            "-p",
-            "7476",
-            "-C",
-            "20",
-        ],
-    );
-    for d in [&s, &c] {
-        assert_eq!(
-            d.stdout.matches("ping data: rdma-ping-").count(),
-            20,
-            "{}",
-            d.stdout
-        );
-    }
-    let (s, c) = pair(
-        &f,
-        "node4",
-        &["/usr/bin/ucmatose", "-b", to, "-p", "7477", "-c", "2"],
-        "node1",
-        &["/usr/bin/ucmatose", "-s", to, "-p", "7477", "-c", "2"],
-    );
-    complete(&s);
-    complete(&c);
+    rping(&f, "node4", "node1", "10.31.0.4", 7476, 20);
+    ucmatose(&f, "node4", "node1", "10.31.0.4", 7477, 2);
 }
