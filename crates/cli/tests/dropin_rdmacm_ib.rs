@@ -52,6 +52,13 @@ fn fabric_with_ib0(topology: &str, name: &str, hosts: &[(&str, &str)]) -> Fabric
         f.ok(h, &["ip", "addr", "add", addr, "dev", "ib0"]);
         f.ok(h, &words("ip link set ib0 up"));
     }
+    // An interface carries ARP once it has joined the broadcast group through the SA.
+    for (h, _) in hosts {
+        wait_until(&format!("{h}'s ib0 up"), Duration::from_secs(30), || {
+            std::thread::sleep(Duration::from_millis(100));
+            f.ok(h, &words("softib ipoib show")).contains(" up mlid")
+        });
+    }
     f
 }
 
