@@ -133,8 +133,8 @@ fn ucmatose(f: &Fabric, server: &str, client: &str, to: &str, port: u16, n: usiz
     assert!(s.stdout.contains("disconnected"), "{}", s.stdout);
 }
 
-/// rping, ucmatose (8 connections), udaddy (SIDR) and perftest's `ib_send_bw -R` between the
-/// two hosts of a back-to-back fabric; a destination nobody has is an ADDR_ERROR that says
+/// rping, ucmatose (8 connections), udaddy (SIDR), rdma_server/rdma_client and perftest's
+/// `ib_send_bw -R` between the two hosts of a back-to-back fabric; a destination nobody has is an ADDR_ERROR that says
 /// why, after the program's timeout.
 #[test]
 fn rdmacm_utils_and_perftest_connect_over_the_ib_fabric() {
@@ -157,6 +157,18 @@ fn rdmacm_utils_and_perftest_connect_over_the_ib_fabric() {
     for d in [&s, &c] {
         d.completed();
         assert!(d.stdout.contains("data transfers complete"), "{}", d.stdout);
+    }
+
+    // Synchronous ids and endpoints (rdma_getaddrinfo, rdma_create_ep).
+    let (s, c) = pair(
+        &f,
+        b,
+        &format!("/usr/bin/rdma_server -s {to} -p 7473"),
+        a,
+        &format!("/usr/bin/rdma_client -s {to} -p 7473"),
+    );
+    for d in [&s, &c] {
+        assert!(d.stdout.contains("end 0"), "{}:\n{}", d.what, d.stdout);
     }
 
     let bw = "/usr/bin/ib_send_bw -R -d mlx4_0 -p 7474 -n 500";
