@@ -16,6 +16,9 @@
 //!   its broadcast group ([`join`], [`leave`]); an IPv4 group's MGID is the kernel's mapping
 //!   with rdma_cm's signature for RDMA_PS_UDP ([`mgid`]).
 //!
+//! The id calls built on these are [`resolve_addr`] and [`resolve_route`] here, and the IB
+//! branch of `rdma_join_multicast` in `crate::mcast`.
+//!
 //! Every SA question is asked on a daemon connection of its own, opened for it and closed
 //! after, outside the agent's lock: the CM thread goes on meanwhile, and no idle MAD agent
 //! is left on the port to collect CM MADs nobody reads.
