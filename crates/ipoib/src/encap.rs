@@ -66,6 +66,28 @@ impl std::fmt::Display for HwAddr {
     }
 }
 
+impl std::str::FromStr for HwAddr {
+    type Err = String;
+
+    /// The address as [`Display`](std::fmt::Display) writes it (and `ip link` shows it).
+    fn from_str(s: &str) -> Result<HwAddr, String> {
+        let mut h = [0u8; HW_LEN];
+        let mut n = 0;
+        for part in s.split(':') {
+            let b = u8::from_str_radix(part, 16)
+                .ok()
+                .filter(|_| part.len() == 2 && n < HW_LEN)
+                .ok_or_else(|| format!("{s:?} is not an IPoIB hardware address (20 hex bytes)"))?;
+            h[n] = b;
+            n += 1;
+        }
+        if n != HW_LEN {
+            return Err(format!("{s:?} has {n} bytes, an IPoIB hardware address 20"));
+        }
+        Ok(HwAddr(h))
+    }
+}
+
 /// `payload` behind the encapsulation header of `ethertype`.
 pub fn encapsulate(ethertype: u16, payload: &[u8]) -> Vec<u8> {
     let mut frame = Vec::with_capacity(ENCAP_LEN + payload.len());
@@ -204,6 +226,11 @@ mod tests {
         assert_eq!(h.gid(), gid(7));
         assert!(h.to_string().starts_with("00:12:34:56:fe:80:00"));
         assert_eq!(h.to_string().len(), 20 * 3 - 1);
+        assert_eq!(h.to_string().parse::<HwAddr>(), Ok(h));
+        assert!("00:12".parse::<HwAddr>().is_err());
+        assert!("zz".parse::<HwAddr>().is_err());
+        let long = format!("{h}:00");
+        assert!(long.parse::<HwAddr>().is_err());
     }
 
     #[test]

@@ -761,6 +761,9 @@ impl Interface {
         for p in queued {
             self.send(ETHERTYPE_IPV4, &p, ah, qpn, qkey)?;
         }
+        // Whoever waits for this neighbour (rdma_resolve_addr) reads it from the state now,
+        // not at the next port check.
+        self.write_state();
         Ok(())
     }
 
@@ -775,6 +778,17 @@ impl Interface {
             hwaddr: self.hwaddr().to_string(),
             mlid: self.group.map_or(0, |(g, _)| g.mlid.0),
             counters: self.counters,
+            neighbours: self
+                .neighbours
+                .iter()
+                .filter_map(|(ip, n)| {
+                    let ((qpn, _), gid) = (n.dest?, n.gid?);
+                    Some(state::Neighbour {
+                        ip: *ip,
+                        lladdr: HwAddr::new(qpn, gid).to_string(),
+                    })
+                })
+                .collect(),
         };
         let Ok(text) = serde_json::to_string_pretty(&s) else {
             return;

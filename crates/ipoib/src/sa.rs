@@ -1,6 +1,7 @@
 //! What IPoIB asks the SA (RFC 4391 §5, IBA §15.2.5), through the MAD agent: membership of the
-//! partition's IPv4 broadcast group (SubnAdmSet of an MCMemberRecord) and the path to a
-//! neighbour's GID (SubnAdmGet of a PathRecord).
+//! partition's IPv4 broadcast group (SubnAdmSet of an MCMemberRecord; SubnAdmDelete to leave)
+//! and the path to a neighbour's GID (SubnAdmGet of a PathRecord). softib's librdmacm asks the
+//! same for rdma_cm ids on an IB port (its routes and multicast groups).
 
 use softib::mad::{MadAgent, MadTransport};
 use softib::{Gid, Lid};
@@ -25,16 +26,51 @@ pub fn join_broadcast<T: MadTransport + ?Sized>(
         join_state: sa::join_state::FULL_MEMBER,
         ..McMemberRecord::default()
     };
-    let mut data = [0u8; McMemberRecord::LEN];
-    rec.emit(&mut data);
-    let r = agent.sa_query(
+    join(agent, t, sa_lid, &rec, sa::mcmember_comp::JOIN)
+}
+
+/// SubnAdmSet(MCMemberRecord): the join `rec` asks for, with the components `comp` says it
+/// carries (a group that does not exist yet is created from them); the group's record as the
+/// SA answers it.
+pub fn join<T: MadTransport + ?Sized>(
+    agent: &mut MadAgent,
+    t: &mut T,
+    sa_lid: Lid,
+    rec: &McMemberRecord,
+    comp: u64,
+) -> Result<McMemberRecord, Error> {
+    mcmember(agent, t, sa_lid, Method::Set, rec, comp)
+}
+
+/// SubnAdmDelete(MCMemberRecord): leaves the group `rec` names (MGID, PortGID, the JoinState
+/// bits to give up).
+pub fn leave<T: MadTransport + ?Sized>(
+    agent: &mut MadAgent,
+    t: &mut T,
+    sa_lid: Lid,
+    rec: &McMemberRecord,
+) -> Result<McMemberRecord, Error> {
+    mcmember(
+        agent,
         t,
         sa_lid,
-        Method::Set,
-        AttrId::MC_MEMBER_RECORD,
+        Method::Delete,
+        rec,
         sa::mcmember_comp::JOIN,
-        &data,
-    )?;
+    )
+}
+
+fn mcmember<T: MadTransport + ?Sized>(
+    agent: &mut MadAgent,
+    t: &mut T,
+    sa_lid: Lid,
+    method: Method,
+    rec: &McMemberRecord,
+    comp: u64,
+) -> Result<McMemberRecord, Error> {
+    let mut data = [0u8; McMemberRecord::LEN];
+    rec.emit(&mut data);
+    let r = agent.sa_query(t, sa_lid, method, AttrId::MC_MEMBER_RECORD, comp, &data)?;
     McMemberRecord::parse(sa_data(r.mad())).map_err(|e| Error::Answer {
         what: "MCMemberRecord",
         detail: e.to_string(),

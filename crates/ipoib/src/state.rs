@@ -30,6 +30,21 @@ pub struct IfState {
     pub mlid: u16,
     /// Packets and drops.
     pub counters: Counters,
+    /// The neighbours IPoIB ARP has resolved, as `ip neigh show dev ib0` would list them on
+    /// the kernel's IPoIB. The TUN device is layer 3, so the kernel has no neighbour table for
+    /// it: this is where others (softib's librdmacm resolving an address) find a neighbour's
+    /// GID.
+    #[serde(default)]
+    pub neighbours: Vec<Neighbour>,
+}
+
+/// A resolved neighbour of an interface.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Neighbour {
+    /// Its IPv4 address.
+    pub ip: std::net::Ipv4Addr,
+    /// Its hardware address (QPN and port GID), as [`crate::encap::HwAddr`] writes it.
+    pub lladdr: String,
 }
 
 /// Packet counters of an interface.
@@ -136,7 +151,7 @@ pub fn list() -> Vec<IfState> {
 #[derive(Debug)]
 pub enum Startup {
     /// It wrote its state: the interface exists.
-    Up(IfState),
+    Up(Box<IfState>),
     /// It exited first.
     Exited(ExitStatus),
     /// It neither came up nor exited in time.
@@ -149,7 +164,7 @@ pub fn wait_up(ifname: &str, child: &mut Child, timeout: Duration) -> std::io::R
     loop {
         if let Some(s) = read(ifname) {
             if s.pid == child.id() {
-                return Ok(Startup::Up(s));
+                return Ok(Startup::Up(Box::new(s)));
             }
         }
         if let Some(status) = child.try_wait()? {
@@ -224,6 +239,7 @@ mod tests {
                 tx_packets: 3,
                 ..Counters::default()
             },
+            neighbours: Vec::new(),
         };
         assert_eq!(
             s.to_string(),

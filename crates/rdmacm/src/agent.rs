@@ -23,13 +23,23 @@ use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
 use softib_cm::{Cm, CommId, Config, Rep, Req};
 use softib_verbs_abi::rdma_cm::{RdmaCmEvent, RdmaCmId, RdmaEventChannel};
 use softib_verbs_abi::IbvContext;
-use softib_wire::{Gid, Qpn};
+use softib_wire::{Gid, Lid, Qpn};
 
 /// MADs taken from the daemon per request.
 const BATCH: u32 = 64;
 
-/// A peer CM: the device it is reached from and its GID.
-pub type Peer = (u32, Gid);
+/// A peer CM: the device it is reached from and where on that device's port.
+pub type Peer = (u32, At);
+
+/// Where a peer CM is on the fabric: by its GID on RoCE (QP1's MADs carry a GRH to it), by
+/// its LID on an InfiniBand port (LRH-routed inside the subnet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum At {
+    /// A RoCE peer.
+    Gid(Gid),
+    /// An InfiniBand peer.
+    Lid(Lid),
+}
 
 /// One of the host's devices.
 pub struct Dev {
@@ -37,8 +47,12 @@ pub struct Dev {
     pub index: u32,
     /// Its name (`rxe0`), as libibverbs lists it.
     pub name: String,
-    /// Port 1's GIDs: on RoCE the IPv6 link-local address and the IPv4-mapped address.
+    /// Port 1's GIDs: on RoCE the IPv6 link-local address and the IPv4-mapped address; on
+    /// InfiniBand the port GID.
     pub gids: Vec<Gid>,
+    /// Port 1 is an InfiniBand port (a host of an emulated fabric): addresses are IPoIB's,
+    /// routes the SA's ([`crate::fabric`]).
+    pub ib: bool,
     /// Port 1's active MTU (the `ibv_mtu` code).
     pub mtu: u8,
     /// RDMA reads and atomics a QP may answer at once (`max_qp_rd_atom`).
@@ -84,6 +98,8 @@ pub struct IdState {
     pub rep: Option<Box<Rep>>,
     /// The peer CM.
     pub peer: Option<Peer>,
+    /// On an InfiniBand port: the port GID, the peer's, and the path between them.
+    pub ib: Option<crate::fabric::IbRoute>,
     /// The Starting PSN of its REQ or REP: the PSN its QP receives from first (`qp::rtr_attr`).
     pub psn: u32,
     /// What `rdma_connect`/`rdma_accept` asked for.
@@ -108,6 +124,31 @@ pub struct IdState {
     pub ep_qp: Option<(crate::sync::SavedAttr, *mut softib_verbs_abi::IbvPd)>,
     /// The multicast groups it joined.
     pub mcast: Vec<crate::mcast::Joined>,
+}
+
+impl IdState {
+    /// This side's GID: the port GID on InfiniBand, the source address's on RoCE.
+    pub fn sgid(&self) -> Gid {
+        match (&self.ib, self.src) {
+            (Some(r), _) => r.sgid,
+            (None, Some(src)) => gid_of(src.ip()),
+            (None, None) => Gid::default(),
+        }
+    }
+
+    /// The peer's GID, once the address is resolved.
+    pub fn dgid(&self) -> Gid {
+        match (&self.ib, self.peer) {
+            (Some(r), _) => r.dgid,
+            (None, Some((_, At::Gid(g)))) => g,
+            _ => Gid::default(),
+        }
+    }
+
+    /// The LID-routed path of an id on an InfiniBand port, once it has one.
+    pub fn ib_path(&self) -> Option<crate::fabric::IbPath> {
+        self.ib.and_then(|r| r.path)
+    }
 }
 
 /// An event channel: a pipe whose read end programs poll, one byte per queued event.
@@ -174,10 +215,39 @@ impl State {
         self.ids.get_mut(&(c as usize)).ok_or(libc::EINVAL)
     }
 
-    /// The device whose GID table holds `ip`'s GID.
+    /// The device whose GID table holds `ip`'s GID (RoCE), or whose port runs the IPoIB
+    /// interface that has address `ip` (InfiniBand), with that interface.
     pub fn dev_of_ip(&self, ip: IpAddr) -> Option<usize> {
+        self.dev_and_ipoib_of(ip).map(|(d, _)| d)
+    }
+
+    /// As [`State::dev_of_ip`], with the IPoIB interface on an InfiniBand device.
+    pub fn dev_and_ipoib_of(&self, ip: IpAddr) -> Option<(usize, Option<crate::fabric::Local>)> {
         let gid = gid_of(ip);
-        self.devs.iter().position(|d| d.gids.contains(&gid))
+        if let Some(d) = self
+            .devs
+            .iter()
+            .position(|d| !d.ib && d.gids.contains(&gid))
+        {
+            return Some((d, None));
+        }
+        let IpAddr::V4(v4) = ip.to_canonical() else {
+            return None;
+        };
+        if !self.devs.iter().any(|d| d.ib) {
+            return None;
+        }
+        let local = crate::fabric::local_of(v4)?;
+        let d = self
+            .devs
+            .iter()
+            .position(|d| d.ib && d.name == local.dev && local.port == 1)?;
+        Some((d, Some(local)))
+    }
+
+    /// The device with daemon index `index`.
+    pub fn dev_by_index(&self, index: u32) -> Option<&Dev> {
+        self.devs.iter().find(|d| d.index == index)
     }
 
     /// A port for an id that bound to port 0.
@@ -266,6 +336,7 @@ fn start() -> Result<State, c_int> {
             index: i as u32,
             name: d.name.clone(),
             gids: p.gids.clone(),
+            ib: p.link_layer_ib,
             mtu: u8::from(p.active_mtu),
             max_rd_atom: d.attr.max_qp_rd_atom,
             max_init_rd_atom: d.attr.max_qp_init_rd_atom,
@@ -366,9 +437,13 @@ fn run(mut agent: softib::Context, mad_wake: OwnedFd, kick: OwnedFd) {
                 if m.mad.get(1) != Some(&0x07) {
                     continue;
                 }
-                if let Some(gid) = m.sgid {
-                    st.cm.handle_mad(now, (m.dev, gid), &m.mad);
-                }
+                let ib = st.dev_by_index(m.dev).is_some_and(|d| d.ib);
+                let from = match (ib, m.sgid) {
+                    (true, _) => At::Lid(m.slid),
+                    (false, Some(gid)) => At::Gid(gid),
+                    (false, None) => continue,
+                };
+                st.cm.handle_mad(now, (m.dev, from), &m.mad);
             }
             st.cm.handle_timeout(now);
             while let Some(ev) = st.cm.poll_event() {
@@ -395,8 +470,12 @@ fn run(mut agent: softib::Context, mad_wake: OwnedFd, kick: OwnedFd) {
             }
             continue;
         }
-        for ((dev, gid), mad) in out {
-            if let Err(e) = agent.send_gmp_gid(dev, 1, gid, Qpn::GSI, &mad) {
+        for ((dev, at), mad) in out {
+            let sent = match at {
+                At::Gid(gid) => agent.send_gmp_gid(dev, 1, gid, Qpn::GSI, &mad),
+                At::Lid(lid) => agent.send_gmp(dev, 1, lid, Qpn::GSI, &mad),
+            };
+            if let Err(e) = sent {
                 eprintln!("softib: rdma_cm: sending a CM MAD: {e}");
             }
         }

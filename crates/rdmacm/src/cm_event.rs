@@ -10,7 +10,7 @@ use softib_cm::{CmaHeader, Event as CmEvent, RejectReason};
 use softib_verbs_abi::rdma_cm::{event, RdmaCmId, RdmaEventChannel};
 use softib_verbs_abi::IbvGid;
 
-use crate::agent::{self, Peer, State};
+use crate::agent::{self, At, Peer, State};
 use crate::event::{new_event, set_private_data};
 use crate::id::{new_state, qp_type_of, storage_of, zeroed_id};
 use crate::qp;
@@ -176,6 +176,14 @@ fn connect_request(st: &mut State, comm: softib_cm::CommId, from: Peer, req: &so
         };
     if let Some(s) = st.ids.get_mut(&(c as usize)) {
         s.req = Some(Box::new(*req));
+        if let Some(r) = s.ib.as_mut() {
+            // On InfiniBand the REQ names the path (and the requester's port GID): the
+            // passive side takes it instead of asking the SA, as the kernel's CM does.
+            r.dgid = req.primary.local_gid;
+            r.path = Some(crate::fabric::IbPath::from_req(&req.primary, req.path_mtu));
+            // SAFETY: the id's C struct, made just now.
+            unsafe { (*c).route.addr.ibaddr.dgid = IbvGid { raw: r.dgid.0 } };
+        }
     }
     let mut e = new_event(c, event::CONNECT_REQUEST, 0);
     e.ev.listen_id = lkey as *mut RdmaCmId;
@@ -212,6 +220,19 @@ pub fn request_id(
         .iter()
         .position(|d| d.index == from.0)
         .ok_or(RejectReason::NoResources)?;
+    let ib = st.devs[dev].ib.then(|| {
+        let sgid = st.devs[dev].gids.first().copied().unwrap_or_default();
+        let dlid = match from.1 {
+            At::Lid(l) => l,
+            At::Gid(_) => softib_wire::Lid(0),
+        };
+        crate::fabric::IbRoute {
+            sgid,
+            dgid: softib_wire::Gid::default(),
+            pkey: 0xFFFF,
+            path: Some(crate::fabric::IbPath::back_to(dlid)),
+        }
+    });
     let ctx = crate::device::context(st, dev).map_err(|_| RejectReason::NoResources)?;
     let pd = crate::device::pd(st, dev).map_err(|_| RejectReason::NoResources)?;
     let l = st.ids.get(&lkey).ok_or(RejectReason::InvalidServiceId)?;
@@ -237,10 +258,13 @@ pub fn request_id(
     c.qp_type = qp_type_of(ps);
     c.route.addr.src_addr = storage_of(src);
     c.route.addr.dst_addr = storage_of(dst);
-    c.route.addr.ibaddr.sgid = IbvGid {
-        raw: agent::gid_of(our_ip).0,
+    let (sgid, dgid) = match (&ib, from.1) {
+        (Some(r), _) => (r.sgid, r.dgid),
+        (None, At::Gid(g)) => (agent::gid_of(our_ip), g),
+        (None, At::Lid(_)) => (agent::gid_of(our_ip), softib_wire::Gid::default()),
     };
-    c.route.addr.ibaddr.dgid = IbvGid { raw: from.1 .0 };
+    c.route.addr.ibaddr.sgid = IbvGid { raw: sgid.0 };
+    c.route.addr.ibaddr.dgid = IbvGid { raw: dgid.0 };
     c.route.addr.ibaddr.pkey = 0xFFFF;
     c.route.num_paths = 0;
     let c = Box::into_raw(Box::new(c));
@@ -250,6 +274,7 @@ pub fn request_id(
     s.dst = Some(dst);
     s.comm = Some(comm);
     s.peer = Some(from);
+    s.ib = ib;
     s.sync = sync;
     st.ids.insert(c as usize, s);
     st.by_comm.insert(comm, c as usize);

@@ -18,7 +18,7 @@ use softib_verbs_abi::{qp_type, IbvGid, IbvSaPathRec};
 use softib_wire::mad::cm::private_len;
 use softib_wire::{PKey, Psn, QKey, Qpn};
 
-use crate::agent::{self, IdState, Peer, State};
+use crate::agent::{self, At, IdState, Peer, State};
 use crate::event::new_event;
 use crate::qp;
 use crate::{ffi, ffi_ptr};
@@ -116,6 +116,7 @@ pub(crate) fn new_state(c: *mut RdmaCmId, ps: c_int) -> IdState {
         req: None,
         rep: None,
         peer: None,
+        ib: None,
         psn: 0,
         responder_resources: 1,
         initiator_depth: 1,
@@ -202,8 +203,8 @@ pub unsafe extern "C" fn rdma_create_id(
 /// `id` comes from `rdma_create_id` (or a CONNECT_REQUEST event) and is destroyed once.
 pub unsafe extern "C" fn rdma_destroy_id(id: *mut RdmaCmId) -> c_int {
     ffi(|| {
-        agent::with(|st| {
-            let state = st.ids.remove(&(id as usize)).ok_or(libc::EINVAL)?;
+        let groups = agent::with(|st| {
+            let mut state = st.ids.remove(&(id as usize)).ok_or(libc::EINVAL)?;
             if let Some(svc) = state.listening {
                 let _ = st.cm.unlisten(svc);
                 st.listeners.remove(&svc);
@@ -234,15 +235,19 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut RdmaCmId) -> c_int {
                     drop(Box::from_raw(c.route.path_rec));
                 }
             }
-            Ok(())
+            Ok(std::mem::take(&mut state.mcast))
         })?;
+        // Memberships at an SA end with the id, as the kernel's rdma_cm leaves them.
+        for j in &groups {
+            crate::mcast::leave_sa(j);
+        }
         agent::flush();
         Ok(())
     })
 }
 
 /// Binds `state` to `addr` (port 0: an ephemeral port).
-fn bind(st: &mut State, id: *mut RdmaCmId, addr: SocketAddr) -> Result<(), c_int> {
+pub(crate) fn bind(st: &mut State, id: *mut RdmaCmId, addr: SocketAddr) -> Result<(), c_int> {
     let ps = st.id(id)?.ps;
     // A loopback address no device has is bound to no device, as a wildcard is: the kernel's
     // rdma_cm binds such an id to a device only when it resolves or listens
@@ -250,19 +255,21 @@ fn bind(st: &mut State, id: *mut RdmaCmId, addr: SocketAddr) -> Result<(), c_int
     // no address, and then takes a device's address for its listener.
     let unbound_loopback =
         addr.ip().to_canonical().is_loopback() && st.dev_of_ip(addr.ip()).is_none();
-    let dev = if addr.ip().is_unspecified() || unbound_loopback {
-        None
+    let (dev, ipoib) = if addr.ip().is_unspecified() || unbound_loopback {
+        (None, None)
     } else {
-        Some(st.dev_of_ip(addr.ip()).ok_or_else(|| {
+        let (d, ipoib) = st.dev_and_ipoib_of(addr.ip()).ok_or_else(|| {
             crate::refused(
                 "rdma_bind_addr",
                 &format!(
-                    "no softib device of this host has the address {}",
+                    "no softib device of this host has the address {} (on a fabric host, \
+                     the address of an IPoIB interface: softib ipoib add ib0 ...)",
                     addr.ip()
                 ),
                 libc::EADDRNOTAVAIL,
             )
-        })?)
+        })?;
+        (Some(d), ipoib)
     };
     let mut addr = addr;
     if addr.port() == 0 {
@@ -290,6 +297,8 @@ fn bind(st: &mut State, id: *mut RdmaCmId, addr: SocketAddr) -> Result<(), c_int
     let state = st.id(id)?;
     state.src = Some(addr);
     state.dev = dev;
+    state.ib = ipoib.as_ref().map(crate::fabric::IbRoute::on);
+    let (sgid, pkey) = (state.sgid(), state.ib.map_or(0xFFFF, |r| r.pkey));
     // SAFETY: the id's C struct.
     let c = unsafe { &mut *id };
     c.route.addr.src_addr = storage_of(addr);
@@ -299,10 +308,8 @@ fn bind(st: &mut State, id: *mut RdmaCmId, addr: SocketAddr) -> Result<(), c_int
             c.pd = pd;
         }
         c.port_num = 1;
-        c.route.addr.ibaddr.sgid = IbvGid {
-            raw: agent::gid_of(addr.ip()).0,
-        };
-        c.route.addr.ibaddr.pkey = 0xFFFF;
+        c.route.addr.ibaddr.sgid = IbvGid { raw: sgid.0 };
+        c.route.addr.ibaddr.pkey = pkey.to_be();
     }
     Ok(())
 }
@@ -321,7 +328,9 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut RdmaCmId, addr: *mut libc::sock
 
 /// `rdma_resolve_addr`: picks the local device (the source address's, else the first with
 /// an address of the destination's family), whose GID the source address is, and names the
-/// peer by the destination's GID. ADDR_RESOLVED follows.
+/// peer by the destination's GID. ADDR_RESOLVED follows. On a host whose addresses are
+/// IPoIB's (an emulated fabric), the address is resolved as on InfiniBand
+/// ([`crate::fabric::resolve_addr`]).
 ///
 /// # Safety
 /// `id` comes from `rdma_create_id`; `src` is NULL or a valid sockaddr; `dst` is valid.
@@ -329,15 +338,26 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     id: *mut RdmaCmId,
     src: *mut libc::sockaddr,
     dst: *mut libc::sockaddr,
-    _timeout_ms: c_int,
+    timeout_ms: c_int,
 ) -> c_int {
     ffi(|| {
         // SAFETY: the caller's sockaddrs.
         let (src, dst) = unsafe { (read_sockaddr(src), read_sockaddr(dst)) };
         let dst = dst.ok_or(libc::EAFNOSUPPORT)?;
-        agent::with(|st| {
+        let (bound, has_ib) = agent::with(|st| {
             let bound = st.id(id)?.src;
-            let wanted = src.or(bound);
+            Ok((bound, st.devs.iter().any(|d| d.ib)))
+        })?;
+        let wanted = src.or(bound);
+        if has_ib {
+            if let Some((ip, local)) = crate::fabric::ipoib_source(wanted, dst) {
+                let port = wanted.map_or(0, |a| a.port());
+                let src = SocketAddr::new(IpAddr::V4(ip), port);
+                crate::fabric::resolve_addr(id, src, &local, dst, timeout_ms)?;
+                return sync_wait(id, event::ADDR_RESOLVED);
+            }
+        }
+        agent::with(|st| {
             let local_ip = match wanted.map(|a| a.ip()).filter(|ip| !ip.is_unspecified()) {
                 Some(ip) => ip,
                 None => first_ip(st, dst.ip()).ok_or_else(|| {
@@ -355,7 +375,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
             let dgid = agent::gid_of(dst.ip());
             let state = st.id(id)?;
             state.dst = Some(dst);
-            state.peer = Some((dev_index, dgid));
+            state.peer = Some((dev_index, At::Gid(dgid)));
             // SAFETY: the id's C struct.
             let c = unsafe { &mut *id };
             c.route.addr.dst_addr = storage_of(dst);
@@ -394,15 +414,20 @@ fn first_ip(st: &State, like: IpAddr) -> Option<IpAddr> {
 }
 
 /// `rdma_resolve_route`: on RoCE the route is the GRH to the peer's GID: one path record,
-/// and ROUTE_RESOLVED.
+/// and ROUTE_RESOLVED. On InfiniBand it is the SA's PathRecord
+/// ([`crate::fabric::resolve_route`]).
 ///
 /// # Safety
 /// `id` comes from `rdma_create_id`.
 pub unsafe extern "C" fn rdma_resolve_route(id: *mut RdmaCmId, _timeout_ms: c_int) -> c_int {
     ffi(|| {
+        if agent::with(|st| Ok(st.id(id)?.ib.is_some()))? {
+            crate::fabric::resolve_route(id)?;
+            return sync_wait(id, event::ROUTE_RESOLVED);
+        }
         agent::with(|st| {
             let state = st.id(id)?;
-            let (Some(src), Some(peer)) = (state.src, state.peer) else {
+            let (Some(_), Some(_)) = (state.src, state.peer) else {
                 return Err(crate::refused(
                     "rdma_resolve_route",
                     "the address is not resolved (rdma_resolve_addr first)",
@@ -410,12 +435,11 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut RdmaCmId, _timeout_ms: c_in
                 ));
             };
             let (tos, dev) = (state.tos, state.dev);
+            let (sgid, dgid) = (state.sgid(), state.dgid());
             let mtu = dev.and_then(|d| st.devs.get(d)).map_or(3, |d| d.mtu);
             let rec = IbvSaPathRec {
-                dgid: IbvGid { raw: peer.1 .0 },
-                sgid: IbvGid {
-                    raw: agent::gid_of(src.ip()).0,
-                },
+                dgid: IbvGid { raw: dgid.0 },
+                sgid: IbvGid { raw: sgid.0 },
                 dlid: 0,
                 slid: 0,
                 raw_traffic: 0,
@@ -434,20 +458,27 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut RdmaCmId, _timeout_ms: c_in
                 packet_life_time: 0,
                 preference: 0,
             };
-            // SAFETY: the id's C struct; a previous path record is the library's own.
-            let c = unsafe { &mut *id };
-            if !c.route.path_rec.is_null() {
-                // SAFETY: leaked by an earlier resolve_route.
-                drop(unsafe { Box::from_raw(c.route.path_rec) });
-            }
-            c.route.path_rec = Box::into_raw(Box::new(rec));
-            c.route.num_paths = 1;
-            let channel = c.channel;
+            set_path_rec(id, rec);
+            // SAFETY: the id's C struct.
+            let channel = unsafe { (*id).channel };
             st.post(channel, new_event(id, event::ROUTE_RESOLVED, 0));
             Ok(())
         })?;
         sync_wait(id, event::ROUTE_RESOLVED)
     })
+}
+
+/// Sets the id's one path record (`id->route.path_rec`), freeing an earlier one.
+pub fn set_path_rec(id: *mut RdmaCmId, rec: IbvSaPathRec) {
+    // SAFETY: the id's C struct (the caller holds the agent's lock and the id is in its
+    // table); a previous path record is the library's own.
+    let c = unsafe { &mut *id };
+    if !c.route.path_rec.is_null() {
+        // SAFETY: leaked by an earlier resolve_route.
+        drop(unsafe { Box::from_raw(c.route.path_rec) });
+    }
+    c.route.path_rec = Box::into_raw(Box::new(rec));
+    c.route.num_paths = 1;
 }
 
 /// The ServiceID rdma_cm uses for `port` in port space `ps`.
@@ -567,7 +598,7 @@ pub unsafe extern "C" fn rdma_connect(id: *mut RdmaCmId, param: *mut RdmaConnPar
             state.psn = psn;
             let mut private_data = [0u8; private_len::REQ];
             cma_private_data(src, dst, &user, &mut private_data);
-            let sgid = agent::gid_of(src.ip());
+            let (primary, path_mtu, pkey) = primary_path(state, mtu);
             let params = ConnectParams {
                 service_id: service_of(state.ps, dst.port()),
                 local_qpn: Qpn::new(qpn),
@@ -575,19 +606,12 @@ pub unsafe extern "C" fn rdma_connect(id: *mut RdmaCmId, param: *mut RdmaConnPar
                 responder_resources: state.responder_resources,
                 initiator_depth: state.initiator_depth,
                 transport: TransportService::Rc,
-                pkey: PKey::DEFAULT,
-                path_mtu: mtu,
+                pkey,
+                path_mtu,
                 retry_count: state.retry_count.min(7),
                 rnr_retry_count: state.rnr_retry_count.min(7),
                 srq,
-                primary: Path {
-                    local_gid: sgid,
-                    remote_gid: peer.1,
-                    hop_limit: 64,
-                    traffic_class: state.tos,
-                    local_ack_timeout: state.ack_timeout,
-                    ..Path::default()
-                },
+                primary,
                 private_data,
             };
             let now = st.now();
@@ -599,6 +623,35 @@ pub unsafe extern "C" fn rdma_connect(id: *mut RdmaCmId, param: *mut RdmaConnPar
         })?;
         sync_wait(id, event::ESTABLISHED)
     })
+}
+
+/// The REQ's primary path, path MTU and P_Key for an id whose route is resolved (`mtu`: its
+/// device's active MTU). On RoCE the path is the GRH between the two GIDs; on InfiniBand
+/// the SA's PathRecord: LIDs, SL, rate, the path's MTU, in the subnet (no GRH), and an ACK
+/// timeout of at least what the packet lifetime asks (the kernel's `cm_ack_timeout`).
+fn primary_path(state: &IdState, mtu: u8) -> (Path, u8, PKey) {
+    let mut p = Path {
+        local_gid: state.sgid(),
+        remote_gid: state.dgid(),
+        hop_limit: 64,
+        traffic_class: state.tos,
+        local_ack_timeout: state.ack_timeout,
+        ..Path::default()
+    };
+    let (Some(r), Some(ib)) = (state.ib, state.ib_path()) else {
+        return (p, mtu, PKey::DEFAULT);
+    };
+    p.local_lid = ib.slid;
+    p.remote_lid = ib.dlid;
+    p.sl = ib.sl;
+    p.packet_rate = ib.rate;
+    p.subnet_local = true;
+    p.hop_limit = 0;
+    p.local_ack_timeout = state
+        .ack_timeout
+        .max(ib.packet_life_time.saturating_add(1))
+        .min(31);
+    (p, ib.mtu, PKey(r.pkey))
 }
 
 /// The RDMA read/atomic limits of device `dev` (responder resources, initiator depth).
@@ -980,6 +1033,57 @@ mod tests {
             srq: 0,
             qp_num: 0,
         }
+    }
+
+    /// On an IB port the REQ's primary path is the SA's PathRecord: both LIDs, its SL, rate
+    /// and MTU, in the subnet without a GRH, with an ACK timeout the packet lifetime allows;
+    /// on RoCE it stays the GRH between the GIDs.
+    #[test]
+    fn an_ib_reqs_primary_path_comes_from_the_path_record() {
+        use crate::fabric::{IbPath, IbRoute};
+        use softib_wire::{Gid, Lid};
+        let mut s = new_state(std::ptr::null_mut(), port_space::TCP);
+        let (sgid, dgid) = (Gid([0xfe; 16]), Gid([0xaa; 16]));
+        s.ib = Some(IbRoute {
+            sgid,
+            dgid,
+            pkey: 0xffff,
+            path: Some(IbPath {
+                slid: Lid(1),
+                dlid: Lid(7),
+                sl: 3,
+                mtu: 4,
+                rate: 7,
+                packet_life_time: 18,
+            }),
+        });
+        let (p, mtu, pkey) = primary_path(&s, 5);
+        assert_eq!((p.local_lid, p.remote_lid), (Lid(1), Lid(7)));
+        assert_eq!((p.local_gid, p.remote_gid), (sgid, dgid));
+        assert_eq!((p.sl, p.packet_rate, p.hop_limit), (3, 7, 0));
+        assert!(p.subnet_local);
+        assert_eq!(
+            p.local_ack_timeout, 19,
+            "packet lifetime 18 + 1 beats the default 14"
+        );
+        assert_eq!((mtu, pkey), (4, PKey(0xffff)));
+        // The passive side reads the same path back, its ends swapped.
+        let back = IbPath::from_req(&p, mtu);
+        assert_eq!(
+            (back.slid, back.dlid, back.sl, back.mtu),
+            (Lid(7), Lid(1), 3, 4)
+        );
+        assert_eq!(back.packet_life_time, 18);
+
+        let mut r = new_state(std::ptr::null_mut(), port_space::TCP);
+        r.src = Some(SocketAddr::from(([10, 0, 0, 1], 1)));
+        r.peer = Some((0, At::Gid(agent::gid_of(IpAddr::from([10, 0, 0, 2])))));
+        let (p, mtu, _) = primary_path(&r, 3);
+        assert_eq!(
+            (p.local_lid, p.remote_lid, p.hop_limit, mtu),
+            (Lid(0), Lid(0), 64, 3)
+        );
+        assert_eq!(p.remote_gid, agent::gid_of(IpAddr::from([10, 0, 0, 2])));
     }
 
     /// libfabric's verbs provider asks for RDMA_MAX_RESP_RES and RDMA_MAX_INIT_DEPTH (0xFF):

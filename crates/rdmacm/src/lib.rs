@@ -8,7 +8,8 @@
 //!
 //! - addresses are resolved against the host's softib devices: a RoCE device's IP address is
 //!   its GID (IPv4-mapped), so an IP address names the peer's GID and the route is the GRH
-//!   ([`agent`]);
+//!   ([`agent`]); on an InfiniBand port (a host of an emulated fabric) the addresses are
+//!   IPoIB's, resolved to GIDs by IPoIB ARP, and the route is an SA PathRecord ([`fabric`]);
 //! - the CM protocol is `softib-cm`'s machine, speaking REQ/REP/RTU, REJ, DREQ/DREP on QP1
 //!   through the daemon's MAD interface (one agent per process, [`agent::Agent`], with a
 //!   thread that feeds it MADs and time);
@@ -33,6 +34,7 @@ mod agent;
 mod cm_event;
 mod device;
 mod event;
+mod fabric;
 mod ibv;
 mod id;
 mod mcast;

@@ -1,4 +1,13 @@
-//! Multicast through rdma_cm on RoCE: `rdma_join_multicast(_ex)` and `rdma_leave_multicast`.
+//! Multicast through rdma_cm: `rdma_join_multicast(_ex)` and `rdma_leave_multicast`.
+//!
+//! On an InfiniBand port the group is joined through the SA, as the kernel's cma does
+//! (`cma_join_ib_multicast`): an IPv4 group's MGID is `ip_ib_mc_map`'s (with rdma_cm's
+//! signature for RDMA_PS_UDP, [`crate::fabric::mgid`]), the MCMemberRecord join creates the
+//! group when it is new ([`crate::fabric::join`], asked without the agent's lock), the id's
+//! QP is attached to the MGID and the MLID the SA gave, and MULTICAST_JOIN carries an address
+//! handle to the MLID with a GRH to the MGID (multicast on InfiniBand always has one), the
+//! group's Q_Key and QPN 0xFFFFFF. A leave detaches the QP and deletes the membership at the
+//! SA (so does destroying the id).
 //!
 //! On RoCEv2 there is no SA to join through: as the kernel's cma does
 //! (`cma_iboe_join_multicast`), the group's IPv4 address is mapped to its GID
@@ -12,8 +21,9 @@
 use std::ffi::{c_int, c_void};
 use std::net::{IpAddr, SocketAddr};
 
-use softib_verbs_abi::rdma_cm::{event, RdmaCmId};
-use softib_verbs_abi::IbvGid;
+use softib_verbs_abi::rdma_cm::{event, port_space, RdmaCmId};
+use softib_verbs_abi::{IbvAhAttr, IbvGid, IbvGlobalRoute};
+use softib_wire::mad::sa::join_state;
 use softib_wire::Gid;
 
 use crate::agent::{self, State};
@@ -50,8 +60,13 @@ pub struct Joined {
     pub addr: IpAddr,
     /// Its GID.
     pub mgid: Gid,
+    /// Its LID (InfiniBand; 0 on RoCE).
+    pub mlid: u16,
     /// Whether the id's QP was attached to it (not for a send-only member).
     pub attached: bool,
+    /// On InfiniBand, the membership the SA holds: the device, the port GID and the
+    /// JoinState to give up when leaving.
+    pub sa: Option<(u32, Gid, u8)>,
 }
 
 /// The GID of multicast group `ip` on RoCEv2, or why it has none.
@@ -114,6 +129,9 @@ pub unsafe extern "C" fn rdma_join_multicast_ex(
         }
         // SAFETY: the caller's sockaddr.
         let group = unsafe { crate::id::read_sockaddr(a.addr) }.ok_or(libc::EAFNOSUPPORT)?;
+        if agent::with(|st| Ok(st.id(id)?.ib.is_some()))? {
+            return join_ib(id, group, flags == FULLMEMBER, context);
+        }
         agent::with(|st| join(st, id, group, flags == FULLMEMBER, context))
     })
 }
@@ -137,7 +155,7 @@ fn join(
     if s.mcast.iter().any(|j| j.addr == group.ip()) {
         return Err(libc::EADDRINUSE);
     }
-    let peer = (st.devs[dev].index, mgid);
+    let peer = (st.devs[dev].index, agent::At::Gid(mgid));
     let ah = crate::ud::ah_to(st, id as usize, peer).ok_or(libc::EADDRNOTAVAIL)?;
     // SAFETY: the id's C struct; its QP, if any, is the program's, live while the id is.
     let qp = unsafe { (*id).qp };
@@ -154,7 +172,9 @@ fn join(
         s.mcast.push(crate::mcast::Joined {
             addr: group.ip(),
             mgid,
+            mlid: 0,
             attached: attach,
+            sa: None,
         });
     }
     let mut e = new_event(id, event::MULTICAST_JOIN, status);
@@ -180,7 +200,7 @@ pub unsafe extern "C" fn rdma_leave_multicast(
     ffi(|| {
         // SAFETY: the caller's sockaddr.
         let group = unsafe { crate::id::read_sockaddr(addr) }.ok_or(libc::EAFNOSUPPORT)?;
-        agent::with(|st| {
+        let j = agent::with(|st| {
             let s = st.id(id)?;
             let i = s
                 .mcast
@@ -193,12 +213,140 @@ pub unsafe extern "C" fn rdma_leave_multicast(
             if j.attached && !qp.is_null() {
                 let raw = IbvGid { raw: j.mgid.0 };
                 // SAFETY: the program's QP and a live local GID.
-                let rc = unsafe { (ibv::ibv()?.detach_mcast)(qp, &raw, 0) };
+                let rc = unsafe { (ibv::ibv()?.detach_mcast)(qp, &raw, j.mlid) };
                 if rc != 0 {
                     return Err(rc.abs());
                 }
             }
-            Ok(())
-        })
+            Ok(j)
+        })?;
+        leave_sa(&j);
+        Ok(())
     })
+}
+
+/// `rdma_join_multicast` on InfiniBand: the SA join (without the agent's lock), then the
+/// QP attached and MULTICAST_JOIN, or MULTICAST_ERROR saying why the SA refused.
+fn join_ib(
+    id: *mut RdmaCmId,
+    group: SocketAddr,
+    member: bool,
+    context: *mut c_void,
+) -> Result<(), c_int> {
+    let IpAddr::V4(v4) = group.ip().to_canonical() else {
+        return Err(crate::refused(
+            "rdma_join_multicast",
+            "IPv6 multicast groups are not mapped to InfiniBand MGIDs here (IPoIB carries IPv4)",
+            libc::EOPNOTSUPP,
+        ));
+    };
+    if !v4.is_multicast() {
+        return Err(crate::refused(
+            "rdma_join_multicast",
+            &format!("{v4} is not a multicast address"),
+            libc::EINVAL,
+        ));
+    }
+    let (dev_index, route, ps) = agent::with(|st| {
+        let s = st.id(id)?;
+        if s.mcast.iter().any(|j| j.addr == group.ip()) {
+            return Err(libc::EADDRINUSE);
+        }
+        let (Some(r), Some(dev)) = (s.ib, s.dev) else {
+            return Err(libc::EINVAL);
+        };
+        let ps = s.ps;
+        Ok((st.devs[dev].index, r, ps))
+    })?;
+    let mgid = crate::fabric::mgid(v4, route.pkey, ps == port_space::UDP);
+    // RDMA_PS_IPOIB ids share the broadcast group's Q_Key, the others rdma_cm's (the
+    // kernel's `cma_set_qkey`).
+    let qkey = (ps != port_space::IPOIB).then_some(UDP_QKEY);
+    let joined = crate::fabric::join(dev_index, route.sgid, mgid, route.pkey, qkey, !member);
+    agent::with(|st| {
+        st.id(id)?;
+        // SAFETY: the id's C struct (in the table); its QP, if any, is the program's.
+        let (qp, channel) = unsafe { ((*id).qp, (*id).channel) };
+        let rec = match joined {
+            Ok(rec) => rec,
+            Err(why) => {
+                let errno = crate::refused(
+                    "rdma_join_multicast",
+                    &format!("the SA refused the join of {mgid} ({v4}): {why}"),
+                    libc::EHOSTUNREACH,
+                );
+                let mut e = new_event(id, event::MULTICAST_ERROR, -errno);
+                e.ev.param.ud.private_data = context.cast_const();
+                st.post(channel, e);
+                return Ok(());
+            }
+        };
+        let attach = member && !qp.is_null();
+        let status = if attach {
+            let raw = IbvGid { raw: mgid.0 };
+            // SAFETY: the program's QP and a live local GID.
+            -unsafe { (ibv::ibv()?.attach_mcast)(qp, &raw, rec.mlid.0) }.abs()
+        } else {
+            0
+        };
+        let join_state = if member {
+            join_state::FULL_MEMBER
+        } else {
+            join_state::SEND_ONLY_FULL_MEMBER
+        };
+        let j = Joined {
+            addr: group.ip(),
+            mgid,
+            mlid: rec.mlid.0,
+            attached: attach,
+            sa: Some((dev_index, route.sgid, join_state)),
+        };
+        if status != 0 {
+            leave_sa(&j);
+        } else {
+            st.id(id)?.mcast.push(j);
+        }
+        let sgid_index = st
+            .id(id)?
+            .dev
+            .and_then(|d| st.devs.get(d))
+            .and_then(|d| d.gid_index(&route.sgid))
+            .unwrap_or(0);
+        let mut e = new_event(id, event::MULTICAST_JOIN, status);
+        e.ev.param.ud.private_data = context.cast_const();
+        e.ev.param.ud.private_data_len = 0;
+        e.ev.param.ud.ah_attr = IbvAhAttr {
+            grh: IbvGlobalRoute {
+                dgid: IbvGid { raw: mgid.0 },
+                flow_label: rec.flow_label,
+                sgid_index,
+                hop_limit: rec.hop_limit,
+                traffic_class: rec.tclass,
+            },
+            dlid: rec.mlid.0,
+            sl: rec.sl,
+            src_path_bits: 0,
+            static_rate: 0,
+            is_global: 1,
+            port_num: 1,
+        };
+        e.ev.param.ud.qp_num = MULTICAST_QPN;
+        e.ev.param.ud.qkey = rec.q_key.0;
+        st.post(channel, e);
+        Ok(())
+    })
+}
+
+/// Gives up an InfiniBand membership at the SA; said on stderr when the SA does not answer
+/// (the SM drops the membership of a port that leaves the subnet anyway).
+pub fn leave_sa(j: &Joined) {
+    if let Some((dev, port_gid, state)) = j.sa {
+        if let Err(why) = crate::fabric::leave(dev, port_gid, j.mgid, state) {
+            crate::refused(
+                "rdma_leave_multicast",
+                &format!("leaving {} at the SA: {why}", j.mgid),
+                libc::EHOSTUNREACH,
+            );
+        }
+    }
 }

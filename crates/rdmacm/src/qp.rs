@@ -10,7 +10,6 @@ use softib_verbs_abi::{
     qp_type, IbvAhAttr, IbvGid, IbvGlobalRoute, IbvPd, IbvQp, IbvQpAttr, IbvQpInitAttr,
     IbvQpInitAttrEx,
 };
-use softib_wire::Gid;
 
 use crate::agent::{self, IdState, State};
 use crate::ibv::ibv;
@@ -76,7 +75,7 @@ fn init_attr(id: &IdState, qp_kind: u32) -> (IbvQpAttr, c_int) {
 /// starts there: `cm_req_handler` and `cm_rep_handler` take it as `sq_psn`, `ib_send_cm_req`
 /// and `ib_send_cm_rep` keep their own as `rq_psn`), so softib does too.
 pub fn rtr_attr(st: &State, id: &IdState, remote_qpn: u32) -> (IbvQpAttr, c_int) {
-    let (dgid, sgid_index, mtu) = path_of(st, id);
+    let (ah_attr, mtu) = av_of(st, id);
     let a = IbvQpAttr {
         qp_state: state::RTR,
         path_mtu: u32::from(mtu),
@@ -84,18 +83,7 @@ pub fn rtr_attr(st: &State, id: &IdState, remote_qpn: u32) -> (IbvQpAttr, c_int)
         rq_psn: id.psn,
         max_dest_rd_atomic: id.responder_resources.max(1),
         min_rnr_timer: 12,
-        ah_attr: IbvAhAttr {
-            grh: IbvGlobalRoute {
-                dgid: IbvGid { raw: dgid.0 },
-                flow_label: 0,
-                sgid_index,
-                hop_limit: 64,
-                traffic_class: id.tos,
-            },
-            is_global: 1,
-            port_num: 1,
-            ..IbvAhAttr::default()
-        },
+        ah_attr,
         ..IbvQpAttr::default()
     };
     let m = mask::STATE
@@ -129,14 +117,36 @@ pub fn rts_attr(id: &IdState) -> (IbvQpAttr, c_int) {
     (a, m)
 }
 
-/// The peer's GID, this side's GID index and the path MTU of an id.
-fn path_of(st: &State, id: &IdState) -> (Gid, u8, u8) {
-    let dgid = id.peer.map(|p| p.1).unwrap_or_default();
+/// The address vector to an id's peer and the path MTU: on InfiniBand LID-routed along the
+/// id's path (no GRH inside the subnet), on RoCE a GRH to the peer's GID.
+fn av_of(st: &State, id: &IdState) -> (IbvAhAttr, u8) {
     let dev = id.dev.and_then(|d| st.devs.get(d));
-    let sgid = id.src.map(|s| agent::gid_of(s.ip())).unwrap_or_default();
-    let sgid_index = dev.and_then(|d| d.gid_index(&sgid)).unwrap_or(0);
+    if let Some(p) = id.ib_path() {
+        let av = IbvAhAttr {
+            dlid: p.dlid.0,
+            sl: p.sl,
+            static_rate: 0,
+            is_global: 0,
+            port_num: 1,
+            ..IbvAhAttr::default()
+        };
+        return (av, p.mtu.clamp(1, 5));
+    }
+    let sgid_index = dev.and_then(|d| d.gid_index(&id.sgid())).unwrap_or(0);
     let mtu = dev.map_or(3, |d| d.mtu).clamp(1, 5);
-    (dgid, sgid_index, mtu)
+    let av = IbvAhAttr {
+        grh: IbvGlobalRoute {
+            dgid: IbvGid { raw: id.dgid().0 },
+            flow_label: 0,
+            sgid_index,
+            hop_limit: 64,
+            traffic_class: id.tos,
+        },
+        is_global: 1,
+        port_num: 1,
+        ..IbvAhAttr::default()
+    };
+    (av, mtu)
 }
 
 /// Moves the id's QP with `attr`/`mask`.

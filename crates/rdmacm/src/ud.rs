@@ -15,7 +15,7 @@ use softib_wire::mad::cm::private_len;
 use softib_wire::{PKey, QKey, Qpn};
 
 use crate::agent::EventBox;
-use crate::agent::{self, Peer, State};
+use crate::agent::{self, At, Peer, State};
 use crate::event::{new_event, set_private_data};
 use crate::id;
 use crate::qp::UDP_QKEY;
@@ -43,12 +43,13 @@ pub fn connect(st: &mut State, id: *mut RdmaCmId, user: &[u8]) -> Result<(), c_i
     let state = st.id(id)?;
     let (src, dst, peer) = id::route_to_connect(state)?;
     let service_id = id::service_of(state.ps, dst.port());
+    let pkey = state.ib.map_or(PKey::DEFAULT, |r| PKey(r.pkey));
     let mut private_data = [0u8; private_len::SIDR_REQ];
     id::cma_private_data(src, dst, user, &mut private_data);
     let now = st.now();
     let comm = st
         .cm
-        .sidr_request(now, peer, service_id, PKey::DEFAULT, &private_data);
+        .sidr_request(now, peer, service_id, pkey, &private_data);
     st.id(id)?.comm = Some(comm);
     st.by_comm.insert(comm, id as usize);
     Ok(())
@@ -142,16 +143,26 @@ pub fn on_sidr_reply(st: &mut State, comm: CommId, rep: &SidrRep) {
 }
 
 /// The address handle attributes from id `key` to `peer`: on RoCE a GRH to its GID from
-/// the id's source GID.
+/// the id's source GID; on InfiniBand LID-routed, on the id's path's SL.
 pub fn ah_to(st: &State, key: usize, peer: Peer) -> Option<IbvAhAttr> {
     let s = st.ids.get(&key)?;
     let dev = st.devs.get(s.dev?)?;
-    let sgid = agent::gid_of(s.src?.ip());
+    let gid = match peer.1 {
+        At::Lid(dlid) => {
+            return Some(IbvAhAttr {
+                dlid: dlid.0,
+                sl: s.ib_path().map_or(0, |p| p.sl),
+                port_num: 1,
+                ..IbvAhAttr::default()
+            })
+        }
+        At::Gid(g) => g,
+    };
     Some(IbvAhAttr {
         grh: IbvGlobalRoute {
-            dgid: IbvGid { raw: peer.1 .0 },
+            dgid: IbvGid { raw: gid.0 },
             flow_label: 0,
-            sgid_index: dev.gid_index(&sgid)?,
+            sgid_index: dev.gid_index(&s.sgid())?,
             hop_limit: HOP_LIMIT,
             traffic_class: s.tos,
         },

@@ -7,9 +7,6 @@
 //!   them to `poll`/`select`, and so does this library.
 //! - SRQs made through the CM (`rdma_create_srq*`): the program can make them with
 //!   `ibv_create_srq` and pass them in `ibv_qp_init_attr`.
-//! - Multicast on an emulated IB fabric (SA MCMemberRecord joins): `rdma_join_multicast`
-//!   maps a group as on RoCE ([`crate::mcast`]), and an IB device refuses to attach a QP to
-//!   that GID (MULTICAST_JOIN comes with the error as its status).
 //! - ECE (`rdma_get_remote_ece`, `rdma_reject_ece`, `rdma_set_local_ece`): enhanced connection
 //!   establishment, a vendor extension the CM messages here do not carry.
 

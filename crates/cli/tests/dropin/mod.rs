@@ -318,10 +318,6 @@ pub struct Done {
 impl Run {
     /// Starts `args` on `host`, with `env` set.
     pub fn start(host: &Host, args: &[&str], env: &[(&str, &str)]) -> Run {
-        static N: AtomicU16 = AtomicU16::new(0);
-        let debug = host
-            .dir
-            .join(format!("ld-{}", N.fetch_add(1, Ordering::Relaxed)));
         let mut c = match &host.netns {
             Some(ns) => {
                 let mut c = Command::new("ip");
@@ -333,19 +329,47 @@ impl Run {
         c.args(["run", "--host"])
             .arg(&host.dir)
             .arg("--")
-            .args(args)
+            .args(args);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let what = format!("{args:?} on {}", host.dir.display());
+        Run::logged(c, what, &host.dir.join("ld"))
+    }
+
+    /// Starts `args` on host `node` of the fabric in `dir` (`softib fabric exec`, which puts
+    /// the drop-ins first on its library path and enters the node's network namespace).
+    pub fn on_fabric(dir: &Path, node: &str, args: &[&str]) -> Run {
+        let mut c = Command::new(SOFTIB);
+        c.args(["fabric", "exec", node, "--dir"])
+            .arg(dir)
+            .arg("--")
+            .args(args);
+        Run::logged(
+            c,
+            format!("{args:?} on {node}"),
+            &dir.join(format!("ld-{node}")),
+        )
+    }
+
+    /// Spawns `c` with its output collected and the loader's log in files named after
+    /// `debug` (one per run).
+    fn logged(mut c: Command, what: String, debug: &Path) -> Run {
+        static N: AtomicU16 = AtomicU16::new(0);
+        let mut debug = debug.as_os_str().to_os_string();
+        debug.push(format!("-{}", N.fetch_add(1, Ordering::Relaxed)));
+        let debug = PathBuf::from(debug);
+        let child = c
             .env("LD_DEBUG", "libs")
             .env("LD_DEBUG_OUTPUT", &debug)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        let child = c.spawn().unwrap();
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
         Run {
             child: Some(child),
-            what: format!("{args:?} on {}", host.dir.display()),
+            what,
             debug,
             started: Instant::now(),
         }
@@ -451,6 +475,30 @@ pub fn our_library() -> PathBuf {
 }
 
 impl Done {
+    /// Asserts an rdmacm-utils program (ucmatose, udaddy, mckey) said it completed cleanly.
+    pub fn completed(&self) -> &Done {
+        assert!(
+            self.stdout.contains("test complete") && self.stdout.contains("return status 0"),
+            "{}:\n{}\n{}",
+            self.what,
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+
+    /// Whether the program (an rdma_cm client) was told that nobody listens where it
+    /// connected: REJ InvalidServiceID (8), or for UD a SIDR_REP "unsupported ServiceID" (1).
+    /// rdma_cm clients do not retry it; a test whose server may not listen yet does.
+    pub fn heard_nobody_listens(&self) -> bool {
+        let said = format!("{}{}", self.stdout, self.stderr);
+        said.contains("REJECTED; error: 8")
+            || said.contains("REJECTED, error 8")
+            || said.contains("REJECTED, error: 8")
+            || said.contains("UNREACHABLE, error: 1")
+            || said.contains("rdma_connect: Connection refused")
+    }
+
     /// Asserts the program initialised softib's library `soname` (from `softib run`'s
     /// directory of links) and no other library of that name.
     pub fn loaded_ours_lib(&self, soname: &str) -> &Done {
@@ -533,6 +581,29 @@ pub fn mixed_pair(server_upstream: bool, client_upstream: bool, args: &[&str]) -
     ca.push("127.0.0.1");
     let client = start(&h.a, client_upstream, &ca).wait();
     (server.wait(), client)
+}
+
+/// Checks a perftest run over rdma_cm (`-R`): both sides said so, and the client reported a
+/// result of `iters` iterations (bandwidth tools print theirs on both sides, latency tools on
+/// the client).
+pub fn rdma_cm_perftest_ran(s: &Done, c: &Done, iters: f64) {
+    for d in [s, c] {
+        assert!(
+            d.stdout.contains("Data ex. method : rdma_cm"),
+            "{}:\n{}\n{}",
+            d.what,
+            d.stdout,
+            d.stderr
+        );
+    }
+    let r = perftest_result(&c.stdout).unwrap_or_default();
+    assert!(
+        r.len() >= 2 && r[1] == iters,
+        "{}: no result\n{}\n{}",
+        c.what,
+        c.stdout,
+        c.stderr
+    );
 }
 
 /// The numbers of a perftest result line (`#bytes #iterations ...`), for the last size.
