@@ -81,8 +81,10 @@ fn a_stopped_daemon_is_named_to_waiting_and_spinning_clients() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Debian's `ib_write_bw`, unmodified, on the drop-in: the daemon is stopped during the run,
-/// and the client, which spins on `ibv_poll_cq`, exits non-zero naming the stopped daemon.
+/// Debian's `ib_write_bw`, unmodified, on the drop-in and the daemon's data path: the daemon
+/// is stopped during the run, and the client, which spins on `ibv_poll_cq`, exits non-zero
+/// naming the stopped daemon. (On the process data path the transfer goes on without the
+/// daemon, as it should: `process_path.rs`.)
 #[test]
 fn an_unmodified_perftest_stops_and_names_a_stopped_daemon() {
     if !Path::new("/usr/bin/ib_write_bw").exists() {
@@ -102,6 +104,7 @@ fn an_unmodified_perftest_stops_and_names_a_stopped_daemon() {
         let mut c = Command::new(SOFTIB);
         c.args(["run", "--host"])
             .arg(&dir)
+            .env("SOFTIB_DATAPATH", "daemon")
             .args([
                 "--",
                 "/usr/bin/ib_write_bw",

@@ -416,10 +416,12 @@ impl Context {
     }
 
     /// `ibv_poll_cq` as a C program calls it in a loop: appends up to `max` completions to
-    /// `out` and returns at once. An empty poll on softib yields the CPU, which the daemon —
-    /// the "hardware" — may need on a machine with fewer cores than spinners, and fails with
-    /// [`Error::DaemonUnresponsive`] once the daemon has stopped answering (a spinning program
-    /// would otherwise spin forever). Returns how many it appended.
+    /// `out` and returns at once. On the daemon's data path an empty poll yields the CPU,
+    /// which the daemon — the "hardware" — may need on a machine with fewer cores than
+    /// spinners, and fails with [`Error::DaemonUnresponsive`] once the daemon has stopped
+    /// answering (a spinning program would otherwise spin forever); on the process path, where
+    /// the poll itself drives the engine, empty polls yield only after a short spin. Returns
+    /// how many it appended.
     pub fn poll_cq_nowait(
         &mut self,
         dev: u32,
@@ -428,9 +430,10 @@ impl Context {
         out: &mut Vec<WorkCompletion>,
     ) -> Result<usize> {
         let mut got = self.poll_cq(dev, cq, max, Duration::ZERO)?;
-        if got.is_empty() {
-            if let Backend::Daemon(s) = &mut self.backend {
-                s.idle_poll()?;
+        if let Backend::Daemon(s) = &mut self.backend {
+            if !got.is_empty() {
+                s.polled_some();
+            } else if s.idle_poll(dev)? {
                 std::thread::yield_now();
             }
         }

@@ -74,6 +74,7 @@ impl Local {
         let mut tposted = vec![0u64; stamps];
         let mut tcompleted = vec![0u64; stamps];
         let depth = u64::from(args.tx_depth.max(1));
+        let post_list = u64::from(args.post_list.max(1)).min(depth);
         // A moderation group larger than the queue would never end signaled.
         let cq_mod = u64::from(args.cq_mod.max(1)).min(depth);
         let mut scnt = vec![0u64; nq];
@@ -129,35 +130,38 @@ impl Local {
             }
             if sending {
                 for q in 0..nq {
-                    let room = depth.saturating_sub(scnt[q] - ccnt[q]);
-                    let left = iters - scnt[q];
                     // As upstream: keep up to tx_depth WRs outstanding, every cq_mod-th
-                    // signaled, so the queue never drains while a signaled one completes.
-                    let n = room.min(left);
-                    if n == 0 {
-                        continue;
+                    // signaled, so the queue never drains while a signaled one completes;
+                    // each post carries `-l` WRs (one by default), as upstream's
+                    // `ibv_post_send` of its post list does.
+                    loop {
+                        let room = depth.saturating_sub(scnt[q] - ccnt[q]);
+                        let n = post_list.min(room).min(iters - scnt[q]);
+                        if n == 0 || (n < post_list && iters - scnt[q] >= post_list) {
+                            break;
+                        }
+                        let now = origin.elapsed().as_nanos() as u64;
+                        let wrs: Vec<SendWr> = (0..n)
+                            .map(|i| {
+                                let k = scnt[q] + i;
+                                if let Some(t) = tposted.get_mut(totscnt + i as usize) {
+                                    *t = now;
+                                }
+                                let signaled = (k + 1) % cq_mod == 0 || k + 1 == iters;
+                                self.work_request(
+                                    args,
+                                    size,
+                                    q,
+                                    &remotes[q],
+                                    (q as u64) << 48 | k,
+                                    signaled,
+                                )
+                            })
+                            .collect();
+                        self.ctx.post_send(self.dev, self.qps[q], wrs)?;
+                        scnt[q] += n;
+                        totscnt += n as usize;
                     }
-                    let now = origin.elapsed().as_nanos() as u64;
-                    let wrs: Vec<SendWr> = (0..n)
-                        .map(|i| {
-                            let k = scnt[q] + i;
-                            if let Some(t) = tposted.get_mut(totscnt + i as usize) {
-                                *t = now;
-                            }
-                            let signaled = (k + 1) % cq_mod == 0 || k + 1 == iters;
-                            self.work_request(
-                                args,
-                                size,
-                                q,
-                                &remotes[q],
-                                (q as u64) << 48 | k,
-                                signaled,
-                            )
-                        })
-                        .collect();
-                    self.ctx.post_send(self.dev, self.qps[q], wrs)?;
-                    scnt[q] += n;
-                    totscnt += n as usize;
                 }
             }
             let side = if server { "server" } else { "client" };
