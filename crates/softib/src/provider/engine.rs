@@ -103,7 +103,34 @@ pub(crate) struct Station {
     /// (which would wake the progress thread for what the poller takes itself).
     progress_looking: bool,
     app_looking: bool,
+    /// When the last post was done, and until when datagrams a streaming poster left in the
+    /// send queue may wait there ([`Station::send_now`]).
+    last_send: Option<Instant>,
+    flush_due: Option<Instant>,
 }
+
+/// Posts closer together than this are a stream: each leaves its datagrams in the send queue
+/// for the next (or for a poll, a turn of the progress thread, or [`FLUSH_DELAY`]), so that a
+/// program that posts one work request per `ibv_post_send` sends a window with one `sendmmsg`
+/// — one system call per post cost a small-message sender nine tenths of its rate. A post
+/// after a pause sends at once: a ping-pong waits for nothing. `SOFTIB_STREAM_GAP_US` sets
+/// it (0: every post sends at once).
+const STREAM_GAP: softib_engine::Duration = softib_engine::Duration::from_micros(4);
+
+/// [`STREAM_GAP`], or `SOFTIB_STREAM_GAP_US`, read once per process.
+fn stream_gap() -> softib_engine::Duration {
+    static GAP: std::sync::OnceLock<softib_engine::Duration> = std::sync::OnceLock::new();
+    *GAP.get_or_init(|| {
+        std::env::var("SOFTIB_STREAM_GAP_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(STREAM_GAP, softib_engine::Duration::from_micros)
+    })
+}
+
+/// The longest a streaming poster's datagrams wait in the send queue when nothing else sends
+/// them first (the progress thread's timer).
+const FLUSH_DELAY: softib_engine::Duration = softib_engine::Duration::from_micros(20);
 
 /// The most turns of its rings a peer that is gone gets (each takes up to 256 records of every
 /// peer): enough for a whole ring of small records.
@@ -157,6 +184,8 @@ impl Station {
             daemon_events: None,
             progress_looking: false,
             app_looking: false,
+            last_send: None,
+            flush_due: None,
         })
     }
 
@@ -233,7 +262,7 @@ impl Station {
     /// When the engine next needs a turn: its own deadline, or a datagram the faults hold
     /// back falling due. The engine's deadline comes apart too (what a post compares with).
     pub fn next_wakeup(&self) -> (Option<Instant>, Option<StdInstant>) {
-        let engine = self.ca.poll_timeout();
+        let engine = self.deadline();
         let at = engine.map(|t| self.std_time(t));
         let held = self.oversight.faults.next_deadline();
         let at = match (at, held) {
@@ -260,11 +289,31 @@ impl Station {
         got || sent
     }
 
-    /// Sends what the engine has to send (after a post).
+    /// Sends what the engine has to send (after a post); a streaming poster's datagrams may
+    /// wait in the send queue a moment for the next post's ([`STREAM_GAP`]).
     pub fn send_now(&mut self) {
         let now = self.now();
-        let _ = self.transmit(now);
+        let streaming = self
+            .last_send
+            .is_some_and(|t| now.saturating_since(t) < stream_gap());
+        let _ = self.transmit_deferring(now, streaming);
         self.after_turn();
+        // The gap that counts is the program's between two posts, not a post's own sending.
+        self.last_send = Some(self.now());
+    }
+
+    /// Sends what a streaming poster left in the send queue (the engine is going away).
+    pub fn flush_pending(&mut self) {
+        self.flush();
+    }
+
+    /// When the engine next needs a turn: its own deadline, or a streaming poster's
+    /// datagrams falling due.
+    pub fn deadline(&self) -> Option<Instant> {
+        match (self.ca.poll_timeout(), self.flush_due) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// What follows every turn: armed CQs that hold a completion signalled, asynchronous
@@ -426,6 +475,12 @@ impl Station {
 
     /// Sends what the engine has; returns whether there was anything.
     fn transmit(&mut self, now: Instant) -> bool {
+        self.transmit_deferring(now, false)
+    }
+
+    /// [`Station::transmit`]; with `defer`, what the send queue holds (less than a flush's
+    /// worth) waits for a later one, until [`FLUSH_DELAY`] from the first that waited.
+    fn transmit_deferring(&mut self, now: Instant, defer: bool) -> bool {
         let mut sent = false;
         let ip = self.link.local_addr().ip();
         let clean = self.oversight.is_clean();
@@ -487,7 +542,12 @@ impl Station {
                 self.flush();
             }
         }
-        self.flush();
+        let due = self.flush_due.is_some_and(|d| now >= d);
+        if defer && !due && !self.tx.is_empty() {
+            self.flush_due.get_or_insert(now + FLUSH_DELAY);
+        } else {
+            self.flush();
+        }
         // Packets that wait for room in a peer's ring keep the engine turning.
         self.peers.flush() || sent
     }
@@ -543,6 +603,7 @@ impl Station {
     }
 
     fn flush(&mut self) {
+        self.flush_due = None;
         if self.tx.is_empty() {
             return;
         }

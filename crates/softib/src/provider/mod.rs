@@ -222,6 +222,7 @@ impl std::fmt::Debug for Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
+        self.lock().flush_pending();
         self.shared.stop.store(true, Ordering::Release);
         self.shared.kick();
         if let Some(t) = self.thread.take() {
@@ -346,7 +347,7 @@ impl Engine {
     /// timer to it — a system call on this thread, where a kick would wake the progress
     /// thread now, on every post of a ping-pong, for a deadline milliseconds away.
     fn after_command(&self, st: &Station) {
-        let Some(t) = st.ca.poll_timeout() else {
+        let Some(t) = st.deadline() else {
             return;
         };
         let s = &self.shared;

@@ -228,14 +228,23 @@ pub(super) fn progress(shared: &Shared, control: OwnedFd, events: OwnedFd) {
             continue;
         }
         deferred = None;
+        // Woken by the socket or a timer alone, it leaves the engine to an application thread
+        // that holds it (a post or a poll, which take what arrived and send what waits) and
+        // looks again in a moment, as when one turns (`SOCKET_DEFER`): a streaming poster's
+        // flush timer then costs its poster no wait on the lock.
+        let routine = !kicked && !event && !gone && !grouped;
         // An event from the daemon (faults, a capture, rings) is taken now, even from under a
         // polling application thread: only this thread reads the channel.
-        let mut st = if spinning && !gone && !event {
+        let mut st = if (spinning || routine) && !gone && !event {
             match shared.station.try_lock() {
                 Ok(st) => st,
                 Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => {
+                Err(std::sync::TryLockError::WouldBlock) if spinning => {
                     std::thread::yield_now();
+                    continue;
+                }
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    deferred = Some(StdInstant::now() + SOCKET_DEFER);
                     continue;
                 }
             }
